@@ -1,0 +1,1 @@
+"""spark-submit entry points (installed as ``airflow_provider_mongocdc.spark_apps``)."""

@@ -1,0 +1,90 @@
+"""Shared fixtures: a real Kafka broker, a throwaway Airflow home, spark-submit from the venv.
+
+Set before anything imports Airflow: AIRFLOW_HOME points to a temporary directory with SQLite,
+examples off and the repo's dags/ folder, so no test touches a user's Airflow installation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="mongocdc-airflow-home-"))
+os.environ.update({
+    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_AIRFLOW_HOME / "logs"),
+    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
+    "AIRFLOW__API__HOST": "127.0.0.1",
+    "PYSPARK_PYTHON": sys.executable,
+    "PYSPARK_DRIVER_PYTHON": sys.executable,
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+})
+
+pytest_plugins = ["devtools.mongosim.pytest_plugin"]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """The real Apache Kafka broker for this test session (None when an external one is used)."""
+    if os.environ.get("MONGOCDC_TEST_KAFKA_BOOTSTRAP"):
+        yield None
+        return
+    from devtools.kafka import KafkaBroker
+
+    broker = KafkaBroker()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker) -> str:
+    """bootstrap.servers of the session's broker (or MONGOCDC_TEST_KAFKA_BOOTSTRAP)."""
+    return os.environ.get("MONGOCDC_TEST_KAFKA_BOOTSTRAP") or kafka_broker.bootstrap_servers
+
+
+@pytest.fixture
+def unique_name(request) -> str:
+    """A name unique to this test, usable as topic prefix or transactional.id."""
+    import uuid
+
+    base = "".join(c if c.isalnum() else "_" for c in request.node.name)[:40]
+    return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def airflow_env() -> dict[str, str]:
+    """Environment for Airflow subprocesses, with the metadata database migrated once."""
+    env = dict(os.environ)
+    result = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"airflow db migrate failed:\n{result.stdout}\n{result.stderr}"
+    return env
+
+
+@pytest.fixture(scope="session")
+def spark_submit() -> str:
+    path = shutil.which("spark-submit")
+    assert path, "spark-submit is not on PATH: install the project with the constraints (make test)"
+    return path
