@@ -1,0 +1,36 @@
+# The two commands of the README:
+#   make test   creates .venv, installs the project with the pinned constraints, fetches the
+#               Kafka broker jars with Maven, and runs the test suite (real Kafka, spark-submit,
+#               Airflow, MongoDB simulator or MONGOCDC_TEST_MONGODB_URI).
+#   make demo   the main job: the CDC pipeline end to end on this machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: test demo install kafka-jars bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+kafka-jars: install
+	$(BIN)/python -m devtools.kafka fetch
+
+test: install kafka-jars
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: install kafka-jars
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m devtools.demo
+
+bench: install kafka-jars
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) devtools/kafka/target .pytest_cache

@@ -1,0 +1,73 @@
+"""Read a topic to its end, as a downstream consumer would (tests and the demo)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed",
+               timeout: float = 30.0, extra_config: dict | None = None) -> list[ReadRecord]:
+    """Every record of ``topic`` from the beginning to the end offsets seen at the call.
+
+    With ``read_committed`` (the default) the end is the last stable offset, so records of
+    aborted or still-open transactions are not returned. A missing topic reads as empty.
+    """
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"mongocdc-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+    }
+    config.update(extra_config or {})
+    consumer = Consumer(config)
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            return []
+        ends = {}
+        for pid in info.partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10, cached=False)
+            ends[pid] = high
+        assignment = [TopicPartition(topic, pid, 0) for pid, high in ends.items() if high > 0]
+        if not assignment:
+            return []
+        consumer.assign(assignment)
+        records: list[ReadRecord] = []
+        done = {pid for pid, high in ends.items() if high == 0}
+        deadline = time.monotonic() + timeout
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                # read_committed: transaction markers and aborted records are skipped, so the
+                # position can reach the end without a message at the last offset.
+                for tp in consumer.position(assignment):
+                    if tp.offset >= ends[tp.partition]:
+                        done.add(tp.partition)
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            if msg.offset() < ends[msg.partition()]:
+                records.append(ReadRecord(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+        if len(done) < len(ends):
+            raise TimeoutError(f"reading {topic} did not reach its end offsets {ends} within {timeout}s")
+        return records
+    finally:
+        consumer.close()
