@@ -1,0 +1,406 @@
+"""Debezium-compatible change events from MongoDB change stream and snapshot documents.
+
+:class:`EventBuilder` turns one change stream document (as pymongo returns it) or one snapshot
+document into the :class:`Record` objects to send to Kafka: the event on
+``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone; plus transaction BEGIN/END
+records when ``provide.transaction.metadata`` is on.
+
+Key (seed 000 "Change event keys"): ``{"id": "<_id as extended JSON>"}``, e.g. ``"1234"``,
+``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``,
+``"{\\"$binary\\": \\"a2Fma2E=\\",\\"$type\\": \\"00\\"}"`` in the default strict mode. Only
+``documentKey._id`` is used (shard key fields are not part of the key), so all events of a
+document share one key and one partition.
+
+Value (``event.format=change_streams``, Debezium 2.x):
+
+=====================  ==========================================================================
+``before``             pre-image (``*_with_pre_image`` capture modes, updates/replaces/deletes)
+``after``              inserted document, replacement, full document of an update
+                       (``*_update_full*`` modes; null when the lookup found nothing), snapshot
+                       document
+``updateDescription``  updates only: ``updatedFields`` (JSON text), ``removedFields``,
+                       ``truncatedArrays`` [{``field``, ``size``}]; empty lists are null
+``source``             ``version``, ``connector`` ("mongodb"), ``name`` (topic.prefix), ``ts_ms``
+                       (clusterTime seconds in ms), ``snapshot`` ("true", "last", "false"),
+                       ``db``, ``sequence``, ``ts_us``, ``ts_ns``, ``rs``, ``collection``, ``ord``
+                       (clusterTime increment), ``lsid``, ``txnNumber``, ``wallTime``
+``op``                 ``c`` insert, ``u`` update and replace, ``d`` delete, ``r`` snapshot read
+``ts_ms``              when the connector built the event
+``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
+=====================  ==========================================================================
+
+Value (``event.format=oplog``, Debezium 1.x / seed 000): ``after`` (inserts and snapshot reads),
+``patch`` (updates: ``{"$set": updatedFields, "$unset": {removed: true}}``; replaces: the
+replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with boolean
+``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
+``transaction`` only when transaction metadata is on.
+
+Operations other than inserts, updates, replaces and deletes (handling chosen to match Debezium,
+which never emits events for them; the change stream ``$match`` of :mod:`.filters` keeps them
+from reaching the connector at all):
+
+``drop``
+    No event. The collection's documents get no delete events or tombstones; consumers that need
+    to forget a dropped collection must do so themselves (e.g. delete its topic).
+``rename``
+    No event. Later changes arrive under the new name and go to the new name's topic (if the new
+    name is captured); the old topic keeps its events.
+``dropDatabase``
+    No event (MongoDB reports a ``drop`` per collection first; those produce no event either).
+``invalidate``
+    No event. It means the change stream closed (a collection- or database-scoped stream whose
+    target was dropped or renamed). :func:`is_invalidate` lets the reader notice it, record the
+    invalidate's resume token with ``startAfter`` semantics, and end the window.
+
+Operations skipped by ``skipped.operations`` and collections not captured by the filters produce
+no records (and do not count in transaction metadata). An event larger than ``event.max.bytes``
+raises :class:`OversizeEventError` (``event.oversize.handling.mode=fail``) or is dropped with a
+warning naming its topic and key (``skip``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring as _quote
+from typing import Any
+
+from airflow_provider_mongocdc import __version__
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.ejson import Encoder
+from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventError
+from airflow_provider_mongocdc.core.fields import FieldRules, FieldTransform
+from airflow_provider_mongocdc.core.filters import Filters
+from airflow_provider_mongocdc.core.heartbeat import Heartbeat
+from airflow_provider_mongocdc.core.schema import (Framing, Record, compact, envelope_schema,
+                                                   key_schema)
+from airflow_provider_mongocdc.core.topics import TopicNamer
+from airflow_provider_mongocdc.core.transactions import (TransactionTracker, lsid_text,
+                                                         transaction_id)
+
+__all__ = ["EventBuilder", "Record", "OPERATION_CODES", "is_invalidate"]
+
+log = logging.getLogger(__name__)
+
+CONNECTOR = "mongodb"
+OPERATION_CODES = {"insert": "c", "update": "u", "replace": "u", "delete": "d"}
+_EPOCH = datetime.datetime(1970, 1, 1)
+_EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def is_invalidate(change: Mapping[str, Any]) -> bool:
+    """Whether a change stream document is an ``invalidate`` (the stream has closed)."""
+    return change.get("operationType") == "invalidate"
+
+
+def _millis(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        epoch = _EPOCH if value.tzinfo is None else _EPOCH_UTC
+        return (value - epoch) // _MS
+    return int(value)  # bson.datetime_ms.DatetimeMS or a number
+
+
+class _Collection:
+    """Everything about one collection's events that does not change from event to event."""
+
+    __slots__ = ("database", "collection", "topic", "key_head", "key_tail", "value_head",
+                 "value_tail", "source_head", "db_part", "collection_part", "data_collection",
+                 "fields", "rs_parts")
+
+    def __init__(self, builder: EventBuilder, database: str, collection: str):
+        config = builder.config
+        self.database = database
+        self.collection = collection
+        self.topic = builder.namer.data_topic(database, collection)
+        adjustment = config.schema_name_adjustment_mode
+        key_framing = Framing(key_schema(self.topic, adjustment=adjustment)
+                              if config.key_converter_schemas_enable else None)
+        self.key_head = key_framing.head + b'{"id":'
+        self.key_tail = b"}" + key_framing.tail
+        value_framing = Framing(envelope_schema(
+            self.topic, event_format=config.event_format,
+            transaction_metadata=config.provide_transaction_metadata, adjustment=adjustment)
+            if config.value_converter_schemas_enable else None)
+        self.value_head = value_framing.head
+        self.value_tail = value_framing.tail
+        self.source_head = ('{"version":' + _quote(__version__) + ',"connector":"' + CONNECTOR
+                            + '","name":' + _quote(config.topic_prefix) + ',"ts_ms":')
+        self.db_part = ',"db":' + _quote(database)
+        self.collection_part = ',"collection":' + _quote(collection) + ',"ord":'
+        self.data_collection = f"{database}.{collection}"
+        self.fields: FieldTransform | None = builder.fields.for_collection(database, collection)
+        self.rs_parts: dict[str, str] = {}
+
+    def rs_part(self, replica_set: str) -> str:
+        part = self.rs_parts.get(replica_set)
+        if part is None:
+            part = self.rs_parts[replica_set] = ',"rs":' + _quote(replica_set)
+        return part
+
+
+class EventBuilder:
+    """Builds the records of change events, snapshot reads and heartbeats for one configuration.
+
+    ``replica_set`` fills ``source.rs`` (the replica set or shard the stream reads; a call can
+    override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
+    builder follows one stream: it holds the transaction state of that stream.
+    """
+
+    def __init__(self, config: ConnectorConfig, *, replica_set: str = "",
+                 clock: Callable[[], int] | None = None):
+        self.config = config
+        self.replica_set = replica_set
+        self.encoder = Encoder(config.extended_json_mode)
+        self.namer = TopicNamer(config)
+        self.filters = Filters(config)
+        self.fields = FieldRules(config)
+        self.heartbeat = Heartbeat(config, namer=self.namer)
+        self.transactions = (TransactionTracker(config, namer=self.namer)
+                             if config.provide_transaction_metadata else None)
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._oplog = config.event_format == "oplog"
+        skipped = config.skipped_operations
+        self._operations = {name: code for name, code in OPERATION_CODES.items()
+                            if code not in skipped}
+        self._collections: dict[tuple[str, str], _Collection] = {}
+        self._dumps = self.encoder.dumps
+
+    # -- public API ------------------------------------------------------------------------------
+    def topic_for(self, database: str, collection: str) -> str:
+        """The data topic of a collection."""
+        return self.namer.data_topic(database, collection)
+
+    def build_change(self, change: Mapping[str, Any], *,
+                     replica_set: str | None = None) -> list[Record]:
+        """Records for one change stream document, in the order to send them (BEGIN/END of
+        transactions, the event, its tombstone). Empty when the change produces no event."""
+        operation = change.get("operationType")
+        op = self._operations.get(operation)  # type: ignore[arg-type]
+        if op is None:
+            if operation not in OPERATION_CODES:
+                log.debug("No event for a %s change (see core.events)", operation)
+            return []
+        namespace = change.get("ns") or {}
+        database, collection = namespace.get("db"), namespace.get("coll")
+        if database is None or collection is None or \
+                not self.filters.collection_included(database, collection):
+            return []
+        info = self._collection(database, collection)
+        document_key = change.get("documentKey")
+        if not document_key or "_id" not in document_key:
+            raise MongoCdcError(
+                f"A {operation} change of {database}.{collection} has no documentKey._id",
+                cause="the change stream document lacks the key every data change carries",
+                fix="read changes with the connector's own change stream pipeline (no stage may "
+                    "remove or rename documentKey)")
+        document_id = document_key["_id"]
+
+        cluster_time = change.get("clusterTime")
+        seconds = cluster_time.time if cluster_time is not None else 0
+        increment = cluster_time.inc if cluster_time is not None else 0
+        config = self.config
+        fields = info.fields
+
+        before = after = None
+        update_description = None
+        if op == "c":
+            after = change.get("fullDocument")
+        elif op == "d":
+            if config.pre_image:
+                before = change.get("fullDocumentBeforeChange")
+        else:
+            if operation == "replace" or config.update_full:
+                after = change.get("fullDocument")
+            if config.pre_image:
+                before = change.get("fullDocumentBeforeChange")
+            if operation == "update":
+                update_description = change.get("updateDescription") or {}
+
+        lsid = change.get("lsid")
+        txn_number = change.get("txnNumber")
+        records: list[Record] = []
+        block_text = "null"
+        if self.transactions is not None:
+            data_collection = (f"{replica_set or self.replica_set}.{info.data_collection}"
+                               if self._oplog else info.data_collection)
+            pre, block = self.transactions.on_event(
+                transaction_id(change, config.event_format), data_collection, seconds * 1000)
+            records.extend(pre)
+            if block is not None:
+                block_text = ('{"id":' + _quote(block["id"]) + ',"total_order":'
+                              + str(block["total_order"]) + ',"data_collection_order":'
+                              + str(block["data_collection_order"]) + "}")
+
+        rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
+        if self._oplog:
+            payload = self._oplog_payload(info, op, operation, change, after, update_description,
+                                          document_key, fields, seconds, increment, "false", rs,
+                                          block_text)
+        else:
+            before_text = "null" if before is None else _quote(
+                self._dumps(fields.document(before) if fields else before))
+            after_text = "null" if after is None else _quote(
+                self._dumps(fields.document(after) if fields else after))
+            description = "null" if update_description is None else \
+                self._update_description(update_description, fields)
+            source = (info.source_head + str(seconds * 1000) + ',"snapshot":"false"'
+                      + info.db_part + ',"sequence":null,"ts_us":' + str(seconds * 1_000_000)
+                      + ',"ts_ns":' + str(seconds * 1_000_000_000) + rs + info.collection_part
+                      + str(increment) + ',"lsid":'
+                      + ("null" if lsid is None else _quote(lsid_text(lsid) or ""))
+                      + ',"txnNumber":' + ("null" if txn_number is None else str(int(txn_number)))
+                      + ',"wallTime":' + _number(_millis(change.get("wallTime"))) + "}")
+            payload = ('{"before":' + before_text + ',"after":' + after_text
+                       + ',"updateDescription":' + description + ',"source":' + source
+                       + ',"op":"' + op + '","ts_ms":' + str(self._clock())
+                       + ',"transaction":' + block_text + "}")
+
+        key = info.key_head + _quote(self._dumps(document_id)).encode() + info.key_tail
+        value = info.value_head + payload.encode() + info.value_tail
+        event = Record(info.topic, key, value)
+        if not self._fits(event, f"{operation} of {database}.{collection}"):
+            if self.transactions is not None and block_text != "null":
+                self.transactions.forget_last()
+            return records
+        records.append(event)
+        if op == "d" and config.tombstones_on_delete:
+            records.append(Record(info.topic, key, None))
+        return records
+
+    def build_snapshot(self, document: Mapping[str, Any], database: str, collection: str, *,
+                       last: bool = False, position: Any = None,
+                       replica_set: str | None = None) -> list[Record]:
+        """The read event (``op`` ``r``) of one snapshot document. ``last`` marks the snapshot's
+        final event (``source.snapshot`` "last"); ``position`` is the ``bson.Timestamp`` of the
+        stream position recorded when the snapshot started (``source.ts_ms``/``ord``)."""
+        if "_id" not in document:
+            raise MongoCdcError(f"A snapshot document of {database}.{collection} has no _id",
+                                cause="every MongoDB document has an _id unless a projection "
+                                      "removed it",
+                                fix="read snapshot documents without a projection on _id")
+        info = self._collection(database, collection)
+        fields = info.fields
+        now = self._clock()
+        if position is not None:
+            seconds, increment = position.time, position.inc
+            source_ms = seconds * 1000
+        else:
+            seconds, increment, source_ms = now // 1000, 0, now
+        rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
+        after_text = _quote(self._dumps(fields.document(document) if fields else document))
+        if self._oplog:
+            source = (info.source_head + str(source_ms) + ',"snapshot":true' + info.db_part + rs
+                      + info.collection_part + str(increment) + ',"h":null}')
+            payload = ('{"after":' + after_text + ',"patch":null,"filter":null,"source":'
+                       + source + ',"op":"r","ts_ms":' + str(now)
+                       + (',"transaction":null}' if self.config.provide_transaction_metadata
+                          else "}"))
+        else:
+            source = (info.source_head + str(source_ms) + ',"snapshot":"'
+                      + ("last" if last else "true") + '"' + info.db_part
+                      + ',"sequence":null,"ts_us":' + str(source_ms * 1000) + ',"ts_ns":'
+                      + str(source_ms * 1_000_000) + rs + info.collection_part + str(increment)
+                      + ',"lsid":null,"txnNumber":null,"wallTime":' + str(now) + "}")
+            payload = ('{"before":null,"after":' + after_text + ',"updateDescription":null,'
+                       '"source":' + source + ',"op":"r","ts_ms":' + str(now)
+                       + ',"transaction":null}')
+        key = (info.key_head + _quote(self._dumps(document["_id"])).encode() + info.key_tail)
+        event = Record(info.topic, key, info.value_head + payload.encode() + info.value_tail)
+        return [event] if self._fits(event, f"snapshot read of {database}.{collection}") else []
+
+    def build_heartbeat(self, ts_ms: int | None = None) -> Record:
+        """A heartbeat record (see :mod:`.heartbeat`)."""
+        return self.heartbeat.record(self._clock() if ts_ms is None else ts_ms)
+
+    def finish(self) -> list[Record]:
+        """Records that close the window: END of a transaction still open, if any."""
+        return self.transactions.finish() if self.transactions is not None else []
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _collection(self, database: str, collection: str) -> _Collection:
+        info = self._collections.get((database, collection))
+        if info is None:
+            info = self._collections[(database, collection)] = \
+                _Collection(self, database, collection)
+        return info
+
+    def _update_description(self, description: Mapping[str, Any],
+                            fields: FieldTransform | None) -> str:
+        updated = description.get("updatedFields")
+        removed = description.get("removedFields")
+        truncated = description.get("truncatedArrays")
+        if fields is not None:
+            updated = fields.updated_fields(updated)
+            removed = fields.paths(removed)
+            truncated = fields.truncated_arrays(truncated)
+        return compact({
+            "removedFields": list(removed) if removed else None,
+            "updatedFields": None if updated is None else self._dumps(updated),
+            "truncatedArrays": [{"field": entry["field"], "size": int(entry["newSize"])}
+                                for entry in truncated] if truncated else None,
+        })
+
+    def _oplog_payload(self, info: _Collection, op: str, operation: str, change: Mapping[str, Any],
+                       after: Any, description: Mapping[str, Any] | None, document_key: Any,
+                       fields: FieldTransform | None, seconds: int, increment: int, snapshot: str,
+                       rs: str, block_text: str) -> str:
+        after_text = patch_text = filter_text = "null"
+        if op == "c":
+            after_text = _quote(self._dumps(fields.document(after) if fields else after))
+        else:
+            filter_text = _quote(self._dumps(fields.document(document_key) if fields
+                                             else document_key))
+            if operation == "replace":
+                patch_text = _quote(self._dumps(fields.document(after) if fields else after))
+            elif operation == "update":
+                patch_text = _quote(self._dumps(self._patch(description or {}, fields)))
+        source = (info.source_head + str(seconds * 1000) + ',"snapshot":' + snapshot
+                  + info.db_part + rs + info.collection_part + str(increment) + ',"h":null}')
+        payload = ('{"after":' + after_text + ',"patch":' + patch_text + ',"filter":'
+                   + filter_text + ',"source":' + source + ',"op":"' + op + '","ts_ms":'
+                   + str(self._clock()))
+        if self.config.provide_transaction_metadata:
+            payload += ',"transaction":' + block_text
+        return payload + "}"
+
+    @staticmethod
+    def _patch(description: Mapping[str, Any], fields: FieldTransform | None) -> dict[str, Any]:
+        updated = description.get("updatedFields") or {}
+        removed = description.get("removedFields") or []
+        if fields is not None:
+            updated = fields.updated_fields(updated) or {}
+            removed = fields.paths(removed) or []
+        patch: dict[str, Any] = {}
+        if updated:
+            patch["$set"] = updated
+        if removed:
+            patch["$unset"] = {path: True for path in removed}
+        return patch
+
+    def _fits(self, record: Record, what: str) -> bool:
+        size = record.size
+        limit = self.config.event_max_bytes
+        if size <= limit:
+            return True
+        key = (record.key or b"")[-200:].decode("utf-8", "replace")
+        if self.config.event_oversize_handling_mode == "skip":
+            log.warning("Skipped a %d-byte event (%s) on %s with key %s: larger than "
+                        "event.max.bytes=%d (event.oversize.handling.mode=skip)",
+                        size, what, record.topic, key, limit)
+            return False
+        raise OversizeEventError(
+            f"The {what} produced a {size}-byte event for topic {record.topic} (key {key}), "
+            f"more than event.max.bytes={limit}",
+            cause="the document is too large for one Kafka message with the current limits",
+            fix="raise event.max.bytes together with the topic's max.message.bytes and the "
+                "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
+                "set event.oversize.handling.mode=skip to drop such events")
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(value)
