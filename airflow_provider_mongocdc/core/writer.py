@@ -1,0 +1,632 @@
+"""The Kafka writer: a transactional producer that commits events and their offsets atomically.
+
+A transaction holds a batch of change events AND the offset record(s) that cover them, so a
+read_committed consumer sees both or neither. The rules, as librdkafka documents them for
+``rd_kafka_init_transactions``/``commit_transaction``/``abort_transaction``:
+
+* a *retriable* error (``KafkaError.retriable()``, e.g. a timeout) leaves the operation safe to
+  call again: the writer retries a bounded number of times;
+* an *abortable* error (``KafkaError.txn_requires_abort()``, e.g. a message the broker rejected)
+  means the current transaction must be aborted; the producer stays usable;
+* a *fatal* error (``KafkaError.fatal()``, e.g. ``_FENCED`` when a newer producer with the same
+  ``transactional.id`` called ``init_transactions``) makes the producer unusable.
+
+Whatever happens, an offset is never committed past an undelivered event: any failed delivery
+aborts the transaction and raises :class:`DeliveryError` (or :class:`OversizeEventError`).
+
+The producer configuration is the Kafka connection's librdkafka configuration (bootstrap.servers,
+security.protocol, sasl.*, ssl.* ...) plus the writer's own settings. Secrets are never logged:
+use :func:`redact_config` to show a configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from airflow_provider_mongocdc.core.errors import (
+    ConfigError,
+    ConnectionFailedError,
+    DeliveryError,
+    OversizeEventError,
+)
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("airflow_provider_mongocdc.librdkafka")
+
+# Throughput defaults for CDC batches; the Kafka connection's config and the caller's
+# producer_config override them.
+DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "compression.type": "lz4",
+    # A transaction can hold a whole snapshot chunk; the broker caps this with
+    # transaction.max.timeout.ms (default 15 minutes).
+    "transaction.timeout.ms": 600_000,
+    "message.max.bytes": 1_000_000,
+}
+# Settings exactly-once delivery depends on: never overridden.
+REQUIRED_PRODUCER_CONFIG: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
+
+_ACCEPTED_REQUIRED_VALUES = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_SECRET_WORDS = ("password", "secret", "token", "jaas", "key.pem", "credentials", "keystore.key")
+OPERATION_RETRIES = 3
+
+
+class RecordLike(Protocol):
+    """Anything with ``topic``, ``key`` and ``value`` (``core.events.Record`` is one)."""
+
+    topic: str
+    key: bytes | str | None
+    value: bytes | str | None
+
+
+# -- configuration ---------------------------------------------------------------------------------
+def is_secret_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a librdkafka configuration that is safe to print or log."""
+    return {key: ("***" if is_secret_key(str(key)) and value not in (None, "") else value)
+            for key, value in config.items() if not callable(value)}
+
+
+def producer_config(kafka_config: Mapping[str, Any], transactional_id: str,
+                    overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration of a transactional producer: defaults < connection < overrides < required."""
+    if not transactional_id:
+        raise ConfigError("The Kafka writer needs a transactional.id",
+                          cause="an empty transactional.id was given",
+                          fix="pass a stable id, the same for every run of the same connector task")
+    config: dict[str, Any] = dict(DEFAULT_PRODUCER_CONFIG)
+    config.update(kafka_config)
+    config.update(overrides or {})
+    for key, required in REQUIRED_PRODUCER_CONFIG.items():
+        given = config.get(key)
+        if given is not None and str(given).lower() not in _ACCEPTED_REQUIRED_VALUES[key]:
+            raise ConfigError(
+                f"The Kafka producer setting {key}={given!r} is not allowed",
+                cause=f"exactly-once delivery needs {key}={required}",
+                fix=f"remove {key} from the Kafka connection's config")
+        config[key] = required
+    config["transactional.id"] = transactional_id
+    if not config.get("bootstrap.servers"):
+        raise ConfigError("The Kafka configuration has no bootstrap.servers",
+                          cause="the Kafka connection's librdkafka config lacks bootstrap.servers",
+                          fix='add "bootstrap.servers": "host1:9092,host2:9092" to the Kafka connection')
+    return config
+
+
+def _unwrap(error: BaseException) -> KafkaError | None:
+    """The KafkaError behind a confluent-kafka exception.
+
+    confluent-kafka raises ``KafkaException(KafkaError)``; when a fatal error occurs while it runs
+    a callback it can surface as ``SystemError`` whose ``__cause__`` is the KafkaException.
+    """
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return error.args[0]
+    cause = getattr(error, "__cause__", None)
+    if isinstance(error, SystemError) and cause is not None:
+        return _unwrap(cause)
+    return None
+
+
+def _kafka_call(function, *args, **kwargs):
+    """Call a librdkafka operation; any failure comes out as KafkaException(KafkaError)."""
+    try:
+        return function(*args, **kwargs)
+    except SystemError as error:
+        # confluent-kafka reports some fatal errors raised inside its callbacks this way.
+        kafka_error = _unwrap(error) or KafkaError(KafkaError._FAIL, f"librdkafka call failed: {error}")
+        raise KafkaException(kafka_error) from None
+
+
+def _describe_key(key: bytes | str | None, limit: int = 200) -> str:
+    if key is None:
+        return "<no key>"
+    text = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else str(key)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _as_bytes(data: bytes | str | None) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    return str(data).encode("utf-8")
+
+
+# -- delivery tracking -----------------------------------------------------------------------------
+@dataclass
+class FailedDelivery:
+    topic: str
+    key: bytes | None
+    size: int
+    error: KafkaError
+
+    def describe(self) -> str:
+        return (f"topic {self.topic!r}, key {_describe_key(self.key)}: "
+                f"{self.error.name()} ({self.error.str()})")
+
+
+@dataclass
+class TransactionStats:
+    """What the current (or last) transaction sent."""
+
+    produced: int = 0
+    delivered: int = 0
+    failed: list[FailedDelivery] = field(default_factory=list)
+    bytes: int = 0
+    topics: dict[str, int] = field(default_factory=dict)
+
+
+# -- the writer ------------------------------------------------------------------------------------
+class TransactionalWriter:
+    """A transactional producer with a stable ``transactional.id``.
+
+    Creating it calls ``init_transactions``: an older producer with the same id is fenced and its
+    open transaction aborted. Then, for each batch::
+
+        writer.begin()
+        writer.send(events)
+        writer.commit([offset_record])      # or writer.abort()
+
+    or ``with writer.transaction(): writer.send(...)`` (commits on success, aborts on error).
+    """
+
+    def __init__(self, kafka_config: Mapping[str, Any], transactional_id: str, *,
+                 overrides: Mapping[str, Any] | None = None, init_timeout_s: float = 60.0,
+                 queue_full_timeout_s: float = 300.0):
+        self.transactional_id = transactional_id
+        self._config = producer_config(kafka_config, transactional_id, overrides)
+        self._queue_full_timeout_s = queue_full_timeout_s
+        self._fatal: KafkaError | None = None
+        self._in_transaction = False
+        self.stats = TransactionStats()
+        settings = dict(self._config)
+        settings["error_cb"] = self._on_error
+        settings["logger"] = librdkafka_log
+        try:
+            self._producer = Producer(settings)
+        except KafkaException as error:
+            raise ConfigError("The Kafka producer configuration is invalid",
+                              cause=str(_unwrap(error) or error),
+                              fix="correct the Kafka connection's librdkafka config") from None
+        log.info("Kafka writer %s: initialising transactions (config %s)", transactional_id,
+                 redact_config(self._config))
+        self._retrying("initialise transactions", self._producer.init_transactions, init_timeout_s)
+
+    # -- properties --
+    @property
+    def config(self) -> dict[str, Any]:
+        """The producer configuration with secrets redacted."""
+        return redact_config(self._config)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self._config.get("message.max.bytes", 1_000_000))
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    # -- callbacks --
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+            log.error("Kafka writer %s: fatal error %s", self.transactional_id, error.str())
+        else:
+            log.warning("Kafka writer %s: %s", self.transactional_id, error.str())
+
+    def _on_delivery(self, error: KafkaError | None, message) -> None:
+        if error is None:
+            self.stats.delivered += 1
+            return
+        self.stats.failed.append(FailedDelivery(message.topic(), message.key(),
+                                                len(message.value() or b"") + len(message.key() or b""),
+                                                error))
+
+    # -- transaction control --
+    def begin(self) -> None:
+        """Start a transaction."""
+        self._check_usable()
+        if self._in_transaction:
+            raise DeliveryError("A Kafka transaction is already open on this writer",
+                                cause="begin() was called twice without commit() or abort()",
+                                fix="commit or abort the open transaction first")
+        self.stats = TransactionStats()
+        try:
+            _kafka_call(self._producer.begin_transaction)
+        except KafkaException as error:
+            raise self._failure("start a transaction", _unwrap(error)) from None
+        self._in_transaction = True
+
+    def send(self, records: Iterable[RecordLike]) -> int:
+        """Queue records in the open transaction; returns how many were queued.
+
+        A record larger than the producer accepts, or any delivery already reported failed,
+        aborts the transaction and raises.
+        """
+        self._check_open()
+        count = 0
+        for record in records:
+            self._produce(record)
+            count += 1
+        self._poll(0)
+        self._raise_on_failed_deliveries()
+        return count
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until every queued record is delivered (still uncommitted); raise on failures."""
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                remaining = _kafka_call(self._producer.flush, max(0.0, deadline - time.monotonic()))
+            except KafkaException as error:
+                raise self._aborted("deliver the transaction's events", _unwrap(error)) from None
+            if remaining == 0 or time.monotonic() >= deadline:
+                break
+        self._raise_on_failed_deliveries()
+        if remaining:
+            self._abort_quietly()
+            raise DeliveryError(
+                f"{remaining} events were not delivered to Kafka within {timeout_s:g} s; the "
+                "transaction was aborted and the offset not advanced",
+                cause="the brokers did not acknowledge the events in time",
+                fix="check that the Kafka brokers are up and reachable, then re-run; the run "
+                    "continues from the last committed offset")
+
+    def commit(self, records: Iterable[RecordLike] = ()) -> TransactionStats:
+        """Send ``records`` (typically the offset record), deliver everything, commit.
+
+        Returns the statistics of the committed transaction.
+        """
+        self._check_open()
+        self.send(records)
+        # commit_transaction flushes by itself; checking deliveries first gives a precise error.
+        self.flush(timeout_s=max(1.0, int(self._config["transaction.timeout.ms"]) / 1000.0))
+        attempts = 0
+        while True:
+            try:
+                _kafka_call(self._producer.commit_transaction)
+                break
+            except KafkaException as error:
+                kafka_error = _unwrap(error)
+                if kafka_error is not None and kafka_error.retriable() and not kafka_error.fatal() \
+                        and attempts < OPERATION_RETRIES:
+                    attempts += 1
+                    log.warning("Kafka writer %s: commit failed (%s), retrying",
+                                self.transactional_id, kafka_error.str())
+                    continue
+                if kafka_error is not None and kafka_error.txn_requires_abort():
+                    self._abort_quietly()
+                self._in_transaction = False
+                raise self._failure("commit the transaction", kafka_error) from None
+        self._in_transaction = False
+        self._raise_on_failed_deliveries(committed=True)
+        return self.stats
+
+    def abort(self) -> None:
+        """Abort the open transaction: nothing of it becomes visible to read_committed readers."""
+        if not self._in_transaction:
+            return
+        self._in_transaction = False
+        if self._fatal is not None:
+            return  # the broker aborts it when the fencing producer initialised, or on timeout
+        try:
+            self._retrying("abort the transaction", self._producer.abort_transaction, 30.0)
+        except DeliveryError:
+            if self._fatal is None:
+                raise
+
+    @contextmanager
+    def transaction(self) -> Iterator["TransactionalWriter"]:
+        """``with writer.transaction(): writer.send(...)``: commit on success, abort on error."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self._abort_quietly()
+            raise
+        if self._in_transaction:
+            self.commit()
+
+    def close(self) -> None:
+        """Abort an open transaction and release the producer."""
+        if self._in_transaction:
+            self._abort_quietly()
+        producer, self._producer = getattr(self, "_producer", None), None
+        if producer is not None:
+            try:
+                with warnings.catch_warnings():
+                    # close() tries to abort an open transaction and warns when it cannot (fenced).
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    producer.purge()
+                    producer.close()
+            except (KafkaException, SystemError, RuntimeError):
+                pass
+
+    def __enter__(self) -> "TransactionalWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TransactionalWriter(transactional_id={self.transactional_id!r}, config={self.config!r})"
+
+    # -- internals --
+    def _check_usable(self) -> None:
+        if self._producer is None:
+            raise DeliveryError("The Kafka writer is closed", fix="create a new writer")
+        if self._fatal is not None:
+            raise self._failure("use the producer", self._fatal)
+
+    def _check_open(self) -> None:
+        self._check_usable()
+        if not self._in_transaction:
+            raise DeliveryError("No Kafka transaction is open on this writer",
+                                cause="send(), flush() or commit() was called before begin()",
+                                fix="call begin() first (or use `with writer.transaction():`)")
+
+    def _produce(self, record: RecordLike) -> None:
+        topic = record.topic
+        key = _as_bytes(record.key)
+        value = _as_bytes(record.value)
+        size = len(value or b"") + len(key or b"")
+        if size > self.max_message_bytes:
+            self._abort_quietly()
+            raise self._oversize(topic, key, size, "the producer's message.max.bytes")
+        deadline = time.monotonic() + self._queue_full_timeout_s
+        while True:
+            try:
+                _kafka_call(self._producer.produce, topic, value=value, key=key,
+                            on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                if time.monotonic() >= deadline:
+                    self._abort_quietly()
+                    raise DeliveryError(
+                        "The Kafka producer queue stayed full; the transaction was aborted",
+                        cause=f"no room for new events within {self._queue_full_timeout_s:g} s",
+                        fix="check that the Kafka brokers are reachable and keep up, then re-run") from None
+                self._poll(0.5)
+            except KafkaException as error:
+                kafka_error = _unwrap(error)
+                if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    self._abort_quietly()
+                    raise self._oversize(topic, key, size, "the producer's message.max.bytes") from None
+                raise self._aborted(f"queue an event for topic {topic!r}", kafka_error) from None
+        self.stats.produced += 1
+        self.stats.bytes += size
+        self.stats.topics[topic] = self.stats.topics.get(topic, 0) + 1
+
+    def _poll(self, timeout: float) -> None:
+        try:
+            _kafka_call(self._producer.poll, timeout)
+        except KafkaException as error:
+            raise self._aborted("deliver the transaction's events", _unwrap(error)) from None
+
+    def _aborted(self, what: str, error: KafkaError | None):
+        """Abort the open transaction, then the error for the failure (the fatal one if any)."""
+        self._abort_quietly()
+        return self._failure(what, self._fatal if self._fatal is not None else error)
+
+    def _raise_on_failed_deliveries(self, committed: bool = False) -> None:
+        if not self.stats.failed:
+            return
+        first = self.stats.failed[0]
+        if not committed:
+            self._abort_quietly()
+        too_large = [failed for failed in self.stats.failed
+                     if failed.error.code() == KafkaError.MSG_SIZE_TOO_LARGE]
+        if too_large:
+            # The broker rejects a whole batch: name its largest event.
+            biggest = max(too_large, key=lambda failed: failed.size)
+            raise self._oversize(biggest.topic, biggest.key, biggest.size,
+                                 "the topic's max.message.bytes or the broker's message.max.bytes")
+        raise self._delivery_failed(first)
+
+    def _abort_quietly(self) -> None:
+        if not self._in_transaction:
+            return
+        try:
+            self.abort()
+        except DeliveryError as error:
+            log.warning("Kafka writer %s: abort failed: %s", self.transactional_id, error)
+
+    def _retrying(self, what: str, function, timeout: float) -> None:
+        attempts = 0
+        while True:
+            try:
+                _kafka_call(function, timeout)
+                return
+            except KafkaException as error:
+                kafka_error = _unwrap(error)
+                if kafka_error is not None and kafka_error.retriable() and not kafka_error.fatal() \
+                        and attempts < OPERATION_RETRIES:
+                    attempts += 1
+                    log.warning("Kafka writer %s: could not %s (%s), retrying", self.transactional_id,
+                                what, kafka_error.str())
+                    continue
+                raise self._failure(what, kafka_error) from None
+
+    def _failure(self, what: str, error: KafkaError | None):
+        """The MongoCdcError for a failed transactional operation."""
+        if error is None:
+            return DeliveryError(f"The Kafka writer could not {what}",
+                                 fix="check the Kafka brokers and re-run")
+        if error.fatal():
+            self._fatal = error
+        if error.code() in _FENCED_CODES or (error.fatal() and "fenced" in error.str().lower()):
+            self._fatal = error
+            return DeliveryError(
+                f"This Kafka writer (transactional.id {self.transactional_id!r}) was fenced by a newer "
+                "writer with the same transactional.id; its transaction was aborted and nothing it "
+                "sent since its last commit is visible",
+                cause="another run of the same task started (a retry or a duplicate run) and took "
+                      f"over: {error.str()}",
+                fix="nothing to repair: the newer run continues from the last committed offset. If "
+                    "runs overlap unexpectedly, make sure one run per connector task at a time")
+        if error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            return ConnectionFailedError(
+                f"The Kafka writer could not {what}: the brokers did not answer",
+                cause=f"{error.name()}: {error.str()}",
+                fix="check bootstrap.servers and the security settings of the Kafka connection, and "
+                    "that the brokers run; the run continues from the last committed offset")
+        if error.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                            KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            return DeliveryError(
+                f"The Kafka writer may not {what}",
+                cause=f"{error.name()}: {error.str()}",
+                fix="grant the Kafka principal WRITE and DESCRIBE on the transactional id "
+                    f"{self.transactional_id!r} and WRITE on the connector's topics")
+        if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            return self._oversize("?", None, 0, "the topic's max.message.bytes")
+        kind = "fatal" if error.fatal() else "abortable" if error.txn_requires_abort() else "error"
+        return DeliveryError(
+            f"The Kafka writer could not {what}; the transaction was aborted and the offset not advanced",
+            cause=f"{error.name()} ({kind}): {error.str()}",
+            fix="check the Kafka brokers and the connection settings, then re-run; the run "
+                "continues from the last committed offset")
+
+    def _delivery_failed(self, first: FailedDelivery) -> DeliveryError:
+        failed = len(self.stats.failed)
+        code = first.error.code()
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            fix = (f"create topic {first.topic!r} (or let the connector create its topics, or enable "
+                   "the broker's auto.create.topics.enable), then re-run")
+        elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            fix = f"grant the Kafka principal WRITE on topic {first.topic!r}, then re-run"
+        elif code == KafkaError._MSG_TIMED_OUT:
+            fix = "check that the Kafka brokers are reachable (or raise delivery.timeout.ms), then re-run"
+        else:
+            fix = "check the Kafka brokers and topic settings, then re-run"
+        return DeliveryError(
+            f"Kafka did not accept {failed} of {self.stats.produced} events of the transaction; it "
+            "was aborted and the offset not advanced",
+            cause=first.describe(),
+            fix=fix + "; the run continues from the last committed offset")
+
+    def _oversize(self, topic: str, key: bytes | None, size: int, limit: str) -> OversizeEventError:
+        return OversizeEventError(
+            f"The change event for key {_describe_key(key)} on topic {topic!r} is {size} bytes, more "
+            f"than Kafka accepts; the transaction was aborted and the offset not advanced",
+            cause=f"the limit is {limit} (producer message.max.bytes={self.max_message_bytes})",
+            fix="raise message.max.bytes in the Kafka connection's config, max.message.bytes on the "
+                "topic and message.max.bytes on the brokers, or leave the large fields out of the "
+                "captured documents (field.exclude.list)")
+
+
+# -- topics ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create when missing. ``-1`` means the broker's default."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def admin_client(kafka_config: Mapping[str, Any]) -> AdminClient:
+    settings = {key: value for key, value in kafka_config.items()
+                if key not in DEFAULT_PRODUCER_CONFIG and key not in REQUIRED_PRODUCER_CONFIG
+                and key not in ("transactional.id", "group.id", "isolation.level", "enable.auto.commit",
+                                "auto.offset.reset", "enable.partition.eof")}
+    settings["logger"] = librdkafka_log
+    return AdminClient(settings)
+
+
+def ensure_topics(kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec],
+                  timeout_s: float = 30.0) -> dict[str, str]:
+    """Create the topics that do not exist yet; returns ``{name: "created" | "exists"}``.
+
+    Idempotent: a topic created concurrently by someone else counts as existing.
+    """
+    specs = list(topics)
+    if not specs:
+        return {}
+    admin = admin_client(kafka_config)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        raise _admin_unreachable(kafka_config, _unwrap(error)) from None
+    result: dict[str, str] = {}
+    missing = []
+    for spec in specs:
+        if spec.name in metadata.topics and metadata.topics[spec.name].error is None:
+            result[spec.name] = "exists"
+        else:
+            missing.append(spec)
+    if not missing:
+        return result
+    futures = admin.create_topics(
+        [NewTopic(spec.name, num_partitions=spec.num_partitions,
+                  replication_factor=spec.replication_factor,
+                  config={key: str(value) for key, value in spec.config.items()})
+         for spec in missing],
+        operation_timeout=timeout_s, request_timeout=timeout_s)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            result[name] = "created"
+            log.info("Created Kafka topic %s", name)
+        except KafkaException as error:
+            kafka_error = _unwrap(error)
+            if kafka_error is not None and kafka_error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                result[name] = "exists"
+                continue
+            raise DeliveryError(
+                f"Could not create Kafka topic {name!r}",
+                cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
+                fix="create the topic yourself, or grant the Kafka principal CREATE on the cluster "
+                    "or topic") from None
+    return result
+
+
+def describe_topic(kafka_config: Mapping[str, Any], topic: str,
+                   timeout_s: float = 30.0) -> tuple[int, dict[str, str]] | None:
+    """``(partition count, {config name: value})`` of a topic, or None when it does not exist."""
+    admin = admin_client(kafka_config)
+    try:
+        # All topics: asking for one topic would auto-create it on brokers that allow that.
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        raise _admin_unreachable(kafka_config, _unwrap(error)) from None
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None:
+        return None
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+    try:
+        entries = future.result(timeout=timeout_s)
+    except KafkaException as error:
+        kafka_error = _unwrap(error)
+        raise DeliveryError(
+            f"Could not read the configuration of Kafka topic {topic!r}",
+            cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
+            fix="grant the Kafka principal DESCRIBE_CONFIGS on the topic") from None
+    return len(info.partitions), {name: entry.value for name, entry in entries.items()}
+
+
+def _admin_unreachable(kafka_config: Mapping[str, Any], error: KafkaError | None) -> ConnectionFailedError:
+    return ConnectionFailedError(
+        f"Could not reach the Kafka brokers at {kafka_config.get('bootstrap.servers')!r}",
+        cause=f"{error.name()}: {error.str()}" if error else "no answer",
+        fix="check bootstrap.servers and the security settings of the Kafka connection, and that "
+            "the brokers run")
