@@ -1,0 +1,151 @@
+"""The base of the provider's Spark operators: a SparkSubmitOperator that runs a mongocdc app.
+
+It resolves the MongoDB and Kafka connections on the Airflow worker, validates the connector
+configuration before anything is submitted, writes the job spec to an owner-only temporary file
+(its path is the only argument on the spark-submit command line), ships the provider's code to
+the executors as a zip (``py_files``), and turns the application's result file into the task's
+return value (pushed to XCom) or into one clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.compat.sdk import AirflowException
+
+import airflow_provider_mongocdc
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+
+PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
+
+
+def application_path(name: str) -> str:
+    """Path of a Spark application shipped in ``airflow_provider_mongocdc.spark_apps``."""
+    return str(resources.files("airflow_provider_mongocdc.spark_apps").joinpath(f"{name}.py"))
+
+
+def build_code_archive(directory: str | Path) -> str:
+    """Zip the provider's Python code (core and Spark apps) for the executors' ``py_files``."""
+    target = Path(directory) / f"airflow_provider_mongocdc-{airflow_provider_mongocdc.__version__}.zip"
+    apps_dir = Path(application_path("runtime")).parent
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.write(PACKAGE_DIR / "__init__.py", "airflow_provider_mongocdc/__init__.py")
+        for source in sorted((PACKAGE_DIR / "core").glob("*.py")):
+            archive.write(source, f"airflow_provider_mongocdc/core/{source.name}")
+        for source in sorted(apps_dir.glob("*.py")):
+            archive.write(source, f"airflow_provider_mongocdc/spark_apps/{source.name}")
+    return str(target)
+
+
+def parse_connector_config(connector_config: Mapping[str, Any] | str) -> ConnectorConfig:
+    """Validate the connector configuration given as a mapping or a JSON string."""
+    if isinstance(connector_config, str):
+        try:
+            connector_config = json.loads(connector_config)
+        except json.JSONDecodeError as error:
+            from airflow_provider_mongocdc.core.errors import ConfigError
+
+            raise ConfigError(
+                "The connector configuration is not valid JSON",
+                cause=f"{error.msg} at line {error.lineno} column {error.colno}",
+                fix="give a JSON object of Debezium property names, e.g. {\"topic.prefix\": \"shop\"}",
+            ) from None
+    return ConnectorConfig.from_properties(connector_config)
+
+
+class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
+    """Run one of the provider's Spark applications. Subclasses set ``application_name``.
+
+    :param connector_config: the connector configuration (Debezium property names), a mapping or
+        a JSON string. (templated)
+    :param mongo_conn_id: the MongoDB connection. (templated)
+    :param kafka_conn_id: the Kafka connection (its extra is the librdkafka configuration). (templated)
+    :param spark_conn_id: the Spark connection (master URL, deploy mode). Other keyword arguments
+        go to SparkSubmitOperator (conf, executor_memory, num_executors, ...).
+    """
+
+    application_name: str = ""
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields, "connector_config", "mongo_conn_id", "kafka_conn_id",
+    )
+    template_fields_renderers = {"connector_config": "json", "conf": "json"}
+    ui_color = "#4fa94d"
+
+    def __init__(self, *, connector_config: Mapping[str, Any] | str, mongo_conn_id: str = "mongocdc_default",
+                 kafka_conn_id: str = "kafka_default", spark_conn_id: str = "spark_default",
+                 name: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("conn_id", spark_conn_id)
+        super().__init__(application=application_path(self.application_name),
+                         name=name or f"mongocdc-{self.application_name}", **kwargs)
+        self.connector_config = connector_config
+        self.mongo_conn_id = mongo_conn_id
+        self.kafka_conn_id = kafka_conn_id
+
+    # -- what subclasses provide -------------------------------------------------------------------
+    def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
+        """Run parameters for the application (window end, collections, ...)."""
+        return {}
+
+    def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
+        """Post-process the application's summary (log it, add fields) before it goes to XCom."""
+        return summary
+
+    # -- connections -------------------------------------------------------------------------------
+    def mongo_details(self) -> dict[str, Any]:
+        from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
+
+        return MongoTopologyHook(mongo_conn_id=self.mongo_conn_id).connection_details()
+
+    def kafka_config(self) -> dict[str, Any]:
+        from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
+
+        return KafkaConfigHook(kafka_conn_id=self.kafka_conn_id).get_config()
+
+    # -- run ---------------------------------------------------------------------------------------
+    def execute(self, context) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
+        spec = JobSpec(
+            application=self.application_name,
+            connector=config.to_properties(),
+            mongo=self.mongo_details(),
+            kafka=self.kafka_config(),
+            params=self.job_params(context, config),
+        )
+        with tempfile.TemporaryDirectory(prefix="mongocdc-job-") as tmp:
+            spec_path = spec.write(Path(tmp) / "job-spec.json")
+            result_path = Path(tmp) / "result.json"
+            self.application_args = ["--job-spec", str(spec_path), "--result", str(result_path)]
+            archive = build_code_archive(tmp)
+            self.py_files = ",".join(p for p in (self.py_files, archive) if p)
+            self.conf = {"spark.ui.showConsoleProgress": "false", **(self.conf or {})}
+            self._hook = None  # rebuild the hook with the arguments set above
+            self.log.info("Running %s for connector %s: %s", self.application_name, config.topic_prefix,
+                          {k: v for k, v in spec.redacted().items() if k != "connector"})
+            try:
+                super().execute(context)
+            except Exception as error:
+                result = read_result(result_path)
+                if result and result.get("status") == "failed":
+                    raise AirflowException(result["message"]) from None
+                raise AirflowException(
+                    f"The {self.application_name} Spark application failed before it reported a "
+                    f"result ({error}). Cause: see the spark-submit output above. Fix: correct the "
+                    "cause and run the task again; nothing past the last committed offset was "
+                    "recorded."
+                ) from error
+            result = read_result(result_path)
+        if not result or result.get("status") != "ok":
+            raise AirflowException(
+                f"The {self.application_name} Spark application ended without a result. Cause: the "
+                "driver did not run the mongocdc application (check the spark-submit output). Fix: "
+                "run the task again; nothing past the last committed offset was recorded."
+            )
+        return self.summarize(context, result["summary"])

@@ -1,0 +1,111 @@
+"""What every mongocdc Spark application shares: arguments, logging, session, result file.
+
+An application is started as ``spark-submit <app>.py --job-spec PATH [--result PATH]``. The job
+spec (see core.jobspec) holds connections and configuration; the result file receives the run
+summary, or the error with its cause and fix, which the operator turns into the task's outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_mongocdc.core import errors
+from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write_result
+
+log = logging.getLogger("airflow_provider_mongocdc")
+SUMMARY_MARKER = "MONGOCDC_SUMMARY "
+
+
+def _resolve_spec_path(path: str) -> str:
+    if os.path.exists(path):
+        return path
+    # Cluster deploy mode: the operator ships the spec with --files; it lands in the working dir.
+    try:
+        from pyspark import SparkFiles
+
+        shipped = SparkFiles.get(os.path.basename(path))
+        if os.path.exists(shipped):
+            return shipped
+    except Exception:  # no SparkContext yet, or not shipped: fall through to the clear error
+        pass
+    base = os.path.basename(path)
+    return base if os.path.exists(base) else path
+
+
+_TASK_ERROR = re.compile(r"airflow_provider_mongocdc\.core\.errors\.(\w+): (.+?)\s*$", re.MULTILINE)
+
+
+def task_error(error: BaseException) -> MongoCdcError | None:
+    """The connector error raised inside a Spark task, recovered from Spark's wrapped exception.
+
+    Spark reports a failed Python task as a Py4J/PythonException whose text holds the worker's
+    traceback; its last ``airflow_provider_mongocdc.core.errors.X: message`` line is the cause.
+    """
+    matches = _TASK_ERROR.findall(str(error))
+    if not matches:
+        return None
+    name, message = matches[-1]
+    cls = getattr(errors, name, MongoCdcError)
+    if not (isinstance(cls, type) and issubclass(cls, MongoCdcError)):
+        cls = MongoCdcError
+    recovered = cls.__new__(cls)
+    MongoCdcError.__init__(recovered, message)
+    return recovered
+
+
+def configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def run(application: str, job: Callable[[Any, JobSpec], dict[str, Any]], argv: list[str] | None = None) -> int:
+    """Run ``job(spark, spec)`` and record its summary or its error; return the exit code."""
+    parser = argparse.ArgumentParser(prog=f"{application}.py")
+    parser.add_argument("--job-spec", required=True, help="path of the job spec JSON file")
+    parser.add_argument("--result", default=None, help="where to write the result JSON")
+    args = parser.parse_args(argv)
+    configure_logging()
+
+    from pyspark.sql import SparkSession
+
+    spark = None
+    try:
+        spec = JobSpec.read(_resolve_spec_path(args.job_spec))
+        prefix = spec.connector.get("topic.prefix") or spec.connector.get("mongodb.name") or "mongocdc"
+        spark = (SparkSession.builder.appName(f"mongocdc-{application}-{prefix}").getOrCreate())
+        spark.sparkContext.setLogLevel("WARN")
+        summary = job(spark, spec)
+        write_result(args.result, summary)
+        print(SUMMARY_MARKER + json.dumps(summary, default=str), flush=True)
+        return 0
+    except MongoCdcError as error:
+        log.error("%s failed: %s", application, error)
+        write_failure(args.result, error)
+        return 1
+    except Exception as error:  # an unexpected failure still reaches the operator as one message
+        recovered = task_error(error)
+        if recovered is not None:
+            log.error("%s failed in a Spark task: %s", application, recovered)
+            write_failure(args.result, recovered)
+        else:
+            log.exception("%s failed unexpectedly", application)
+            write_failure(args.result, error)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def main(application: str, job: Callable[[Any, JobSpec], dict[str, Any]]) -> None:
+    sys.exit(run(application, job))
