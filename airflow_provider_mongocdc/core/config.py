@@ -35,7 +35,7 @@ from airflow_provider_mongocdc.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-# -- allowed values ---------------------------------------------------------------------------------
+# -- allowed values --------------------------------------------------------------------------------
 CAPTURE_MODES = ("change_streams", "change_streams_update_full", "change_streams_with_pre_image",
                  "change_streams_update_full_with_pre_image")
 CAPTURE_SCOPES = ("deployment", "database", "collection")
@@ -67,7 +67,7 @@ class _Invalid(Exception):
         self.allowed = allowed
 
 
-# -- value parsers ----------------------------------------------------------------------------------
+# -- value parsers ---------------------------------------------------------------------------------
 def _parse_str(raw: Any) -> str:
     if isinstance(raw, (bool, int, float)) or not isinstance(raw, str):
         raise _Invalid("is not a string", "a string")
@@ -267,7 +267,7 @@ def _parse_snapshot_mode(raw: Any) -> str:
     return _enum_parser(SNAPSHOT_MODES)(raw)
 
 
-# -- the registry -----------------------------------------------------------------------------------
+# -- the registry ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Property:
     """One connector property. ``origin`` is ``debezium`` (a Debezium MongoDB connector or Kafka
@@ -280,7 +280,7 @@ class Property:
     description: str
     parse: Callable[[Any], Any] = field(repr=False, compare=False)
     allowed: tuple[str, ...] = ()
-    origin: str = "debezium"
+    origin: str = "debezium"  # "debezium", "kafka-connect" or "product"
     required: bool = False
     default_text: str | None = None  # how the default reads in docs, when not the value itself
 
@@ -430,20 +430,22 @@ PROPERTIES: tuple[Property, ...] = (
        origin="product"),
     _p("extended.json.mode", "enum", "strict",
        "MongoDB extended JSON used for `before`, `after`, `updateDescription`, `patch`, "
-       "`filter`, `source.lsid` and the key's `id`: `strict` (what Debezium writes: "
+       "`filter` and the key's `id`: `strict` (what Debezium writes: "
        "`$numberLong`, `$date` as epoch ms, `$binary`+`$type`), `relaxed` and `canonical` "
        "(Extended JSON v2), `legacy` (strict without `$numberLong`).",
        _enum_parser(JSON_MODES), allowed=JSON_MODES, origin="product"),
     _p("key.converter.schemas.enable", "bool", True,
        "Whether keys are written as Kafka Connect JSON `{\"schema\", \"payload\"}` (true) or "
-       "the payload only (false).", _parse_bool),
+       "the payload only (false).", _parse_bool, origin="kafka-connect"),
     _p("value.converter.schemas.enable", "bool", True,
        "Whether values are written as Kafka Connect JSON `{\"schema\", \"payload\"}` (true) or "
-       "the payload only (false).", _parse_bool),
+       "the payload only (false).", _parse_bool, origin="kafka-connect"),
     _p("key.converter", "string", JSON_CONVERTER,
-       "Accepted for compatibility; only the JSON converter is available.", _parse_converter),
+       "Accepted for compatibility; only the JSON converter is available.", _parse_converter,
+       origin="kafka-connect"),
     _p("value.converter", "string", JSON_CONVERTER,
-       "Accepted for compatibility; only the JSON converter is available.", _parse_converter),
+       "Accepted for compatibility; only the JSON converter is available.", _parse_converter,
+       origin="kafka-connect"),
     _p("event.max.bytes", "int", 1_000_000,
        "Largest event (key + value bytes) sent to Kafka. Keep it within the topic's "
        "`max.message.bytes` and the producer's `message.max.bytes`.", _int_parser(1024),
@@ -590,7 +592,7 @@ def _shown(name: str, value: Any) -> str:
     return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
-# -- the configuration object -----------------------------------------------------------------------
+# -- the configuration object ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ConnectorConfig:
     """A validated connector configuration. Build it with :meth:`from_properties`."""
@@ -675,7 +677,7 @@ class ConnectorConfig:
         """Whether this snapshot mode copies documents at all."""
         return self.snapshot_mode != "no_data"
 
-    # -- construction --------------------------------------------------------------------------------
+    # -- construction ------------------------------------------------------------------------------
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> ConnectorConfig:
         """Validate Debezium-style properties. Raises one :class:`ConfigError` listing every
@@ -909,8 +911,9 @@ def _parse_filter_json(text: Any) -> dict[str, Any]:
     return parsed
 
 
-# -- documentation ----------------------------------------------------------------------------------
-DOCS_BEGIN = "<!-- BEGIN GENERATED PROPERTY TABLE (python -m airflow_provider_mongocdc.core.config) -->"
+# -- documentation ---------------------------------------------------------------------------------
+DOCS_BEGIN = ("<!-- BEGIN GENERATED PROPERTY TABLE "
+              "(python -m airflow_provider_mongocdc.core.config) -->")
 DOCS_END = "<!-- END GENERATED PROPERTY TABLE -->"
 
 
@@ -925,12 +928,14 @@ def render_property_table() -> str:
              "|---|---|---|---|"]
     for prop in PROPERTIES:
         default = prop.default_for_docs()
-        default = default if default.startswith("`") or not default else f"`{default}`"
+        if prop.default_text is None and default:
+            default = f"`{default}`"
         if prop.required:
             default = "(required)"
         allowed = (" Allowed: " + ", ".join(f"`{a}`" for a in prop.allowed) + "."
                    if prop.allowed else "")
-        origin = "Debezium" if prop.origin == "debezium" else "this connector"
+        origin = {"debezium": "Debezium", "kafka-connect": "Kafka Connect"}.get(prop.origin,
+                                                                              "this connector")
         lines.append(f"| `{prop.name}` | {_cell(default)} | {origin} | "
                      f"{_cell(prop.description + allowed)} |")
     lines += ["", "Deprecated names accepted with a warning:", ""]

@@ -18,7 +18,7 @@ back as the same UUID). Readers should therefore keep the default UUID represent
 Modes (``extended.json.mode``):
 
 ``strict`` (default)
-    What Debezium writes (the Java driver's ``JsonMode.STRICT``, "strict mode" in seed 000's key
+    What Debezium writes (the Java driver's ``JsonMode.STRICT``, "strict mode" in Debezium's key
     table): ``{"$numberLong": "1004"}`` for 64-bit integers, plain numbers for 32-bit integers
     and doubles, ``{"$date": <epoch ms>}``, ``{"$binary": "<base64>", "$type": "00"}``,
     ``{"$oid": ...}``, ``{"$numberDecimal": ...}``, ``{"$timestamp": {"t", "i"}}``.
@@ -26,7 +26,7 @@ Modes (``extended.json.mode``):
     ``json_util``'s legacy mode: as strict but 64-bit integers are plain numbers (type is lost).
 ``relaxed`` / ``canonical``
     MongoDB Extended JSON v2. Canonical keeps every type (``$numberInt``, ``$numberDouble``);
-    relaxed writes numbers plainly and dates as ISO-8601 strings.
+    relaxed writes numbers plainly (64-bit integers lose their type) and dates as ISO-8601 strings.
 
 Separators are ``","`` between members and ``": "`` after names: the layout the Java driver writes
 for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so keys of common ``_id`` types

@@ -5,8 +5,8 @@ document into the :class:`Record` objects to send to Kafka: the event on
 ``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone; plus transaction BEGIN/END
 records when ``provide.transaction.metadata`` is on.
 
-Key (seed 000 "Change event keys"): ``{"id": "<_id as extended JSON>"}``, e.g. ``"1234"``,
-``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``,
+Key (Debezium documentation, "Change event keys"): ``{"id": "<_id as extended JSON>"}``, e.g.
+``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``,
 ``"{\\"$binary\\": \\"a2Fma2E=\\",\\"$type\\": \\"00\\"}"`` in the default strict mode. Only
 ``documentKey._id`` is used (shard key fields are not part of the key), so all events of a
 document share one key and one partition.
@@ -29,7 +29,7 @@ Value (``event.format=change_streams``, Debezium 2.x):
 ``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
 =====================  ==========================================================================
 
-Value (``event.format=oplog``, Debezium 1.x / seed 000): ``after`` (inserts and snapshot reads),
+Value (``event.format=oplog``, Debezium 1.x documentation): ``after`` (inserts and snapshot reads),
 ``patch`` (updates: ``{"$set": updatedFields, "$unset": {removed: true}}``; replaces: the
 replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with boolean
 ``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and

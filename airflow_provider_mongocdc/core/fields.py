@@ -127,7 +127,7 @@ class FieldTransform:
             fix="choose a new name that is not used, or drop the existing field with "
                 "field.exclude.list")
 
-    # -- update descriptions ---------------------------------------------------------------------------
+    # -- update descriptions -----------------------------------------------------------------------
     def updated_fields(self, updated: Mapping[str, Any] | None) -> Any:
         """``updateDescription.updatedFields`` (dotted names) with the rules applied."""
         if updated is None:
@@ -168,7 +168,8 @@ class FieldTransform:
                 out.append(mapped)
         return out
 
-    def truncated_arrays(self, arrays: list[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    def truncated_arrays(self, arrays: list[Mapping[str, Any]] | None
+                         ) -> list[dict[str, Any]] | None:
         """``truncatedArrays`` entries with their ``field`` paths mapped; excluded ones vanish."""
         if arrays is None:
             return None

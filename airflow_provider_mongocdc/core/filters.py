@@ -11,7 +11,8 @@ Server side: :meth:`Filters.change_stream_pipeline` is the equivalent ``$match``
 change stream, so MongoDB drops uninteresting events before they cross the network:
 ``operationType`` limited to ``insert``, ``update``, ``replace`` and ``delete`` minus
 ``skipped.operations`` (so ``drop``, ``rename``, ``dropDatabase`` never reach the connector, as with
-Debezium), database lists on ``ns.db`` with ``$regex`` (``$in``/``$nin`` in literal mode),
+Debezium), database lists on ``ns.db`` with a BSON regular expression (``$not`` of one for an
+exclude list; ``$in``/``$nin`` in literal mode),
 collection lists with ``$regexMatch`` over ``ns.db + "." + ns.coll`` (MongoDB 4.2+). Expressions
 are anchored (``^(?:...)$``) and case-insensitive (``"i"``) like the client side. MongoDB's
 regular expressions are PCRE: use syntax both understand (the common subset: classes, groups,
@@ -29,6 +30,7 @@ import re
 from typing import Any
 
 from bson import json_util
+from bson.regex import Regex
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 
@@ -171,8 +173,8 @@ class Filters:
         return options
 
 
-def _regex(patterns: tuple[str, ...]) -> dict[str, str]:
-    return {"$regex": _anchored(patterns), "$options": "i"}
+def _regex(patterns: tuple[str, ...]) -> Regex:
+    return Regex(_anchored(patterns), "i")
 
 
 def _namespace_condition(patterns: tuple[str, ...], literal: bool, *,
@@ -187,4 +189,4 @@ def _namespace_condition(patterns: tuple[str, ...], literal: bool, *,
         return {"$nor": pairs}
     test = {"$regexMatch": {"input": {"$concat": ["$ns.db", ".", "$ns.coll"]},
                             "regex": _anchored(patterns), "options": "i"}}
-    return {"$expr": test if include else {"$not": [test]}}
+    return {"$expr": test if include else {"$eq": [test, False]}}

@@ -4,12 +4,12 @@ With ``key.converter.schemas.enable`` / ``value.converter.schemas.enable`` (the 
 record is ``{"schema": <schema>, "payload": <payload>}`` exactly as Kafka Connect's JsonConverter
 writes it; otherwise only the payload. The schemas are Debezium's:
 
-* key ``<topic>.Key``: ``{id: string}`` (seed 000 "Change event keys");
+* key ``<topic>.Key``: ``{id: string}`` (Debezium documentation, "Change event keys");
 * value ``<topic>.Envelope`` (``event.format=change_streams``, Debezium 2.x): ``before``,
   ``after`` (``io.debezium.data.Json``), ``updateDescription``
   (``io.debezium.connector.mongodb.changestream.updatedescription``), ``source``
   (``io.debezium.connector.mongo.Source``), ``op``, ``ts_ms``, ``transaction`` (``event.block``);
-* value ``<topic>.Envelope`` (``event.format=oplog``, Debezium 1.x as in seed 000): ``after``,
+* value ``<topic>.Envelope`` (``event.format=oplog``, as Debezium 1.x documents it): ``after``,
   ``patch``, ``filter``, ``source`` (boolean ``snapshot``, ``h``), ``op``, ``ts_ms``, and
   ``transaction`` when transaction metadata is on;
 * transaction topic: ``io.debezium.connector.common.TransactionMetadataKey`` / ``...Value``;
@@ -40,7 +40,7 @@ HEARTBEAT_VALUE_SCHEMA_NAME = "io.debezium.connector.common.Heartbeat"
 SNAPSHOT_VALUES = "true,last,false,incremental"
 
 
-# -- name adjustment --------------------------------------------------------------------------------
+# -- name adjustment -------------------------------------------------------------------------------
 def _is_first(char: str) -> bool:
     return char == "_" or ("a" <= char <= "z") or ("A" <= char <= "Z")
 
@@ -94,7 +94,7 @@ def _utf16_units(char: str) -> tuple[int, int]:
     return 0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)
 
 
-# -- schema building blocks -------------------------------------------------------------------------
+# -- schema building blocks ------------------------------------------------------------------------
 def _f(field_name: str, type_: str, optional: bool, /, **extra: Any) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": type_}
     schema.update({k: v for k, v in extra.items() if k in ("items", "fields")})
@@ -130,7 +130,7 @@ def update_description_schema() -> dict[str, Any]:
 
 
 def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
-    """``io.debezium.connector.mongo.Source``: Debezium 2.x fields, or seed 000's 1.x fields."""
+    """``io.debezium.connector.mongo.Source``: Debezium 2.x fields, or the 1.x fields."""
     if event_format == "oplog":
         fields = [
             _f("version", "string", False),
@@ -216,7 +216,7 @@ def heartbeat_value_schema() -> dict[str, Any]:
             "name": HEARTBEAT_VALUE_SCHEMA_NAME, "version": 1}
 
 
-# -- serialisation ----------------------------------------------------------------------------------
+# -- serialisation ---------------------------------------------------------------------------------
 def compact(value: Any) -> str:
     """JSON as Kafka Connect writes it: no whitespace, non-ASCII kept (UTF-8)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,6 +1,6 @@
 """Topic names, as Debezium's default topic naming strategy builds them.
 
-* data: ``<topic.prefix>.<database>.<collection>`` (seed 000 "Topic names");
+* data: ``<topic.prefix>.<database>.<collection>`` (Debezium documentation, "Topic names");
 * transaction metadata: ``<topic.prefix>.<topic.transaction>`` (``<prefix>.transaction``);
 * heartbeats: ``<topic.heartbeat.prefix>.<topic.prefix>`` (``__debezium-heartbeat.<prefix>``), or
   ``topic.heartbeat.name`` when set;
@@ -11,9 +11,9 @@ name (anything but ASCII letters, digits, ``.``, ``_`` and ``-``; MongoDB allows
 non-ASCII letters... in collection names) is replaced with ``_``, as Debezium does, and the name
 is cut to Kafka's 249 characters. Kafka Connect *schema* names derived from a topic name
 (``<topic>.Key``, ``<topic>.Envelope``) are further adjusted to Avro rules
-(``schema.name.adjustment.mode``, see :mod:`.schema`), which is seed 000's warning: ``-`` and any
-other non-Avro character become ``_`` there, so two collections whose names differ only in such
-characters share a schema name.
+(``schema.name.adjustment.mode``, see :mod:`.schema`), as the Debezium documentation warns:
+``-`` and any other non-Avro character become ``_`` there, so two collections whose names differ
+only in such characters share a schema name.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ As Debezium 2.x does, the id is ``<lsid as compact strict extended JSON>:<txnNum
 ``{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},"uid": {...}}:1``, the same
 ``lsid`` text as ``source.lsid``. With ``event.format=oplog`` it is Debezium 1.x's
 ``<lsid.id as UUID>:<txnNumber>`` and ``data_collection`` names carry the replica set
-(``rs0.db.collection``), as in seed 000's example; otherwise they are ``db.collection``.
+(``rs0.db.collection``), as in the Debezium 1.x documentation's example; otherwise they are
+``db.collection``.
 
 Boundaries: the change stream returns a committed transaction's events consecutively and they
 share ``lsid``, ``txnNumber`` (and ``clusterTime``). A transaction therefore ends when the next
