@@ -1,0 +1,180 @@
+"""The offset store against the real broker: committed state only, compaction, chunk markers."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+import pytest
+from bson.timestamp import Timestamp
+
+from airflow_provider_mongocdc.core.errors import OffsetError
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from airflow_provider_mongocdc.core.writer import TopicSpec, TransactionalWriter, describe_topic, ensure_topics
+
+pytestmark = pytest.mark.integration
+
+T1 = datetime(2024, 5, 1, 10, tzinfo=timezone.utc)
+T2 = datetime(2024, 5, 1, 11, tzinfo=timezone.utc)
+
+
+class Rec(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+
+
+@pytest.fixture
+def kafka_config(kafka_bootstrap):
+    return {"bootstrap.servers": kafka_bootstrap}
+
+
+@pytest.fixture
+def store(kafka_config, unique_name):
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets", read_timeout_s=30)
+    store.ensure_topic()
+    return store
+
+
+@pytest.fixture
+def partition(unique_name):
+    return OffsetPartition(unique_name, "rs0")
+
+
+def window_state(seconds: int, events: int = 1) -> OffsetState:
+    return OffsetState().after_window(Position({"_data": f"82{seconds:08X}"}, Timestamp(seconds, 1)),
+                                      T1, events)
+
+
+def test_offsets_topic_is_created_compacted_and_reused(kafka_config, unique_name):
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets")
+    assert store.read_all() == {}  # no topic yet: no offsets
+    assert store.ensure_topic() == "created"
+    partitions, configs = describe_topic(kafka_config, store.topic)
+    assert configs["cleanup.policy"] == "compact"
+    assert partitions == 1
+    assert store.ensure_topic() == "exists"
+
+
+def test_existing_topic_without_compaction_is_refused(kafka_config, unique_name):
+    topic = f"{unique_name}.offsets"
+    ensure_topics(kafka_config, [TopicSpec(topic, 1, config={"cleanup.policy": "delete"})])
+    with pytest.raises(OffsetError) as info:
+        OffsetStore(kafka_config, topic).ensure_topic()
+    message = str(info.value)
+    assert "not compacted" in message and "cleanup.policy=compact" in message and topic in message
+
+
+def test_offsets_round_trip_and_last_value_wins(store, partition):
+    assert store.read(partition) is None
+    store.write(partition, window_state(100))
+    other = OffsetPartition(partition.server_id, "shard02")
+    store.write(other, window_state(50, events=7))
+    latest = window_state(200, events=3).snapshot_started("snap-9", Position(cluster_time=Timestamp(150, 2)), 4)
+    store.write(partition, latest)
+
+    state = store.read(partition)
+    assert state.resume_token == {"_data": "82000000C8"}
+    assert state.cluster_time == Timestamp(200, 1)
+    assert state.events == 3 and state.windows == 1 and state.last_window_end == T1
+    assert state.snapshot.status == "in_progress" and state.snapshot.snapshot_id == "snap-9"
+    assert state.snapshot.start.cluster_time == Timestamp(150, 2) and state.snapshot.plan_size == 4
+    assert state.updated_at is not None
+    assert set(store.read_all()) == {partition, other}
+    assert store.read(other).events == 7
+
+
+def test_offset_of_an_aborted_transaction_is_never_read_back(store, partition, unique_name):
+    store.write(partition, window_state(100))
+    events_topic = f"{unique_name}.db.coll"
+    with TransactionalWriter(store.kafka_config, f"{unique_name}-window") as writer:
+        writer.begin()
+        writer.send([Rec(events_topic, b"k", b"event")])
+        writer.send([store.offset_record(partition, window_state(999))])
+        writer.flush()  # the offset record is in the log; only the abort marker hides it
+        writer.abort()
+        assert store.read(partition).cluster_time == Timestamp(100, 1)
+
+        # An open (not yet committed) transaction is not visible either, and does not block reads.
+        writer.begin()
+        writer.send([store.offset_record(partition, window_state(555))])
+        writer.flush()
+        assert store.read(partition).cluster_time == Timestamp(100, 1)
+        writer.commit()
+    assert store.read(partition).cluster_time == Timestamp(555, 1)
+
+
+def test_chunk_markers_of_committed_transactions_only(store, partition, unique_name):
+    events_topic = f"{unique_name}.db.coll"
+    snapshot = "snap-1"
+    # Several Spark tasks, each committing its chunk and the chunk's marker in its own transaction.
+    for chunk in ("c0", "c1", "c2"):
+        with TransactionalWriter(store.kafka_config, f"{unique_name}-{snapshot}-{chunk}") as writer:
+            with writer.transaction():
+                writer.send([Rec(events_topic, chunk.encode(), b"doc")])
+                writer.send([store.chunk_record(partition, snapshot, chunk, {"documents": 1})])
+    with TransactionalWriter(store.kafka_config, f"{unique_name}-{snapshot}-c3") as failing:
+        failing.begin()
+        failing.send([Rec(events_topic, b"c3", b"doc"), store.chunk_record(partition, snapshot, "c3")])
+        failing.flush()
+        failing.abort()
+    # Another snapshot's markers do not mix in.
+    with TransactionalWriter(store.kafka_config, f"{unique_name}-other") as writer:
+        with writer.transaction():
+            writer.send([store.chunk_record(partition, "snap-0", "c9")])
+
+    assert store.finished_chunks(partition, snapshot) == {"c0", "c1", "c2"}
+    assert store.chunk_markers(partition, snapshot)["c1"].stats == {"documents": 1}
+    assert store.finished_chunks(partition, "snap-0") == {"c9"}
+    assert store.finished_chunks(OffsetPartition(partition.server_id, "rs1"), snapshot) == set()
+    assert store.read(partition) is None  # markers are not the partition's offset
+
+    # Completing the snapshot can remove its markers in the same transaction as the offset.
+    with TransactionalWriter(store.kafka_config, f"{unique_name}-{snapshot}-complete") as writer:
+        with writer.transaction():
+            writer.send(store.chunk_tombstones(partition, snapshot, ["c0", "c1", "c2"]))
+            writer.send([store.offset_record(partition, OffsetState().snapshot_started(
+                snapshot, Position(cluster_time=Timestamp(10, 1)), 3).snapshot_completed())])
+    assert store.finished_chunks(partition, snapshot) == set()
+    assert store.read(partition).position == Position(cluster_time=Timestamp(10, 1))
+
+
+def test_reset_deletes_the_offset_and_its_markers(store, partition):
+    store.write(partition, window_state(300, events=9))
+    with TransactionalWriter(store.kafka_config, f"{partition.server_id}-chunk") as writer:
+        with writer.transaction():
+            writer.send([store.chunk_record(partition, "s", "c1")])
+    keep = OffsetPartition(partition.server_id, "rs-keep")
+    store.write(keep, window_state(1))
+
+    before = store.reset(partition)
+    assert before.cluster_time == Timestamp(300, 1) and before.events == 9
+    assert store.read(partition) is None
+    assert store.finished_chunks(partition, "s") == set()
+    assert store.read(keep).cluster_time == Timestamp(1, 1)
+    assert store.reset(partition) is None  # resetting again changes nothing
+
+
+def test_set_position_keeps_counters(store, partition):
+    store.write(partition, window_state(300, events=9))
+    before, after = store.set_position(partition, Timestamp(1714557600, 0))
+    assert before.cluster_time == Timestamp(300, 1)
+    assert after.cluster_time == Timestamp(1714557600, 0) and after.resume_token is None
+    assert after.events == 9 and after.windows == 1
+    assert store.read(partition) == after
+
+    _, after = store.set_position(partition, {"_data": "8299"})
+    assert store.read(partition).resume_token == {"_data": "8299"}
+    assert after.cluster_time is None
+
+    fresh = OffsetPartition(partition.server_id, "new-rs")
+    before, after = store.set_position(fresh, Position({"_data": "8201"}, Timestamp(5, 5)))
+    assert before is None and store.read(fresh).cluster_time == Timestamp(5, 5)
+
+
+def test_unreachable_brokers_give_a_clear_error(unique_name):
+    store = OffsetStore({"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000},
+                        f"{unique_name}.offsets", read_timeout_s=3)
+    with pytest.raises(OffsetError) as info:
+        store.read_all()
+    assert "127.0.0.1:1" in str(info.value) and "Fix:" in str(info.value)
