@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
@@ -60,6 +60,7 @@ class MongoSim:
         self.process: subprocess.Popen | None = None
         self.pid: int | None = None
         self.start_seconds: float | None = None
+        self._pending = b""
 
     # -- process ---------------------------------------------------------------------------------
     def command_line(self) -> list[str]:
@@ -104,23 +105,26 @@ class MongoSim:
         return self
 
     def _read_line(self, began: float, what: str) -> str:
+        """Read one line from the child's stdout (unbuffered, so that select() stays truthful)."""
         assert self.process is not None and self.process.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        try:
-            while time.monotonic() - began < START_TIMEOUT_S:
-                if selector.select(timeout=0.2):
-                    line = self.process.stdout.readline().decode().strip()
-                    if line:
-                        return line
-                if self.process.poll() is not None:
-                    err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                    raise MongoSimError(
-                        f"The MongoDB simulator exited with code {self.process.returncode} before "
-                        f"printing its {what}: {err[-2000:]}")
-        finally:
-            selector.close()
-        raise MongoSimError(f"The MongoDB simulator did not print its {what} within {START_TIMEOUT_S:.0f}s")
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self._pending:
+            if time.monotonic() - began > START_TIMEOUT_S:
+                raise MongoSimError(f"The MongoDB simulator did not print its {what} within "
+                                    f"{START_TIMEOUT_S:.0f}s")
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    self._pending += chunk
+                    continue
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                raise MongoSimError(
+                    f"The MongoDB simulator exited with code {self.process.returncode} before printing its "
+                    f"{what}: {err[-2000:]}")
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode().strip()
 
     def stop(self) -> None:
         """Stop the simulator (SIGTERM, then SIGKILL when it does not go within 5 s)."""

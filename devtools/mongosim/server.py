@@ -1,0 +1,705 @@
+"""Endpoints (replica-set members, a standalone server, mongos) and the deployment that owns them.
+
+One process runs the whole deployment: every member and mongos listens on its own port of
+127.0.0.1, all share one lock, one cluster clock and (per replica set) one copy of the data.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from bson.binary import Binary
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
+
+from devtools.mongosim import auth as scram
+from devtools.mongosim import commands as cmds
+from devtools.mongosim.engine import DataNode, NodeBackend, OpCtx, no_such_transaction
+from devtools.mongosim.errors import (RESUMABLE_CHANGE_STREAM_CODES, RETRYABLE_WRITE_CODES, STATE_CHANGE_CODES,
+                                      CloseConnection, CommandError)
+from devtools.mongosim.failpoints import FAILCOMMAND_MESSAGE, FailPoint
+from devtools.mongosim.oplog import ClusterClock, wall_now
+from devtools.mongosim.wire import WireServer
+
+WIRE_VERSIONS = {21: "7.0.14", 25: "8.0.4"}
+AUTH_EXEMPT = {"hello", "ismaster", "saslstart", "saslcontinue", "authenticate", "ping", "buildinfo",
+               "getnonce", "logout", "endsessions", "connectionstatus"}
+WRITE_COMMANDS = {"insert", "update", "delete", "findandmodify"}
+TXN_META = ("lsid", "txnNumber", "autocommit", "startTransaction")
+
+
+class Deployment:
+    def __init__(self, mode: str, members: int = 1, shards: int = 2, auth: tuple[str, str] | None = None,
+                 oplog_max_entries: int | None = None, oplog_max_bytes: int | None = None, port: int = 0,
+                 noop_interval: float = 10.0, max_wire_version: int = 21):
+        self.mode = mode
+        self.lock = threading.RLock()
+        self.cv = threading.Condition(self.lock)
+        self.clock = ClusterClock()
+        self.credentials = scram.Credentials(*auth) if auth else None
+        self.noop_interval = noop_interval
+        self.max_wire_version = max_wire_version
+        self.version = WIRE_VERSIONS.get(max_wire_version, "7.0.14")
+        self.pid = os.getpid()
+        self.started = time.time()
+        self.replsets: list[ReplicaSet] = []
+        self.router = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        first_port = port
+        if mode == "standalone":
+            rs = ReplicaSet(self, None, 1, oplog=False)
+            self.replsets.append(rs)
+        elif mode == "replset":
+            rs = ReplicaSet(self, "rs0", members, oplog_max_entries=oplog_max_entries,
+                            oplog_max_bytes=oplog_max_bytes)
+            self.replsets.append(rs)
+        elif mode == "sharded":
+            for index in range(shards):
+                self.replsets.append(ReplicaSet(self, f"shard{index}", members, oplog_max_entries=oplog_max_entries,
+                                                oplog_max_bytes=oplog_max_bytes))
+            from devtools.mongosim.router import Router
+
+            self.router = Router(self, self.replsets)
+        else:
+            raise ValueError(f"unknown mode {mode!r}")
+        self._first_port = first_port
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        port = self._first_port
+        if self.router is not None:
+            self.router.listen(port)
+            port = 0
+        for rs in self.replsets:
+            for member in rs.members:
+                member.listen(port)
+                port = 0
+        with self.lock:
+            for rs in self.replsets:
+                rs.initiate()
+        thread = threading.Thread(target=self._maintenance, name="mongosim-maintenance", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self.lock:
+            self.cv.notify_all()
+        endpoints = ([self.router] if self.router else []) + [m for rs in self.replsets for m in rs.members]
+        for endpoint in endpoints:
+            if endpoint.server is not None:
+                endpoint.server.stop()
+
+    def notify(self) -> None:
+        self.cv.notify_all()
+
+    @property
+    def uri(self) -> str:
+        if self.router is not None:
+            return f"mongodb://{self.router.host}/"
+        rs = self.replsets[0]
+        return rs.uri
+
+    def describe(self) -> dict:
+        return {"uri": self.uri, "mode": self.mode,
+                "shard_uris": [rs.uri for rs in self.replsets] if self.router else [],
+                "members": [m.host for rs in self.replsets for m in rs.members],
+                "mongos": self.router.host if self.router else None}
+
+    def _maintenance(self) -> None:
+        last_noop = time.monotonic()
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self.lock:
+                for rs in self.replsets:
+                    rs.maybe_elect()
+                if now - last_noop >= self.noop_interval:
+                    last_noop = now
+                    for rs in self.replsets:
+                        if rs.oplog is not None and rs.primary is not None and \
+                                time.time() - _wall_seconds(rs.last_write_wall) >= self.noop_interval * 0.9:
+                            rs.log_noop("periodic noop")
+                for rs in self.replsets:
+                    rs.reap_transactions()
+                    for member in rs.members:
+                        member.cursors.reap()
+                if self.router is not None:
+                    self.router.cursors.reap()
+
+
+def _wall_seconds(wall) -> float:
+    import calendar
+
+    return calendar.timegm(wall.timetuple()) + wall.microsecond / 1e6
+
+
+class Endpoint:
+    """A listening server: the shared part of members and mongos."""
+
+    is_mongos = False
+
+    def __init__(self, deployment: Deployment):
+        self.deployment = deployment
+        self.server: WireServer | None = None
+        self.failpoint = FailPoint()
+        self.cursors = cmds.Cursors()
+        self.process_id = ObjectId()
+        self.topology_counter = 0
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.server.port}" if self.server else "127.0.0.1:0"
+
+    def listen(self, port: int = 0) -> None:
+        self.server = WireServer(self, port)
+        self.server.start()
+
+    def bump_topology(self) -> None:
+        self.topology_counter += 1
+        self.deployment.notify()
+
+    def topology_version(self) -> dict:
+        return {"processId": self.process_id, "counter": Int64(self.topology_counter)}
+
+    # -- request handling ------------------------------------------------------------------------
+    def handle(self, conn, request) -> dict | None:
+        cmd = request.command
+        if not cmd:
+            return {"ok": 0.0, "errmsg": "no command", "code": 59, "codeName": "CommandNotFound"}
+        name = next(iter(cmd))
+        lname = name.lower()
+        failure = None
+        if lname != "configurefailpoint":
+            ns = f"{request.db}.{cmd[name]}" if isinstance(cmd.get(name), str) else None
+            failure = self.failpoint.should_fail(name, conn.app_name, ns)
+        try:
+            if failure is not None:
+                if failure.get("blockConnection"):
+                    time.sleep(max(0, int(failure.get("blockTimeMS") or 0)) / 1000.0)
+                if failure.get("closeConnection"):
+                    raise CloseConnection()
+                if failure.get("errorCode") is not None:
+                    error = CommandError(int(failure["errorCode"]), FAILCOMMAND_MESSAGE)
+                    if "errorLabels" in failure:
+                        error.labels = list(failure["errorLabels"])
+                        error.fixed_labels = True
+                    raise error
+            if lname in ("hello", "ismaster"):
+                reply = self.hello(conn, cmd, legacy=lname == "ismaster")
+            elif lname in ("saslstart", "saslcontinue", "authenticate"):
+                with self.deployment.lock:
+                    reply = self.sasl(conn, lname, cmd, request.db)
+            else:
+                reply = self.run(conn, name, lname, cmd, request.db)
+            if failure is not None and failure.get("writeConcernError"):
+                reply = dict(reply)
+                reply["writeConcernError"] = failure["writeConcernError"]
+        except CommandError as error:
+            reply = self.error_reply(error, cmd, lname)
+        except CloseConnection:
+            raise
+        with self.deployment.lock:
+            return self.decorate(reply)
+
+    def run(self, conn, name: str, lname: str, cmd: dict, db: str) -> dict:
+        handler = cmds.HANDLERS.get(lname) or self.extra_commands().get(lname)
+        if handler is None:
+            raise CommandError(59, f"no such command: '{name}'")
+        if self.deployment.credentials is not None and conn.user is None and lname not in AUTH_EXEMPT and handler.auth:
+            raise CommandError(13, f"Command {name} requires authentication")
+        if handler.admin_only and db != "admin":
+            raise CommandError(13, f"{name} may only be run against the admin database.")
+        with self.deployment.lock:
+            reply = self.execute(conn, handler, cmd, db)
+        reply = dict(reply)
+        reply.setdefault("ok", 1.0)
+        return reply
+
+    def extra_commands(self) -> dict:
+        return {}
+
+    def execute(self, conn, handler, cmd, db) -> dict:
+        raise NotImplementedError
+
+    def error_reply(self, error: CommandError, cmd: dict, lname: str) -> dict:
+        if not getattr(error, "fixed_labels", False):
+            in_txn = cmd.get("autocommit") is False
+            commit_or_abort = lname in ("committransaction", "aborttransaction")
+            retryable = (lname in WRITE_COMMANDS and "txnNumber" in cmd and not in_txn) or commit_or_abort
+            if retryable and error.code in RETRYABLE_WRITE_CODES:
+                error.add_label("RetryableWriteError")
+            if in_txn and not commit_or_abort and (error.code in STATE_CHANGE_CODES or error.code in (112, 251)):
+                error.add_label("TransientTransactionError")
+            if getattr(error, "change_stream_getmore", False) and error.code in RESUMABLE_CHANGE_STREAM_CODES:
+                error.add_label("ResumableChangeStreamError")
+        reply = error.to_reply()
+        if error.code in STATE_CHANGE_CODES:
+            reply["topologyVersion"] = self.topology_version()
+        return reply
+
+    def decorate(self, reply: dict) -> dict:
+        return reply
+
+    def cluster_time_fields(self, operation_time: Timestamp) -> dict:
+        return {"$clusterTime": {"clusterTime": self.deployment.clock.now,
+                                 "signature": {"hash": Binary(b"\x00" * 20, 0), "keyId": Int64(0)}},
+                "operationTime": operation_time}
+
+    # -- handshake -------------------------------------------------------------------------------
+    def hello(self, conn, cmd: dict, legacy: bool) -> dict:
+        client = cmd.get("client")
+        if isinstance(client, dict):
+            application = client.get("application")
+            if isinstance(application, dict) and application.get("name"):
+                conn.app_name = application["name"]
+        topology = cmd.get("topologyVersion")
+        max_await = cmd.get("maxAwaitTimeMS")
+        with self.deployment.lock:
+            if isinstance(topology, dict) and max_await is not None and \
+                    topology.get("processId") == self.process_id and \
+                    int(topology.get("counter", -1)) == self.topology_counter:
+                deadline = time.monotonic() + int(max_await) / 1000.0
+                start_counter = self.topology_counter
+                while self.topology_counter == start_counter and not self.deployment._stop.is_set():  # pylint: disable=protected-access
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self.deployment.cv.wait(min(remaining, 1.0))
+            reply = self.hello_fields(legacy)
+            if cmd.get("helloOk"):
+                reply["helloOk"] = True
+            reply.update(self._hello_limits(conn))
+            self._hello_auth(conn, cmd, reply)
+            reply["ok"] = 1.0
+            return reply
+
+    def _hello_limits(self, conn) -> dict:
+        return {"maxBsonObjectSize": 16 * 1024 * 1024, "maxMessageSizeBytes": 48000000,
+                "maxWriteBatchSize": 100000, "localTime": wall_now(), "logicalSessionTimeoutMinutes": 30,
+                "connectionId": conn.id, "minWireVersion": 0, "maxWireVersion": self.deployment.max_wire_version,
+                "readOnly": False}
+
+    def hello_fields(self, legacy: bool) -> dict:
+        raise NotImplementedError
+
+    def _hello_auth(self, conn, cmd: dict, reply: dict) -> None:
+        credentials = self.deployment.credentials
+        if credentials is None:
+            return
+        mechs = cmd.get("saslSupportedMechs")
+        if isinstance(mechs, str) and mechs == f"admin.{credentials.user}":
+            reply["saslSupportedMechs"] = ["SCRAM-SHA-1", "SCRAM-SHA-256"]
+        speculative = cmd.get("speculativeAuthenticate")
+        if isinstance(speculative, dict) and "saslStart" in speculative:
+            try:
+                result = self._sasl_start(conn, speculative, speculative.get("db", "admin"))
+            except CommandError:
+                return
+            reply["speculativeAuthenticate"] = result
+
+    # -- authentication --------------------------------------------------------------------------
+    def sasl(self, conn, lname: str, cmd: dict, db: str) -> dict:
+        if lname == "authenticate":
+            raise CommandError(2, "Unsupported mechanism " + str(cmd.get("mechanism")), code_name="BadValue")
+        if self.deployment.credentials is None:
+            raise CommandError(334, "Authentication mechanisms are not enabled on this server; the server was "
+                               "started without --auth", code_name="MechanismUnavailable")
+        if lname == "saslstart":
+            reply = self._sasl_start(conn, cmd, db)
+        else:
+            conversation = conn.sasl.get(cmd.get("conversationId"))
+            if conversation is None:
+                raise CommandError(17, "No SASL session state found", code_name="ProtocolError")
+            if conversation.done:
+                conn.sasl.pop(cmd.get("conversationId"), None)
+                return {"conversationId": cmd.get("conversationId"), "done": True, "payload": b"", "ok": 1.0}
+            try:
+                final = conversation.finish(bytes(cmd.get("payload") or b""))
+            except CommandError:
+                conn.sasl.pop(cmd.get("conversationId"), None)
+                raise
+            conn.user = conversation.user
+            skip_empty = getattr(conversation, "skip_empty", False)
+            if skip_empty:
+                conn.sasl.pop(cmd.get("conversationId"), None)
+            reply = {"conversationId": cmd.get("conversationId"), "done": skip_empty, "payload": final}
+        reply["ok"] = 1.0
+        return reply
+
+    def _sasl_start(self, conn, cmd: dict, db: str) -> dict:
+        if db != "admin" and db != "$external":
+            # The only user lives in admin: any other database has no such user.
+            conversation = scram.Conversation(self.deployment.credentials, cmd.get("mechanism", ""),
+                                              bytes(cmd.get("payload") or b""))
+            conversation.keys = None
+        else:
+            conversation = scram.Conversation(self.deployment.credentials, cmd.get("mechanism", ""),
+                                              bytes(cmd.get("payload") or b""))
+        options = cmd.get("options") or {}
+        conversation.skip_empty = bool(options.get("skipEmptyExchange"))
+        conversation_id = len(conn.sasl) + 1
+        conn.sasl[conversation_id] = conversation
+        return {"conversationId": conversation_id, "done": False, "payload": conversation.first_reply()}
+
+
+class Member(Endpoint):
+    """One replica-set member (or the standalone server)."""
+
+    def __init__(self, deployment: Deployment, replset: "ReplicaSet", index: int):
+        super().__init__(deployment)
+        self.replset = replset
+        self.index = index
+        self.backend: NodeBackend | None = None
+
+    def listen(self, port: int = 0) -> None:
+        super().listen(port)
+        self.backend = NodeBackend(self.replset, self.host)
+
+    @property
+    def is_primary(self) -> bool:
+        return self.replset.primary is self
+
+    def hello_fields(self, legacy: bool) -> dict:
+        rs = self.replset
+        reply: dict = {"topologyVersion": self.topology_version()}
+        if rs.set_name is None:
+            reply["ismaster" if legacy else "isWritablePrimary"] = True
+            return reply
+        reply["hosts"] = [m.host for m in rs.members]
+        reply["setName"] = rs.set_name
+        reply["setVersion"] = 1
+        reply["ismaster" if legacy else "isWritablePrimary"] = self.is_primary
+        reply["secondary"] = not self.is_primary
+        if rs.primary is not None:
+            reply["primary"] = rs.primary.host
+        reply["me"] = self.host
+        if self.is_primary:
+            reply["electionId"] = rs.election_id
+        op_time = {"ts": rs.last_write, "t": Int64(rs.term)}
+        reply["lastWrite"] = {"opTime": op_time, "lastWriteDate": rs.last_write_wall,
+                              "majorityOpTime": op_time, "majorityWriteDate": rs.last_write_wall}
+        return reply
+
+    def decorate(self, reply: dict) -> dict:
+        reply = dict(reply)
+        op_time = reply.pop("_op_time", None) or self.replset.last_write
+        if self.replset.set_name is None:
+            return reply
+        reply.update(self.cluster_time_fields(op_time))
+        return reply
+
+    def extra_commands(self) -> dict:
+        return MEMBER_COMMANDS
+
+    def execute(self, conn, handler, cmd, db) -> dict:
+        rs = self.replset
+        lname = handler.name.lower()
+        if rs.set_name is not None:
+            if handler.kind == "write" and not self.is_primary:
+                raise CommandError(10107, "not primary")
+            if handler.kind == "read" and not self.is_primary and not _secondary_ok(cmd):
+                raise CommandError(13435, "not primary and secondaryOk=false")
+        lsid = cmd.get("lsid")
+        txn_number = cmd.get("txnNumber")
+        autocommit = cmd.get("autocommit")
+        if txn_number is not None and rs.set_name is None:
+            raise CommandError(20, "Transaction numbers are only allowed on a replica set member or mongos")
+        if (txn_number is not None or autocommit is not None) and not isinstance(lsid, dict):
+            raise CommandError(50768, "Transaction number requires a session ID to also be specified",
+                               code_name="Location50768")
+        ctx = OpCtx(rs, db, user=conn.user)
+        if isinstance(lsid, dict) and "id" in lsid and rs.set_name is not None:
+            ctx.session = rs.session(lsid, conn.user)
+        if autocommit is False:
+            ctx.txn_number = int(txn_number)
+            ctx.txn = self._transaction(ctx, cmd, lname, handler)
+            if lname in ("committransaction", "aborttransaction"):
+                return handler.func(cmds.Call(self, self.backend, conn, cmd, db, ctx))
+        elif txn_number is not None and lname in WRITE_COMMANDS:
+            session = ctx.session
+            number = int(txn_number)
+            if number < session.last_txn_number:
+                raise CommandError(225, f"Retryable write with txnNumber {number} is prohibited on session "
+                                   f"{_lsid_text(lsid)} because a newer retryable write with txnNumber "
+                                   f"{session.last_txn_number} has already started on this session.")
+            if number == session.last_txn_number and number in session.retry_replies:
+                stored = dict(session.retry_replies[number])
+                return stored
+            if session.txn is not None and session.txn.state == "in_progress":
+                rs.abort_transaction(session.txn)
+            session.last_txn_number = number
+            session.retry_replies = {}
+            session.last_write_op_time = None
+            ctx.txn_number = number
+            ctx.retryable = True
+        call = cmds.Call(self, self.backend, conn, cmd, db, ctx)
+        try:
+            reply = handler.func(call)
+        except CommandError as error:
+            if ctx.txn is not None and error.code not in (251,):
+                rs.abort_transaction(ctx.txn)
+            raise
+        if ctx.txn is not None and reply.get("writeErrors"):
+            rs.abort_transaction(ctx.txn)
+        if ctx.retryable and not reply.get("writeErrors"):
+            ctx.session.retry_replies[ctx.txn_number] = dict(reply)
+        if ctx.op_time is not None:
+            reply = dict(reply)
+            reply["_op_time"] = ctx.op_time
+        return reply
+
+    def _transaction(self, ctx: OpCtx, cmd: dict, lname: str, handler):
+        rs = self.replset
+        session = ctx.session
+        number = ctx.txn_number
+        if lname in ("committransaction", "aborttransaction"):
+            return session.txn if session.txn is not None and session.txn.txn_number == number else None
+        if cmd.get("startTransaction"):
+            if number < session.last_txn_number:
+                raise CommandError(225, f"Cannot start transaction {number} on session {_lsid_text(cmd['lsid'])} "
+                                   f"because a newer transaction {session.last_txn_number} has already started.")
+            if number == session.last_txn_number:
+                raise CommandError(251, f"Given transaction number {number} does not match any in-progress "
+                                   "transactions. The active transaction number is " + str(session.last_txn_number),
+                                   labels=["TransientTransactionError"])
+            txn = rs.begin_transaction(session, number)
+        else:
+            txn = session.txn
+            if txn is None or txn.txn_number != number or txn.state == "aborted":
+                raise no_such_transaction(number)
+            if txn.state == "committed":
+                raise CommandError(256, f"Transaction {number} has been committed.")
+        if not handler.in_txn:
+            raise CommandError(263, f"Cannot run '{handler.name}' in a multi-document transaction.")
+        return txn
+
+
+def _lsid_text(lsid) -> str:
+    try:
+        import uuid as uuidlib
+
+        return str(uuidlib.UUID(bytes=bytes(lsid["id"])))
+    except (KeyError, TypeError, ValueError):
+        return str(lsid)
+
+
+def _secondary_ok(cmd: dict) -> bool:
+    pref = cmd.get("$readPreference")
+    return isinstance(pref, dict) and pref.get("mode", "primary") != "primary"
+
+
+class ReplicaSet(DataNode):
+    def __init__(self, deployment: Deployment, set_name: str | None, members: int, oplog: bool = True,
+                 oplog_max_entries: int | None = None, oplog_max_bytes: int | None = None):
+        super().__init__(deployment, set_name, oplog=oplog, max_entries=oplog_max_entries, max_bytes=oplog_max_bytes)
+        self.set_name = set_name
+        self.members = [Member(deployment, self, i) for i in range(members)]
+        self.primary: Member | None = None
+        self.stepdown_until = 0.0
+        self.stepped_down: Member | None = None
+        self.election_id = ObjectId("7fffffff0000000000000001")
+        self.started = time.monotonic()
+
+    @property
+    def uri(self) -> str:
+        hosts = ",".join(m.host for m in self.members)
+        if self.set_name is None:
+            return f"mongodb://{hosts}/"
+        return f"mongodb://{hosts}/?replicaSet={self.set_name}"
+
+    def initiate(self) -> None:
+        self.primary = self.members[0]
+        self.election_id = ObjectId(f"7fffffff{self.term:016x}")
+        if self.oplog is not None:
+            self.log_noop("initiating set")
+
+    def elect(self, member: Member) -> None:
+        self.term += 1
+        self.primary = member
+        self.election_id = ObjectId(f"7fffffff{self.term:016x}")
+        if self.oplog is not None:
+            self.log_noop("new primary")
+        for m in self.members:
+            m.bump_topology()
+
+    def maybe_elect(self) -> None:
+        if self.set_name is None or self.primary is not None:
+            return
+        if time.monotonic() >= self.stepdown_until:
+            self.elect(self.stepped_down or self.members[0])
+
+    def step_down(self, member: Member, seconds: float) -> None:
+        if self.primary is not member:
+            raise CommandError(10107, "not primary so can't step down")
+        self.primary = None
+        self.stepped_down = member
+        interrupted = CommandError(11602, "operation was interrupted because a node stepped down")
+        member.cursors.interrupt_all(interrupted)
+        for session in self.sessions.values():
+            if session.txn is not None and session.txn.state == "in_progress":
+                self.abort_transaction(session.txn)
+        if len(self.members) > 1:
+            candidates = [m for m in self.members if m is not member]
+            self.elect(candidates[0])
+        else:
+            self.stepdown_until = time.monotonic() + seconds
+            for m in self.members:
+                m.bump_topology()
+
+    def replset_status(self, me: Member) -> dict:
+        now = wall_now()
+        op_time = {"ts": self.last_write, "t": Int64(self.term)}
+        members = []
+        for m in self.members:
+            primary = self.primary is m
+            entry = {"_id": m.index, "name": m.host, "health": 1.0, "state": 1 if primary else 2,
+                     "stateStr": "PRIMARY" if primary else "SECONDARY",
+                     "uptime": int(time.monotonic() - self.started), "optime": op_time,
+                     "optimeDate": self.last_write_wall, "lastAppliedWallTime": self.last_write_wall,
+                     "lastDurableWallTime": self.last_write_wall, "syncSourceHost": "" if primary else
+                     (self.primary.host if self.primary else ""), "syncSourceId": -1,
+                     "configVersion": 1, "configTerm": Int64(self.term)}
+            if primary:
+                entry["electionTime"] = self.last_write
+                entry["electionDate"] = now
+            if m is me:
+                entry["self"] = True
+            members.append(entry)
+        my_state = 1 if self.primary is me else 2
+        return {"set": self.set_name, "date": now, "myState": my_state, "term": Int64(self.term),
+                "syncSourceHost": "", "syncSourceId": -1, "heartbeatIntervalMillis": Int64(2000),
+                "majorityVoteCount": len(self.members) // 2 + 1, "writeMajorityCount": len(self.members) // 2 + 1,
+                "votingMembersCount": len(self.members), "writableVotingMembersCount": len(self.members),
+                "optimes": {"lastCommittedOpTime": op_time, "lastCommittedWallTime": self.last_write_wall,
+                            "readConcernMajorityOpTime": op_time, "appliedOpTime": op_time,
+                            "durableOpTime": op_time, "lastAppliedWallTime": self.last_write_wall,
+                            "lastDurableWallTime": self.last_write_wall},
+                "members": members}
+
+
+# -- member-only commands ---------------------------------------------------------------------------
+MEMBER_COMMANDS: dict = {}
+
+
+def member_command(*names, kind="none", admin_only=False, in_txn=False):
+    def register(func):
+        for name in names:
+            MEMBER_COMMANDS[name.lower()] = cmds.Command(func, name, kind, admin_only, in_txn, True)
+        return func
+    return register
+
+
+@member_command("replSetGetStatus", admin_only=True)
+def cmd_replset_get_status(call: cmds.Call) -> dict:
+    member: Member = call.endpoint
+    if member.replset.set_name is None:
+        raise CommandError(76, "not running with --replSet")
+    return member.replset.replset_status(member)
+
+
+@member_command("replSetGetConfig", admin_only=True)
+def cmd_replset_get_config(call: cmds.Call) -> dict:
+    rs = call.endpoint.replset
+    if rs.set_name is None:
+        raise CommandError(76, "not running with --replSet")
+    return {"config": {"_id": rs.set_name, "version": 1, "term": Int64(rs.term), "protocolVersion": Int64(1),
+                       "members": [{"_id": m.index, "host": m.host, "arbiterOnly": False, "buildIndexes": True,
+                                    "hidden": False, "priority": 1.0, "tags": {}, "secondaryDelaySecs": Int64(0),
+                                    "votes": 1} for m in rs.members],
+                       "settings": {"chainingAllowed": True, "heartbeatIntervalMillis": 2000,
+                                    "electionTimeoutMillis": 10000}}}
+
+
+@member_command("replSetStepDown", admin_only=True)
+def cmd_replset_step_down(call: cmds.Call) -> dict:
+    member: Member = call.endpoint
+    rs = member.replset
+    if rs.set_name is None:
+        raise CommandError(76, "not running with --replSet")
+    seconds = call.arg()
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, Int64)):
+        raise CommandError(14, "Expected a number for the stepdown period", code_name="TypeMismatch")
+    seconds = float(seconds) if seconds else 60.0
+    catch_up = call.cmd.get("secondaryCatchUpPeriodSecs")
+    catch_up = 10.0 if catch_up is None else float(catch_up)
+    if catch_up > seconds:
+        raise CommandError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs",
+                           code_name="BadValue")
+    if not member.is_primary:
+        raise CommandError(10107, "not primary so can't step down")
+    if len(rs.members) == 1 and not call.cmd.get("force"):
+        # No electable secondary can catch up: mongod waits secondaryCatchUpPeriodSecs, then fails.
+        deadline = time.monotonic() + catch_up
+        while time.monotonic() < deadline:
+            call.endpoint.deployment.cv.wait(deadline - time.monotonic())
+        raise CommandError(262, "No electable secondaries caught up as of "
+                           f"{wall_now().isoformat()}Z. Please use the replSetStepDown command with the argument "
+                           "{force: true} to force node to step down.")
+    rs.step_down(member, seconds)
+    return {}
+
+
+@member_command("replSetFreeze", admin_only=True)
+def cmd_replset_freeze(call: cmds.Call) -> dict:
+    return {}
+
+
+@member_command("configureFailPoint", admin_only=True)
+def cmd_configure_fail_point(call: cmds.Call) -> dict:
+    return configure_fail_point(call)
+
+
+def configure_fail_point(call: cmds.Call) -> dict:
+    name = call.arg()
+    if name != "failCommand":
+        raise CommandError(2, f"Cannot find failpoint: {name}" if isinstance(name, str) else "bad failpoint name",
+                           code_name="BadValue")
+    mode = call.cmd.get("mode")
+    if mode is None:
+        raise CommandError(2, "'mode' must be specified", code_name="BadValue")
+    data = call.cmd.get("data")
+    if mode != "off" and not (isinstance(data, dict) and isinstance(data.get("failCommands"), list)):
+        raise CommandError(2, "failCommand fail point requires 'failCommands' to be specified in 'data'",
+                           code_name="BadValue")
+    count = call.endpoint.failpoint.configure(mode, data)
+    return {"count": count}
+
+
+@member_command("commitTransaction", kind="write", admin_only=True, in_txn=True)
+def cmd_commit_transaction(call: cmds.Call) -> dict:
+    ctx = call.op
+    rs = call.endpoint.replset
+    if call.cmd.get("autocommit") is not False or ctx.session is None:
+        raise CommandError(50768 if ctx.session is None else 50781,
+                           "commitTransaction must be run within a transaction",
+                           code_name="Location50768" if ctx.session is None else "Location50781")
+    number = ctx.txn_number
+    txn = ctx.txn
+    if txn is None:
+        if ctx.session.outcomes.get(number) == "committed":
+            return {}
+        raise no_such_transaction(number)
+    if txn.state == "aborted":
+        raise no_such_transaction(number)
+    ts = rs.commit_transaction(txn)
+    if ts is not None:
+        ctx.op_time = ts
+    return {"_op_time": ts} if ts is not None else {}
+
+
+@member_command("abortTransaction", kind="write", admin_only=True, in_txn=True)
+def cmd_abort_transaction(call: cmds.Call) -> dict:
+    ctx = call.op
+    rs = call.endpoint.replset
+    number = ctx.txn_number
+    txn = ctx.txn
+    if txn is None or txn.state == "aborted":
+        raise no_such_transaction(number)
+    if txn.state == "committed":
+        raise CommandError(256, f"Transaction {number} has been committed.")
+    rs.abort_transaction(txn)
+    return {}
