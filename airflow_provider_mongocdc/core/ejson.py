@@ -29,8 +29,8 @@ Modes (``extended.json.mode``):
     relaxed writes numbers plainly (64-bit integers lose their type) and dates as ISO-8601 strings.
 
 Separators are ``","`` between members and ``": "`` after names: the layout the Java driver writes
-for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so keys of common ``_id`` types
-(ObjectId, integers, strings) are byte-identical to Debezium's.
+for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so the keys of ObjectId, 32-bit integer
+and string ``_id`` values are byte-identical to Debezium's.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ class Encoder:
         self.options = json_options(mode)
         # Non-finite doubles need a rewrite only where json_util leaves floats untouched.
         self._lenient = self.options.json_mode == JSONMode.LEGACY
+
+    def __reduce__(self):  # JSONOptions cannot be unpickled: rebuild from the mode
+        return (Encoder, (self.mode,))
 
     def dumps(self, value: Any) -> str:
         """Extended JSON text of ``value`` (a document, an array or a single BSON value)."""

@@ -91,6 +91,11 @@ _EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
 
 
+def now_ms() -> int:
+    """The current time in epoch milliseconds (the default clock of :class:`EventBuilder`)."""
+    return time.time_ns() // 1_000_000
+
+
 def is_invalidate(change: Mapping[str, Any]) -> bool:
     """Whether a change stream document is an ``invalidate`` (the stream has closed)."""
     return change.get("operationType") == "invalidate"
@@ -162,7 +167,7 @@ class EventBuilder:
         self.heartbeat = Heartbeat(config, namer=self.namer)
         self.transactions = (TransactionTracker(config, namer=self.namer)
                              if config.provide_transaction_metadata else None)
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._clock = clock or now_ms
         self._oplog = config.event_format == "oplog"
         skipped = config.skipped_operations
         self._operations = {name: code for name, code in OPERATION_CODES.items()
@@ -238,9 +243,8 @@ class EventBuilder:
 
         rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
         if self._oplog:
-            payload = self._oplog_payload(info, op, operation, change, after, update_description,
-                                          document_key, fields, seconds, increment, "false", rs,
-                                          block_text)
+            payload = self._oplog_payload(info, op, operation, after, update_description,
+                                          document_key, fields, seconds, increment, rs, block_text)
         else:
             before_text = "null" if before is None else _quote(
                 self._dumps(fields.document(before) if fields else before))
@@ -345,10 +349,10 @@ class EventBuilder:
                                 for entry in truncated] if truncated else None,
         })
 
-    def _oplog_payload(self, info: _Collection, op: str, operation: str, change: Mapping[str, Any],
-                       after: Any, description: Mapping[str, Any] | None, document_key: Any,
-                       fields: FieldTransform | None, seconds: int, increment: int, snapshot: str,
-                       rs: str, block_text: str) -> str:
+    def _oplog_payload(self, info: _Collection, op: str, operation: str, after: Any,
+                       description: Mapping[str, Any] | None, document_key: Any,
+                       fields: FieldTransform | None, seconds: int, increment: int, rs: str,
+                       block_text: str) -> str:
         after_text = patch_text = filter_text = "null"
         if op == "c":
             after_text = _quote(self._dumps(fields.document(after) if fields else after))
@@ -359,7 +363,7 @@ class EventBuilder:
                 patch_text = _quote(self._dumps(fields.document(after) if fields else after))
             elif operation == "update":
                 patch_text = _quote(self._dumps(self._patch(description or {}, fields)))
-        source = (info.source_head + str(seconds * 1000) + ',"snapshot":' + snapshot
+        source = (info.source_head + str(seconds * 1000) + ',"snapshot":false'
                   + info.db_part + rs + info.collection_part + str(increment) + ',"h":null}')
         payload = ('{"after":' + after_text + ',"patch":' + patch_text + ',"filter":'
                    + filter_text + ',"source":' + source + ',"op":"' + op + '","ts_ms":'

@@ -281,3 +281,16 @@ def test_records_are_immutable_tuples_with_sizes():
     assert record.headers == ()
     with pytest.raises(AttributeError):
         record.topic = "other"  # type: ignore[misc]
+
+
+def test_builder_and_config_travel_to_spark_workers_by_pickle():
+    import pickle
+
+    config = ConnectorConfig.from_properties({"topic.prefix": "fulfillment",
+                                             "provide.transaction.metadata": "true",
+                                             "collection.include.list": "inventory[.].*",
+                                             "field.exclude.list": "*.*.phone"})
+    copy = pickle.loads(pickle.dumps(EventBuilder(config, replica_set="rs0")))
+    [record] = copy.build_change(change("insert", fullDocument=BEFORE))
+    assert "phone" not in doc(payload(record)["after"])
+    assert pickle.loads(pickle.dumps(config)) == config
