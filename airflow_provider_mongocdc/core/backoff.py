@@ -115,7 +115,7 @@ def format_duration_ms(milliseconds: int) -> str:
     """``1207000`` -> ``"20 min 7 s"``; for messages."""
     seconds = milliseconds / 1000.0
     if seconds < 60:
-        return f"{seconds:g} s"
+        return f"{round(seconds, 1):g} s"
     minutes, rest = divmod(int(round(seconds)), 60)
     if minutes < 60:
         return f"{minutes} min {rest} s" if rest else f"{minutes} min"

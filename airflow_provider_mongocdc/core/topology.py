@@ -1,0 +1,353 @@
+"""The deployment to capture: a replica set, or a sharded cluster and its shard replica sets.
+
+Discovery asks the server what it is (``hello``), as mongo-connector did with ``isdbgrid`` (seed
+003) and Debezium does with its seed addresses (seed 000):
+
+* ``msg: "isdbgrid"``: a mongos router. Its shards come from ``listShards`` (``_id`` and
+  ``host: "rs/host1,host2"``); each shard's replica set is discovered by connecting to it with the
+  same credentials.
+* ``setName`` with ``configsvr``: the config server replica set of a sharded cluster (how older
+  Debezium versions were pointed at a cluster); the shards come from ``config.shards``.
+* ``setName``: a replica set. Members and their states come from ``replSetGetStatus`` (or from
+  ``hello`` when the user may not run it), the oplog window from ``local.oplog.rs``.
+* otherwise: a standalone server, which has no oplog and cannot be captured (TopologyError with
+  the fix: convert it to a one-member replica set).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Union
+
+from bson.timestamp import Timestamp
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure, PyMongoError
+
+from airflow_provider_mongocdc.core.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.connection import (
+    MongoConnectionDetails,
+    connect,
+    not_initiated_error,
+    standalone_error,
+)
+from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, TopologyError
+
+log = logging.getLogger(__name__)
+
+REPLICA_SET, SHARDED = "replica_set", "sharded"
+# The offset partition of a whole-deployment change stream (mongodb.connection.mode=sharded);
+# per replica set streams are named after their replica set.
+CLUSTER_PARTITION = "cluster"
+
+# client_factory(None) -> a client of the configured deployment;
+# client_factory(ShardAddress) -> a client of one shard's replica set.
+ClientFactory = Callable[[Union["ShardAddress", None]], MongoClient]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _ts_datetime(ts: Timestamp | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts.time, timezone.utc)
+
+
+def _ts_dict(ts: Timestamp | None) -> dict[str, int] | None:
+    return None if ts is None else {"t": ts.time, "i": ts.inc}
+
+
+# -- the model --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OplogWindow:
+    """The oldest and newest entries of a replica set's oplog; None where not readable (the user
+    may lack the privilege to read ``local.oplog.rs`` or run ``collStats`` on it)."""
+
+    oldest: Timestamp | None = None
+    newest: Timestamp | None = None
+    size_bytes: int | None = None
+    max_size_bytes: int | None = None
+    oldest_wall: datetime | None = None
+    newest_wall: datetime | None = None
+
+    @property
+    def oldest_time(self) -> datetime | None:
+        return _ts_datetime(self.oldest)
+
+    @property
+    def newest_time(self) -> datetime | None:
+        return _ts_datetime(self.newest)
+
+    @property
+    def window_seconds(self) -> int | None:
+        if self.oldest is None or self.newest is None:
+            return None
+        return self.newest.time - self.oldest.time
+
+    @property
+    def readable(self) -> bool:
+        return self.oldest is not None
+
+    def covers(self, cluster_time: Timestamp) -> bool | None:
+        """Whether an operation at ``cluster_time`` is still in the oplog (None: unknown)."""
+        if self.oldest is None:
+            return None
+        return cluster_time >= self.oldest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "oldest": _ts_dict(self.oldest), "oldest_time": _iso(self.oldest_time),
+            "newest": _ts_dict(self.newest), "newest_time": _iso(self.newest_time),
+            "oldest_wall": _iso(self.oldest_wall), "newest_wall": _iso(self.newest_wall),
+            "window_seconds": self.window_seconds,
+            "size_bytes": self.size_bytes, "max_size_bytes": self.max_size_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Member:
+    host: str
+    state: str
+    health: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "state": self.state, "health": self.health}
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    name: str
+    members: tuple[Member, ...]
+    primary: str | None
+    oplog: OplogWindow = field(default_factory=OplogWindow)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [member.host for member in self.members if member.state != "ARBITER"]
+
+    @property
+    def seed_list(self) -> str:
+        """``rs/host1,host2`` (Debezium's mongodb.hosts form)."""
+        return f"{self.name}/{','.join(self.hosts)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "primary": self.primary,
+                "members": [member.to_dict() for member in self.members], "oplog": self.oplog.to_dict()}
+
+
+@dataclass(frozen=True)
+class ShardAddress:
+    """A shard as ``listShards`` names it: ``_id`` and ``host`` = ``"rs/host1:port,host2:port"``."""
+
+    name: str
+    host: str
+
+    @property
+    def replica_set(self) -> str:
+        return self.host.split("/", 1)[0] if "/" in self.host else ""
+
+    @property
+    def hosts(self) -> list[str]:
+        return [item for item in self.host.split("/", 1)[-1].split(",") if item]
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str
+    host: str
+    replica_set: ReplicaSet
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "replica_set": self.replica_set.to_dict()}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What discovery found. ``replica_sets`` holds the replica set, or every shard's."""
+
+    kind: str
+    replica_sets: tuple[ReplicaSet, ...]
+    shards: tuple[Shard, ...] = ()
+    via: str = "replica_set"  # "replica_set", "mongos" or "config_server"
+    server_version: str | None = None
+    discovered_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def replica_set_names(self) -> list[str]:
+        return [rs.name for rs in self.replica_sets]
+
+    def replica_set(self, name: str) -> ReplicaSet:
+        for rs in self.replica_sets:
+            if rs.name == name:
+                return rs
+        raise TopologyError(f"The deployment has no replica set named {name!r}",
+                            cause=f"it has {', '.join(self.replica_set_names) or 'none'}",
+                            fix="use one of the discovered replica set names")
+
+    def partitions(self, connection_mode: str = "sharded") -> list[str]:
+        """Offset partition names for ``mongodb.connection.mode``: one change stream for the
+        deployment (``sharded``, the default) or one per replica set (``replica_set``)."""
+        if connection_mode == "replica_set" or self.kind == REPLICA_SET:
+            return self.replica_set_names
+        if connection_mode == "sharded":
+            return [CLUSTER_PARTITION]
+        raise ConfigError(f"Unknown mongodb.connection.mode {connection_mode!r}",
+                          fix="use sharded or replica_set")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "via": self.via, "server_version": self.server_version,
+            "discovered_at": _iso(self.discovered_at),
+            "replica_sets": [rs.to_dict() for rs in self.replica_sets],
+            "shards": [shard.to_dict() for shard in self.shards],
+        }
+
+
+# -- discovery ---------------------------------------------------------------------------------------
+def details_factory(details: MongoConnectionDetails, policy: BackoffPolicy | None = None,
+                    sleep: Callable[[float], None] = time.sleep) -> ClientFactory:
+    """Clients from connection details: the deployment, or a shard with the same credentials."""
+
+    def factory(shard: ShardAddress | None) -> MongoClient:
+        if shard is None:
+            return connect(details, policy, sleep=sleep)
+        return connect(details.for_replica_set(shard.replica_set, shard.hosts), policy, sleep=sleep)
+
+    return factory
+
+
+def discover(source: MongoConnectionDetails | ClientFactory, *, policy: BackoffPolicy | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> Topology:
+    """Discover the deployment behind ``source`` (connection details or a client factory)."""
+    factory = details_factory(source, policy, sleep) if isinstance(source, MongoConnectionDetails) else source
+    where = source.describe() if isinstance(source, MongoConnectionDetails) else "the configured MongoDB"
+    client = factory(None)
+    try:
+        hello = _command(client, "hello", where)
+        version = _server_version(client)
+        if hello.get("msg") == "isdbgrid":
+            shards = _list_shards(client, where)
+            return _sharded(factory, shards, "mongos", version, where)
+        if hello.get("setName"):
+            if hello.get("configsvr"):
+                shards = [ShardAddress(doc["_id"], doc["host"]) for doc in client["config"]["shards"].find()]
+                return _sharded(factory, shards, "config_server", version, where)
+            return Topology(REPLICA_SET, (_replica_set(client, hello, where),), via="replica_set",
+                            server_version=version)
+        address = _address(client, where)
+        if hello.get("isreplicaset"):
+            raise not_initiated_error(address)
+        raise standalone_error(address)
+    finally:
+        client.close()
+
+
+def _address(client: MongoClient, fallback: str) -> str:
+    try:
+        address = client.address
+    except PyMongoError:
+        address = None
+    return f"{address[0]}:{address[1]}" if address else fallback
+
+
+def _command(client: MongoClient, name: str, where: str, db: str = "admin") -> dict[str, Any]:
+    try:
+        return client[db].command(name)
+    except OperationFailure as error:
+        raise TopologyError(f"MongoDB at {where} refused {name!r}", cause=str(error.details or error),
+                            fix="grant the connector's user the clusterMonitor role") from None
+    except PyMongoError as error:
+        raise ConnectionFailedError(f"Lost the connection to MongoDB at {where} during discovery",
+                                    cause=str(error), fix="check the servers and retry") from None
+
+
+def _server_version(client: MongoClient) -> str | None:
+    try:
+        return client.admin.command("buildInfo").get("version")
+    except PyMongoError:
+        return None
+
+
+def _list_shards(client: MongoClient, where: str) -> list[ShardAddress]:
+    shards = [ShardAddress(doc["_id"], doc["host"]) for doc in _command(client, "listShards", where)["shards"]]
+    if not shards:
+        raise TopologyError(f"The sharded cluster behind {where} has no shards",
+                            fix="add a shard (sh.addShard) before capturing")
+    return shards
+
+
+def _sharded(factory: ClientFactory, addresses: Iterable[ShardAddress], via: str,
+             version: str | None, where: str) -> Topology:
+    shards = []
+    for address in addresses:
+        if not address.replica_set:
+            raise TopologyError(
+                f"Shard {address.name!r} ({address.host}) is not a replica set",
+                cause="a standalone shard has no oplog, so its changes cannot be captured",
+                fix="convert the shard to a replica set (restart it with --replSet and run rs.initiate())")
+        client = factory(address)
+        try:
+            hello = _command(client, "hello", address.host)
+            if hello.get("setName") != address.replica_set:
+                raise TopologyError(
+                    f"Shard {address.name!r} answers as replica set {hello.get('setName')!r}, "
+                    f"not {address.replica_set!r}", fix="check the cluster's shard registry (sh.status())")
+            shards.append(Shard(address.name, address.host, _replica_set(client, hello, address.host)))
+        finally:
+            client.close()
+    replica_sets = tuple(shard.replica_set for shard in shards)
+    return Topology(SHARDED, replica_sets, tuple(shards), via=via, server_version=version)
+
+
+def _replica_set(client: MongoClient, hello: dict[str, Any], where: str) -> ReplicaSet:
+    name = hello["setName"]
+    try:
+        status = client.admin.command("replSetGetStatus")
+        members = tuple(Member(m["name"], m.get("stateStr", "UNKNOWN"),
+                               None if m.get("health") is None else bool(m["health"]))
+                        for m in status.get("members", []))
+        primary = next((m.host for m in members if m.state == "PRIMARY"), None)
+    except OperationFailure as error:
+        # Without clusterMonitor: what hello tells (the primary, the others' roles unknown).
+        log.info("replSetGetStatus not allowed on %s (%s); member states from hello", where, error.code)
+        primary = hello.get("primary")
+        members = tuple(
+            [Member(host, "PRIMARY" if host == primary else "UNKNOWN") for host in hello.get("hosts", [])]
+            + [Member(host, "PASSIVE") for host in hello.get("passives", [])]
+            + [Member(host, "ARBITER") for host in hello.get("arbiters", [])])
+    return ReplicaSet(name, members, primary, _oplog_window(client, where))
+
+
+def _oplog_window(client: MongoClient, where: str) -> OplogWindow:
+    oplog = client["local"]["oplog.rs"]
+    try:
+        first = oplog.find_one({}, {"ts": 1, "wall": 1}, sort=[("$natural", 1)])
+        last = oplog.find_one({}, {"ts": 1, "wall": 1}, sort=[("$natural", -1)])
+    except OperationFailure as error:
+        log.info("Cannot read the oplog of %s (%s)", where, error.code)
+        return OplogWindow()
+    size = max_size = None
+    try:
+        stats = client["local"].command("collStats", "oplog.rs")
+        size, max_size = stats.get("size"), stats.get("maxSize")
+    except OperationFailure:
+        try:
+            stats = next(oplog.aggregate([{"$collStats": {"storageStats": {}}}]), {}).get("storageStats", {})
+            size, max_size = stats.get("size"), stats.get("maxSize")
+        except (OperationFailure, StopIteration):
+            pass
+    return OplogWindow(
+        oldest=first["ts"] if first else None, newest=last["ts"] if last else None,
+        size_bytes=int(size) if size is not None else None,
+        max_size_bytes=int(max_size) if max_size is not None else None,
+        oldest_wall=_aware(first.get("wall")) if first else None,
+        newest_wall=_aware(last.get("wall")) if last else None)
+
+
+def _aware(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
