@@ -20,10 +20,11 @@ Value (``event.format=change_streams``, Debezium 2.x):
                        document
 ``updateDescription``  updates only: ``updatedFields`` (JSON text), ``removedFields``,
                        ``truncatedArrays`` [{``field``, ``size``}]; empty lists are null
-``source``             ``version``, ``connector`` ("mongodb"), ``name`` (topic.prefix), ``ts_ms``
-                       (clusterTime seconds in ms), ``snapshot`` ("true", "last", "false"),
-                       ``db``, ``sequence``, ``ts_us``, ``ts_ns``, ``rs``, ``collection``, ``ord``
-                       (clusterTime increment), ``lsid``, ``txnNumber``, ``wallTime``
+``source``             ``version`` (this connector's), ``connector`` ("mongodb"), ``name``
+                       (topic.prefix), ``ts_ms`` (clusterTime seconds in ms), ``snapshot``
+                       ("true", "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns``,
+                       ``rs``, ``collection``, ``ord`` (clusterTime increment), ``lsid``,
+                       ``txnNumber``, ``wallTime``
 ``op``                 ``c`` insert, ``u`` update and replace, ``d`` delete, ``r`` snapshot read
 ``ts_ms``              when the connector built the event
 ``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
