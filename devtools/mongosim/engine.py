@@ -237,7 +237,7 @@ class DataNode:
         if coll is None:
             coll = Collection(db, name, options)
             self.catalog.add(coll)
-            ctx.op_time = self.log(self._entry(None, "c", f"{db}.$cmd", self._create_o(coll), ui=coll.uuid))
+            ctx.op_time = self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", self._create_o(coll), ui=coll.uuid))
         return coll
 
     @staticmethod
@@ -266,14 +266,14 @@ class DataNode:
         self._check_not_locked(coll)
         self.catalog.remove(db, name)
         count = len(coll.docs)
-        self.log(self._entry(None, "c", f"{db}.$cmd", {"drop": name}, ui=coll.uuid,
+        self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", {"drop": name}, ui=coll.uuid,
                              o2={"numRecords": Int64(count)}), ctx)
         return True
 
     def drop_database(self, ctx: OpCtx, db: str) -> None:
         for coll in self.catalog.collections(db):
             self.drop_collection(ctx, db, coll.name)
-        self.log(self._entry(None, "c", f"{db}.$cmd", {"dropDatabase": 1}), ctx)
+        self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", {"dropDatabase": 1}), ctx)
 
     def rename_collection(self, ctx: OpCtx, source: str, target: str, drop_target: bool) -> None:
         sdb, _, sname = source.partition(".")
@@ -299,7 +299,7 @@ class DataNode:
         renamed.sizes = coll.sizes
         renamed.total_size = coll.total_size
         self.catalog.add(renamed)
-        self.log(self._entry(None, "c", f"{sdb}.$cmd", o, ui=coll.uuid), ctx)
+        self.log(self._entry(_ddl(ctx), "c", f"{sdb}.$cmd", o, ui=coll.uuid), ctx)
 
     def coll_mod(self, ctx: OpCtx, db: str, name: str, changes: dict) -> dict:
         coll = self.catalog.get(db, name)
@@ -324,7 +324,7 @@ class DataNode:
                                    code_name="Location40415")
         o = {"collMod": name}
         o.update({k: v for k, v in changes.items() if k != "comment"})
-        self.log(self._entry(None, "c", f"{db}.$cmd", o, ui=coll.uuid,
+        self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", o, ui=coll.uuid,
                              o2={"collectionOptions_old": old_options}), ctx)
         return old_options
 
@@ -355,7 +355,7 @@ class DataNode:
             if ctx.txn is None:
                 o = {"createIndexes": name}
                 o.update(index)
-                self.log(self._entry(None, "c", f"{db}.$cmd", o, ui=coll.uuid), ctx)
+                self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", o, ui=coll.uuid), ctx)
         return before, len(coll.indexes), created
 
     def drop_indexes(self, ctx: OpCtx, db: str, name: str, index) -> int:
@@ -378,7 +378,7 @@ class DataNode:
                 dropped.append(match)
         coll.indexes = [i for i in coll.indexes if i not in dropped]
         for index_spec in dropped:
-            self.log(self._entry(None, "c", f"{db}.$cmd", {"dropIndexes": name, "index": index_spec["name"]},
+            self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", {"dropIndexes": name, "index": index_spec["name"]},
                                  ui=coll.uuid, o2=dict(index_spec)), ctx)
         return before
 
@@ -608,6 +608,11 @@ class DataNode:
             txn = session.txn
             if txn is not None and txn.state == "in_progress" and now - txn.started > TRANSACTION_LIFETIME_S:
                 self.abort_transaction(txn)
+
+
+def _ddl(ctx: OpCtx | None) -> OpCtx | None:
+    """DDL oplog entries carry no session fields; only fromMigrate is taken from the context."""
+    return ctx if ctx is not None and ctx.from_migrate and not ctx.retryable else None
 
 
 def _options_equal(a: dict, b: dict) -> bool:
