@@ -60,9 +60,10 @@ def make_changes(count: int, seed: int = 7) -> list[tuple[str, dict[str, Any], d
     for index in range(count):
         kind = kinds[index % len(kinds)]
         doc = make_document(rng, index)
-        base = {"_id": {"_data": f"8263{index:016X}"}, "clusterTime": Timestamp(1_700_000_000 + index, 1),
-                "wallTime": datetime.datetime(2024, 1, 1), "ns": {"db": "shop", "coll": "customers"},
-                "documentKey": {"_id": doc["_id"]}}
+        base = {"_id": {"_data": f"8263{index:016X}"},
+                "clusterTime": Timestamp(1_700_000_000 + index, 1),
+                "wallTime": datetime.datetime(2024, 1, 1),
+                "ns": {"db": "shop", "coll": "customers"}, "documentKey": {"_id": doc["_id"]}}
         if kind == "insert":
             change = {**base, "operationType": "insert", "fullDocument": doc}
         elif kind == "update":
