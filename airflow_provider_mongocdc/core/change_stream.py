@@ -27,6 +27,27 @@ from airflow_provider_mongocdc.core.offsets import Position
 
 _TIMESTAMP_CTYPE = "82"
 
+# Errors that mean the resume point is gone from the oplog (seed 002): ChangeStreamHistoryLost,
+# ChangeStreamFatalError, OplogQueryMinTsMissing (older servers), CappedPositionLost.
+HISTORY_LOST_CODES = frozenset({286, 280, 260, 136})
+HISTORY_LOST_MESSAGES = ("resume point may no longer be in the oplog",
+                         "resume of change stream was not possible")
+
+
+def is_history_lost(error: BaseException) -> bool:
+    """Whether a server error says the stream cannot resume because the oplog rolled past it.
+
+    Connection errors, timeouts and stepDowns are not: they are transient and the stream resumes.
+    """
+    from pymongo.errors import ConnectionFailure, OperationFailure
+
+    if isinstance(error, ConnectionFailure) or not isinstance(error, OperationFailure):
+        return False
+    if error.code in HISTORY_LOST_CODES:
+        return True
+    message = str(error).lower()
+    return any(text in message for text in HISTORY_LOST_MESSAGES)
+
 
 def token_cluster_time(token: Mapping[str, Any] | None) -> Timestamp | None:
     """The cluster time at the start of a resume token, or None when it cannot be read."""
