@@ -19,10 +19,80 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "hooks": [],
+        "hooks": [
+            {
+                "integration-name": "MongoDB CDC",
+                "python-modules": [
+                    "airflow_provider_mongocdc.hooks.topology",
+                    "airflow_provider_mongocdc.hooks.kafka",
+                    "airflow_provider_mongocdc.hooks.offsets",
+                ],
+            }
+        ],
         "operators": [],
         "sensors": [],
         "triggers": [],
-        "connection-types": [],
+        "connection-types": [
+            {
+                "connection-type": "mongocdc",
+                "hook-class-name": "airflow_provider_mongocdc.hooks.topology.MongoTopologyHook",
+                "hook-name": "MongoDB (change data capture)",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["port", "schema"],
+                    "relabeling": {"host": "Seed list or connection string", "login": "User name"},
+                    "placeholders": {
+                        "host": "rs0/mongo1:27017,mongo2:27017 or mongodb+srv://cluster.example.net",
+                    },
+                },
+                "conn-fields": {
+                    "replica_set": {
+                        "label": "Replica set name",
+                        "description": "Name of the replica set (not for mongos or mongodb+srv:// "
+                        "strings that name it).",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "auth_source": {
+                        "label": "Authentication database",
+                        "description": "Database where the user is defined (mongodb.authsource); "
+                        "default admin.",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "tls": {
+                        "label": "Use TLS",
+                        "description": "Connect with TLS (mongodb.ssl.enabled).",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                    },
+                    "tls_allow_invalid_hostnames": {
+                        "label": "Allow invalid host names",
+                        "description": "Skip the TLS host name check (mongodb.ssl.invalid.hostname.allowed); "
+                        "test servers only.",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                    },
+                    "members_auto_discover": {
+                        "label": "Discover members",
+                        "description": "Use the seeds to discover all members (mongodb.members.auto.discover); "
+                        "turn off behind a proxy to talk to the first seed only.",
+                        "schema": {"type": ["boolean", "null"], "default": True},
+                    },
+                },
+            },
+            {
+                "connection-type": "mongocdc_kafka",
+                "hook-class-name": "airflow_provider_mongocdc.hooks.kafka.KafkaConfigHook",
+                "hook-name": "Apache Kafka (for MongoDB CDC)",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port", "host"],
+                    "relabeling": {
+                        "extra": "librdkafka configuration (JSON)",
+                        "login": "SASL user name",
+                        "password": "SASL password",
+                    },
+                    "placeholders": {
+                        "extra": '{"bootstrap.servers": "broker1:9092", "security.protocol": "SASL_SSL", '
+                        '"sasl.mechanism": "SCRAM-SHA-512"}',
+                    },
+                },
+            },
+        ],
         "extra-links": [],
     }

@@ -571,6 +571,25 @@ class OffsetStore:
             fix="check bootstrap.servers and the security settings of the Kafka connection, and grant "
                 "the Kafka principal READ and DESCRIBE on the offsets topic")
 
+    def show(self, server_id: str | None = None, rs: str | None = None,
+             connector: str | None = None) -> dict[str, Any]:
+        """The committed offsets (all, or one connector / partition), JSON-serialisable."""
+        everything = self.read_everything()
+        entries = []
+        for partition, state in sorted(everything.states.items(),
+                                       key=lambda item: (item[0].connector, item[0].server_id, item[0].rs)):
+            if server_id is not None and partition.server_id != server_id:
+                continue
+            if connector is not None and partition.connector != connector:
+                continue
+            if rs is not None and partition.rs != rs:
+                continue
+            chunks = {snapshot_id: sorted(markers) for (owner, snapshot_id), markers in everything.chunks.items()
+                      if owner == partition and markers}
+            entries.append({"partition": partition.to_dict(), "offset": state.to_dict(),
+                            "finished_chunks": chunks})
+        return {"topic": self.topic, "partitions": entries}
+
     # -- records for the data path --
     def offset_record(self, partition: OffsetPartition, state: OffsetState) -> Record:
         """The record storing ``state`` (stamped with the current time); send it in the writer's

@@ -1,0 +1,89 @@
+"""Airflow hook for the Kafka cluster the events and offsets go to.
+
+It follows the convention of apache-airflow-providers-apache-kafka: the connection's extra IS the
+librdkafka configuration (``{"bootstrap.servers": "...", "security.protocol": "SASL_SSL",
+"sasl.mechanism": "PLAIN", ...}``), so one connection serves both providers. Connections of that
+provider's type ``kafka`` are read as they are; that provider is not required.
+
+This provider registers its own type, ``mongocdc_kafka``, rather than ``kafka``: a connection type
+belongs to one provider, and registering ``kafka`` twice would make Airflow pick one of the two
+hooks when both providers are installed. The ``mongocdc_kafka`` form also offers the SASL user
+name and password as the connection's login and password fields, which Airflow stores encrypted
+and masks in logs; they are used when the extra does not set ``sasl.username``/``sasl.password``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import BaseHook
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.writer import admin_client, redact_config
+
+CONN_TYPE = "mongocdc_kafka"
+ACCEPTED_CONN_TYPES = (CONN_TYPE, "kafka")
+
+
+def kafka_config_from_connection(conn) -> dict[str, Any]:
+    """The librdkafka configuration of an Airflow Kafka connection."""
+    extras = conn.extra_dejson
+    if isinstance(extras, str) or not isinstance(extras, dict):
+        raise ConfigError(f"The extra of Kafka connection {conn.conn_id!r} is not a JSON object",
+                          fix='set it to the librdkafka configuration, e.g. {"bootstrap.servers": "host:9092"}')
+    config = {key: value for key, value in extras.items() if not key.startswith("extra__")}
+    if not config.get("bootstrap.servers") and conn.host:
+        hosts = conn.host if conn.port is None or "," in conn.host or ":" in conn.host else f"{conn.host}:{conn.port}"
+        config["bootstrap.servers"] = hosts
+    if conn.login and "sasl.username" not in config:
+        config["sasl.username"] = conn.login
+    if conn.password and "sasl.password" not in config:
+        config["sasl.password"] = conn.password
+    if not config.get("bootstrap.servers"):
+        raise ConfigError(f"Kafka connection {conn.conn_id!r} has no bootstrap.servers",
+                          cause="its extra (the librdkafka configuration) lacks bootstrap.servers",
+                          fix='add "bootstrap.servers": "host1:9092,host2:9092" to the extra')
+    return config
+
+
+class KafkaConfigHook(BaseHook):
+    """The librdkafka configuration of a Kafka connection (type ``mongocdc_kafka`` or ``kafka``).
+
+    :param kafka_conn_id: the Airflow connection.
+    """
+
+    conn_name_attr = "kafka_conn_id"
+    default_conn_name = "kafka_default"
+    conn_type = CONN_TYPE
+    hook_name = "Apache Kafka (for MongoDB CDC)"
+
+    def __init__(self, kafka_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kafka_conn_id = kafka_conn_id
+
+    def get_kafka_config(self) -> dict[str, Any]:
+        """The librdkafka configuration (with secrets: never log it; use :meth:`describe`)."""
+        conn = self.get_connection(self.kafka_conn_id)
+        if conn.conn_type and conn.conn_type not in ACCEPTED_CONN_TYPES:
+            raise ConfigError(f"Connection {self.kafka_conn_id!r} has type {conn.conn_type!r}",
+                              cause="the Kafka settings are read from a Kafka connection",
+                              fix="use a connection of type 'mongocdc_kafka' or 'kafka' whose extra is the "
+                                  "librdkafka configuration")
+        return kafka_config_from_connection(conn)
+
+    def describe(self) -> str:
+        return json.dumps(redact_config(self.get_kafka_config()), sort_keys=True)
+
+    def get_conn(self) -> AdminClient:
+        """An AdminClient, as apache-airflow-providers-apache-kafka's hooks return."""
+        return admin_client(self.get_kafka_config())
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            metadata = self.get_conn().list_topics(timeout=10)
+        except (KafkaException, ConfigError) as error:
+            return False, str(error)
+        return True, f"Connected: {len(metadata.brokers)} broker(s), {len(metadata.topics)} topic(s)"

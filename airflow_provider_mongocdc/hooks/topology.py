@@ -1,0 +1,194 @@
+"""Airflow hook for the MongoDB deployment to capture: a client, and its topology."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import BaseHook
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.backoff import (
+    DEFAULT_INITIAL_DELAY_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_DELAY_MS,
+    BackoffPolicy,
+)
+from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.topology import Topology, discover
+
+CONN_TYPE = "mongocdc"
+# Connections made for apache-airflow-providers-mongo work too (its "mongo" type).
+ACCEPTED_CONN_TYPES = (CONN_TYPE, "mongo")
+
+
+def _extra(extras: dict[str, Any], conn_type: str, name: str, default: Any = None) -> Any:
+    """An extra field, stored plainly or with the form's ``extra__<type>__`` prefix."""
+    for key in (name, f"extra__{conn_type}__{name}"):
+        if key in extras and extras[key] not in (None, ""):
+            return extras[key]
+    return default
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"The MongoDB connection field {name!r} must be true or false",
+                      cause=f"got {value!r}", fix=f"set {name} to true or false")
+
+
+def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
+    """Connection details from an Airflow connection of type ``mongocdc`` or ``mongo``.
+
+    ``mongocdc``: host = a seed list (``host1:27017,host2:27017``, optionally ``rs0/...``) or a
+    connection string (``mongodb://`` / ``mongodb+srv://``); login/password = the credentials;
+    extras ``replica_set``, ``auth_source``, ``tls``, ``tls_allow_invalid_hostnames``,
+    ``members_auto_discover``, ``auth_mechanism`` and ``options`` (more pymongo options).
+
+    ``mongo`` (apache-airflow-providers-mongo): host/port/login/password/schema, extras ``srv``,
+    ``ssl``/``tls``, ``allow_insecure`` and any connection string option (``replicaSet``,
+    ``authSource`` ...).
+    """
+    conn_type = conn.conn_type or CONN_TYPE
+    if conn_type not in ACCEPTED_CONN_TYPES:
+        raise ConfigError(f"Connection {conn.conn_id!r} has type {conn_type!r}",
+                          cause="the MongoDB CDC hooks read MongoDB connections",
+                          fix="use a connection of type 'mongocdc' (or 'mongo')")
+    extras = dict(conn.extra_dejson or {})
+    host = (conn.host or "").strip()
+    if not host:
+        raise ConfigError(f"Connection {conn.conn_id!r} has no host",
+                          fix="set the host to the seed list (host1:27017,host2:27017) or a "
+                              "mongodb:// connection string")
+    options = _extra(extras, conn_type, "options", {}) or {}
+    if isinstance(options, str):
+        try:
+            options = json.loads(options)
+        except ValueError:
+            raise ConfigError(f"The 'options' field of connection {conn.conn_id!r} is not JSON",
+                              fix='give pymongo options as a JSON object, e.g. {"maxPoolSize": 5}') from None
+    options = dict(options)
+    tls = _extra(extras, conn_type, "tls", _extra(extras, conn_type, "ssl"))
+    allow_invalid = _extra(extras, conn_type, "tls_allow_invalid_hostnames",
+                           extras.get("tlsAllowInvalidHostnames", False))
+    replica_set = _extra(extras, conn_type, "replica_set", extras.get("replicaSet"))
+    auth_source = _extra(extras, conn_type, "auth_source", extras.get("authSource"))
+    auth_mechanism = _extra(extras, conn_type, "auth_mechanism", extras.get("authMechanism"))
+    auto_discover = _bool(_extra(extras, conn_type, "members_auto_discover", True), "members_auto_discover")
+
+    if conn_type == "mongo":
+        known = {"srv", "ssl", "tls", "allow_insecure", "replicaSet", "authSource", "authMechanism",
+                 "tlsAllowInvalidHostnames", "replica_set", "auth_source", "auth_mechanism",
+                 "members_auto_discover", "tls_allow_invalid_hostnames", "options"}
+        options.update({key: value for key, value in extras.items() if key not in known})
+        if _bool(extras.get("allow_insecure", False), "allow_insecure"):
+            options["tlsAllowInvalidCertificates"] = True
+        auth_source = auth_source or conn.schema or None
+        if _bool(extras.get("srv", False), "srv"):
+            host = f"mongodb+srv://{host}"
+    elif conn.schema and not auth_source:
+        auth_source = conn.schema
+
+    kwargs: dict[str, Any] = {
+        "replica_set": replica_set or None,
+        "username": conn.login or None,
+        "password": conn.password or None,
+        "auth_source": auth_source or None,
+        "auth_mechanism": auth_mechanism or None,
+        "tls": None if tls is None else _bool(tls, "tls"),
+        "tls_allow_invalid_hostnames": _bool(allow_invalid, "tls_allow_invalid_hostnames"),
+        "members_auto_discover": auto_discover,
+        "options": options,
+    }
+    if host.startswith(("mongodb://", "mongodb+srv://")):
+        kwargs["connection_string"] = host
+    else:
+        if conn.port and "," not in host and ":" not in host.split("/")[-1]:
+            host = f"{host}:{conn.port}"
+        kwargs["hosts"] = host
+    kwargs.update({key: value for key, value in overrides.items() if value is not None})
+    return MongoConnectionDetails(**kwargs)
+
+
+class MongoTopologyHook(BaseHook):
+    """The MongoDB deployment behind an Airflow connection (type ``mongocdc``, or ``mongo``).
+
+    :param mongo_conn_id: the Airflow connection.
+    :param connect_backoff_initial_delay_ms: ``connect.backoff.initial.delay.ms`` (default 1000).
+    :param connect_backoff_max_delay_ms: ``connect.backoff.max.delay.ms`` (default 120000).
+    :param connect_max_attempts: ``connect.max.attempts`` (default 16).
+    :param connect_timeout_ms: driver connect timeout (``mongodb.connect.timeout.ms``).
+    :param server_selection_timeout_ms: driver server selection timeout per attempt.
+    """
+
+    conn_name_attr = "mongo_conn_id"
+    default_conn_name = "mongocdc_default"
+    conn_type = CONN_TYPE
+    hook_name = "MongoDB (change data capture)"
+
+    def __init__(self, mongo_conn_id: str = default_conn_name, *,
+                 connect_backoff_initial_delay_ms: int = DEFAULT_INITIAL_DELAY_MS,
+                 connect_backoff_max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+                 connect_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 connect_timeout_ms: int | None = None,
+                 server_selection_timeout_ms: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.mongo_conn_id = mongo_conn_id
+        self.policy = BackoffPolicy(connect_backoff_initial_delay_ms, connect_backoff_max_delay_ms,
+                                    connect_max_attempts)
+        self.connect_timeout_ms = connect_timeout_ms
+        self.server_selection_timeout_ms = server_selection_timeout_ms
+        self._client: MongoClient | None = None
+
+    @classmethod
+    def from_config(cls, config, mongo_conn_id: str = default_conn_name) -> "MongoTopologyHook":
+        """A hook using a ConnectorConfig's connect.* and mongodb.*.timeout.ms properties."""
+        return cls(mongo_conn_id,
+                   connect_backoff_initial_delay_ms=config.connect_backoff_initial_delay_ms,
+                   connect_backoff_max_delay_ms=config.connect_backoff_max_delay_ms,
+                   connect_max_attempts=config.connect_max_attempts,
+                   connect_timeout_ms=config.mongodb_connect_timeout_ms,
+                   server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms)
+
+    def get_connection_details(self) -> MongoConnectionDetails:
+        return details_from_connection(self.get_connection(self.mongo_conn_id),
+                                       connect_timeout_ms=self.connect_timeout_ms,
+                                       server_selection_timeout_ms=self.server_selection_timeout_ms)
+
+    def get_conn(self) -> MongoClient:
+        """A pymongo client whose first contact succeeded (retried per the connect.* values)."""
+        if self._client is None:
+            self._client = connect(self.get_connection_details(), self.policy)
+        return self._client
+
+    def discover(self) -> Topology:
+        """The deployment: replica set(s), members, primaries, oplog windows, shards."""
+        return discover(self.get_connection_details(), policy=self.policy)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "MongoTopologyHook":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The Airflow UI's "Test" button: one attempt, then the discovered topology."""
+        try:
+            topology = discover(self.get_connection_details(),
+                                policy=BackoffPolicy(self.policy.initial_delay_ms,
+                                                     self.policy.max_delay_ms, 0))
+        except MongoCdcError as error:
+            return False, str(error)
+        names = ", ".join(topology.replica_set_names)
+        return True, f"Connected: {topology.kind.replace('_', ' ')} ({names})"
