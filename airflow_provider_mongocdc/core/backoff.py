@@ -58,6 +58,12 @@ class BackoffPolicy:
                 cause="the longest delay cannot be shorter than the first one",
                 fix="raise connect.backoff.max.delay.ms or lower connect.backoff.initial.delay.ms")
 
+    @classmethod
+    def from_config(cls, config) -> "BackoffPolicy":
+        """The policy of a ConnectorConfig (its connect.* properties)."""
+        return cls(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
+                   config.connect_max_attempts)
+
     def delay_ms(self, attempt: int) -> int:
         """Delay before reconnection attempt ``attempt`` (1-based)."""
         if attempt < 1:

@@ -220,6 +220,18 @@ class MongoConnectionDetails:
         """The same credentials and TLS settings, for another replica set (a shard)."""
         return replace(self.as_seed_list(), hosts=f"{name}/{','.join(hosts)}", replica_set=name)
 
+    def with_config(self, config) -> "MongoConnectionDetails":
+        """These details with a ConnectorConfig's driver settings (mongodb.*.timeout.ms,
+        mongodb.heartbeat.frequency.ms); ``mongodb.members.auto.discover=false`` in the
+        configuration turns discovery off even when the connection leaves it on."""
+        return replace(
+            self,
+            connect_timeout_ms=config.mongodb_connect_timeout_ms,
+            server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
+            socket_timeout_ms=config.mongodb_socket_timeout_ms or None,
+            heartbeat_frequency_ms=config.mongodb_heartbeat_frequency_ms,
+            members_auto_discover=self.members_auto_discover and config.mongodb_members_auto_discover)
+
     def create_client(self) -> MongoClient:
         """A client (pymongo connects lazily: nothing is contacted yet)."""
         host, kwargs = self.client_arguments()

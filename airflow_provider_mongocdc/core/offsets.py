@@ -414,6 +414,11 @@ class OffsetStore:
         self.read_timeout_s = read_timeout_s
         self.admin_transactional_id = admin_transactional_id or f"mongocdc-offsets-admin-{topic}"
 
+    @classmethod
+    def from_config(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> OffsetStore:
+        """The store of a ConnectorConfig: its offset.storage.topic or <topic.prefix>.offsets."""
+        return cls(kafka_config, config.offsets_topic, **kwargs)
+
     def __repr__(self) -> str:
         return f"OffsetStore(topic={self.topic!r}, bootstrap.servers={self.kafka_config['bootstrap.servers']!r})"
 

@@ -210,3 +210,18 @@ def test_connection_details_carry_credentials_to_shards_and_redact_them():
         MongoConnectionDetails(hosts="h1", connection_string="mongodb://h1")
     with pytest.raises(ConfigError):
         MongoConnectionDetails(connection_string="mongodb+srv://cluster.example.com", members_auto_discover=False)
+
+
+def test_connector_configuration_sets_driver_timeouts_and_can_turn_discovery_off():
+    from airflow_provider_mongocdc.core.config import ConnectorConfig
+
+    details = MongoConnectionDetails(hosts="rs0/h1:27017,h2:27017")
+    tuned = details.with_config(ConnectorConfig.from_properties({
+        "topic.prefix": "p", "mongodb.connect.timeout.ms": 1234, "mongodb.server.selection.timeout.ms": 4321,
+        "mongodb.heartbeat.frequency.ms": 2500, "mongodb.members.auto.discover": False}))
+    host, kwargs = tuned.client_arguments()
+    assert (kwargs["connectTimeoutMS"], kwargs["serverSelectionTimeoutMS"], kwargs["heartbeatFrequencyMS"]) == \
+        (1234, 4321, 2500)
+    assert host == "h1:27017" and kwargs["directConnection"] is True
+    assert "socketTimeoutMS" not in kwargs  # 0 = no socket timeout
+    assert details.with_config(ConnectorConfig.from_properties({"topic.prefix": "p"})).members_auto_discover

@@ -103,3 +103,14 @@ def test_call_does_not_retry_other_errors():
                              sleep=slept.append)
     assert operation.calls == 1
     assert slept == []
+
+
+def test_policy_from_a_connector_configuration():
+    from airflow_provider_mongocdc.core.config import ConnectorConfig
+
+    config = ConnectorConfig.from_properties({
+        "topic.prefix": "fulfillment", "connect.backoff.initial.delay.ms": 250,
+        "connect.backoff.max.delay.ms": 2000, "connect.max.attempts": 5})
+    assert list(BackoffPolicy.from_config(config).delays_ms()) == [250, 500, 1000, 2000, 2000]
+    defaults = BackoffPolicy.from_config(ConnectorConfig.from_properties({"topic.prefix": "p"}))
+    assert defaults == BackoffPolicy()

@@ -130,3 +130,12 @@ def test_offset_and_chunk_records_target_the_offsets_topic():
     assert store.tombstone(partition).value is None
     with pytest.raises(ConfigError):
         OffsetStore({}, "t")
+
+
+def test_store_from_a_connector_configuration():
+    from airflow_provider_mongocdc.core.config import ConnectorConfig
+
+    kafka = {"bootstrap.servers": "127.0.0.1:1"}
+    assert OffsetStore.from_config(kafka, ConnectorConfig.from_properties({"topic.prefix": "shop"})).topic == "shop.offsets"
+    custom = ConnectorConfig.from_properties({"topic.prefix": "shop", "offset.storage.topic": "cdc-offsets"})
+    assert OffsetStore.from_config(kafka, custom).topic == "cdc-offsets"
