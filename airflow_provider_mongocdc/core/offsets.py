@@ -399,6 +399,11 @@ class OffsetStore:
     security settings). Records for the data path come from :meth:`offset_record` and
     :meth:`chunk_record` and are sent inside the writer's transaction with the events; the
     operator actions :meth:`write`, :meth:`reset` and :meth:`set_position` commit on their own.
+
+    Create the run's :class:`TransactionalWriter` before reading: its ``init_transactions`` aborts
+    a killed predecessor's open transaction (same ``transactional.id``), which would otherwise hold
+    back the last stable offset, so reads could miss offsets committed after it until the broker
+    times it out.
     """
 
     def __init__(self, kafka_config: Mapping[str, Any], topic: str, *, read_timeout_s: float = 60.0,
@@ -519,8 +524,12 @@ class OffsetStore:
             except KafkaException as error:
                 raise self._unreadable(error) from None
             info = metadata.topics.get(self.topic)
-            if info is None or info.error is not None:
-                return []
+            if info is None or (info.error is not None and info.error.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)):
+                return []  # no topic yet: no offsets yet
+            if info.error is not None:
+                # Never mistake an unreadable topic for an empty one: that would start over.
+                raise self._unreadable(KafkaException(info.error))
             ends: dict[int, int] = {}
             for partition_id in sorted(info.partitions):
                 try:

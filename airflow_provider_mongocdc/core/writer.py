@@ -478,7 +478,8 @@ class TransactionalWriter:
                 "writer with the same transactional.id; its transaction was aborted and nothing it "
                 "sent since its last commit is visible",
                 cause="another run of the same task started (a retry or a duplicate run) and took "
-                      f"over: {error.str()}",
+                      "over, or the broker aborted the transaction after transaction.timeout.ms: "
+                      f"{error.str()}",
                 fix="nothing to repair: the newer run continues from the last committed offset. If "
                     "runs overlap unexpectedly, make sure one run per connector task at a time")
         if error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
