@@ -1,0 +1,449 @@
+"""spark-submit entry point of the snapshot: ``snapshot.py --job-spec PATH [--result PATH]``.
+
+The job spec (written by ``MongoSnapshotOperator``) holds the connector configuration, the MongoDB
+connection details, the Kafka configuration and these parameters:
+
+``collections``
+    list of ``"<db>.<collection>"`` to copy (a re-snapshot of chosen collections); default: every
+    captured collection (``snapshot.include.collection.list`` applies then).
+``force``
+    run a new snapshot even when ``snapshot.mode`` finds nothing to do (a completed snapshot or a
+    stored offset exists). A snapshot found in progress is resumed in any case.
+``reset_offset``
+    whether completion moves the streaming offset to the position recorded before copying
+    (default true: a full or gap-filling snapshot). False for a re-snapshot of chosen collections
+    while streaming continues without a gap: the offset keeps its position.
+
+Steps (see :mod:`airflow_provider_mongocdc.core.snapshot`): check the topology (a standalone
+server is refused), read the offsets, decide per ``snapshot.mode``; for a new snapshot record the
+stream position of every offset partition, plan the chunks, and commit the "snapshot started"
+offsets with the plan in one transaction; copy the pending chunks in Spark tasks (at most
+``snapshot.max.threads`` at a time), the final chunk last; then commit the completed snapshot.
+Progress is logged by the driver as chunk markers appear in the offsets topic; the summary goes
+to the result file (and the operator's XCom).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import fields
+from typing import Any
+
+from airflow_provider_mongocdc.core.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.spark_apps.runtime import main
+
+log = logging.getLogger("airflow_provider_mongocdc")
+
+PROGRESS_POLL_S = 2.0
+
+
+# -- connections --------------------------------------------------------------------------------------
+def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoConnectionDetails:
+    """The spec's MongoDB details, with the connector's driver timeouts where the spec has none."""
+    known = {item.name for item in fields(MongoConnectionDetails)}
+    unknown = sorted(set(mongo) - known)
+    if unknown:
+        raise ConfigError("The job spec's MongoDB connection details hold unknown fields",
+                          cause=f"{', '.join(unknown)}",
+                          fix="run the snapshot through its Airflow operator, which writes the spec")
+    values = dict(mongo)
+    values.setdefault("connect_timeout_ms", config.mongodb_connect_timeout_ms)
+    values.setdefault("server_selection_timeout_ms", config.mongodb_server_selection_timeout_ms)
+    values.setdefault("socket_timeout_ms", config.mongodb_socket_timeout_ms or None)
+    values.setdefault("heartbeat_frequency_ms", config.mongodb_heartbeat_frequency_ms)
+    values.setdefault("members_auto_discover", config.mongodb_members_auto_discover)
+    return MongoConnectionDetails(**values)
+
+
+def backoff_policy(config: ConnectorConfig) -> BackoffPolicy:
+    return BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
+                         config.connect_max_attempts)
+
+
+def _bool_param(params: dict[str, Any], name: str, default: bool) -> bool:
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"The snapshot parameter {name}={value!r} is not a boolean",
+                      fix=f"pass {name} as true or false")
+
+
+# -- the tasks ----------------------------------------------------------------------------------------
+def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run in a Spark task: copy a group of chunks; returns their results.
+
+    Chunks already committed (by an earlier attempt of this task or an earlier run) are skipped,
+    as read from the offsets topic when the task starts.
+    """
+    from airflow_provider_mongocdc.core.config import ConnectorConfig
+    from airflow_provider_mongocdc.core.connection import connect
+    from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
+    from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
+    from airflow_provider_mongocdc.spark_apps.snapshot import backoff_policy, connection_details
+
+    config = ConnectorConfig.from_properties(task["connector"])
+    partition = OffsetPartition(**task["partition"])
+    store = OffsetStore(task["kafka"], config.offsets_topic)
+    finished = store.finished_chunks(partition, task["snapshot_id"])
+    copier = ChunkCopier(config, task["kafka"], task["snapshot_id"], Position.from_json(task["start"]),
+                         partition, task["replica_set"])
+    chunks = [Chunk.from_json(document) for document in chunk_documents]
+    results = []
+    client = None
+    try:
+        for chunk in chunks:
+            if chunk.chunk_id in finished:
+                results.append(ChunkResult(chunk.chunk_id, chunk.namespace, already_committed=True).to_dict())
+                continue
+            if client is None:
+                client = connect(connection_details(task["mongo"], config), backoff_policy(config))
+            results.append(copier.copy(client, chunk).to_dict())
+    finally:
+        if client is not None:
+            client.close()
+    return results
+
+
+# -- the job ------------------------------------------------------------------------------------------
+def job(spark, spec: JobSpec) -> dict[str, Any]:
+    from airflow_provider_mongocdc.core.connection import connect
+    from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+    from airflow_provider_mongocdc.core.snapshot import decide, parse_namespaces
+    from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
+
+    started = time.monotonic()
+    config = ConnectorConfig.from_properties(spec.connector)
+    params = dict(spec.params or {})
+    collections = parse_namespaces(params.get("collections"))
+    force = _bool_param(params, "force", False)
+    reset_offset = _bool_param(params, "reset_offset", True)
+    details = connection_details(spec.mongo, config)
+    policy = backoff_policy(config)
+
+    topology = discover(details, policy=policy)  # refuses a standalone server (TopologyError)
+    partition_names = topology.partitions(config.mongodb_connection_mode)
+    partitions = [OffsetPartition(config.topic_prefix, name) for name in partition_names]
+    replica_set = topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
+    shards = {shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards}
+    log.info("Snapshot of %s (%s): partitions %s, snapshot.mode=%s", details.describe(), topology.kind,
+             ", ".join(partition_names), config.snapshot_mode)
+
+    store = OffsetStore(spec.kafka, config.offsets_topic)
+    store.ensure_topic()
+    everything = store.read_everything()
+    states = {partition: everything.states.get(partition) for partition in partitions}
+
+    clients: dict[str, Any] = {}
+
+    def client_for(partition_name: str | None):
+        """The deployment's client, or a shard's for a per-shard partition."""
+        key = partition_name if partition_name in shards else None
+        if key not in clients:
+            clients[key] = connect(details if key is None else
+                                   details.for_replica_set(key, shards[key].hosts), policy)
+        return clients[key]
+
+    try:
+        def purged(partition, position) -> bool:
+            from airflow_provider_mongocdc.core.snapshot import resume_point_purged
+
+            return resume_point_purged(client_for(partition.rs), config, position)
+
+        decision = decide(states, config.snapshot_mode, force=force, purged=purged)
+        log.info("Snapshot decision: %s (%s)", decision.action, decision.reason)
+        run = SnapshotRun(spark, spec, config, store, partitions, states, everything, replica_set,
+                          client_for, collections, reset_offset, started)
+        return run.execute(decision)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+class SnapshotRun:
+    """One run of the snapshot application after the decision."""
+
+    def __init__(self, spark, spec, config, store, partitions, states, everything, replica_set,
+                 client_for, collections, reset_offset, started):
+        self.spark = spark
+        self.spec = spec
+        self.config = config
+        self.store = store
+        self.partitions = partitions
+        self.plan_partition = partitions[0]  # holds the plan and the chunk markers
+        self.states = states
+        self.everything = everything
+        self.replica_set = replica_set
+        self.client_for = client_for
+        self.collections = collections
+        self.reset_offset = reset_offset
+        self.started = started
+
+    # -- outcomes --
+    def execute(self, decision) -> dict[str, Any]:
+        from airflow_provider_mongocdc.core.snapshot import NOTHING, RECORD_POSITION, RESUME
+
+        base = {"connector": self.config.topic_prefix, "mode": self.config.snapshot_mode,
+                "action": decision.action, "reason": decision.reason,
+                "partitions": [partition.rs for partition in self.partitions]}
+        if decision.action == NOTHING:
+            log.info("Nothing to snapshot: %s", decision.reason)
+            return base | {"offsets": self._offsets_summary(self.states)}
+        if decision.action == RECORD_POSITION:
+            return base | self._record_position()
+        if decision.action == RESUME:
+            return base | self._resume(decision.snapshot_id)
+        return base | self._new_snapshot()
+
+    def _record_position(self) -> dict[str, Any]:
+        """snapshot.mode=no_data without an offset: the current position, snapshot completed."""
+        from airflow_provider_mongocdc.core.change_stream import current_position
+        from airflow_provider_mongocdc.core.offsets import OffsetState
+        from airflow_provider_mongocdc.core.snapshot import new_snapshot_id
+
+        snapshot_id = new_snapshot_id()
+        records, after = [], {}
+        for partition in self.partitions:
+            state = self.states[partition]
+            if state is not None and state.position is not None:
+                after[partition] = state  # this partition already has an offset: kept as it is
+                continue
+            start = current_position(self.client_for(partition.rs), self.config)
+            state = (state or OffsetState()).snapshot_started(snapshot_id, start, 0).snapshot_completed()
+            after[partition] = state
+            records.append(self.store.offset_record(partition, state))
+        self._control_commit(records)
+        log.info("snapshot.mode=no_data: recorded the stream position without copying data (%s)",
+                 "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items()))
+        return {"snapshot_id": snapshot_id, "documents": 0, "chunks": 0,
+                "duration_s": round(time.monotonic() - self.started, 3),
+                "offsets": self._offsets_summary(after)}
+
+    def _new_snapshot(self) -> dict[str, Any]:
+        from airflow_provider_mongocdc.core.change_stream import current_position
+        from airflow_provider_mongocdc.core.offsets import OffsetState
+        from airflow_provider_mongocdc.core.snapshot import (
+            build_plan,
+            new_snapshot_id,
+            plan_collection,
+            snapshot_collections,
+        )
+        from airflow_provider_mongocdc.core.filters import Filters
+
+        snapshot_id = new_snapshot_id()
+        # 1. The stream position, recorded BEFORE anything is read.
+        starts = {partition: current_position(self.client_for(partition.rs), self.config)
+                  for partition in self.partitions}
+        for partition, start in starts.items():
+            log.info("Snapshot %s: stream position of %s recorded: %s", snapshot_id, partition.rs,
+                     start.describe())
+        # 2. The plan.
+        client = self.client_for(None)
+        namespaces = snapshot_collections(client, self.config, self.collections)
+        filters = Filters(self.config)
+        ranges = {}
+        for database, collection in namespaces:
+            ranges[(database, collection)] = plan_collection(
+                client, database, collection, self.config.snapshot_chunk_size,
+                snapshot_filter=filters.snapshot_filter(database, collection))
+        plan = build_plan(snapshot_id, ranges, mode=self.config.snapshot_mode,
+                          reset_offset=self.reset_offset,
+                          collections=[f"{db}.{coll}" for db, coll in namespaces])
+        log.info("Snapshot %s: %d collections in %d chunks (about %d documents; snapshot.chunk.size=%d, "
+                 "snapshot.max.threads=%d)", snapshot_id, len(namespaces), plan.size,
+                 sum(chunk.estimated for chunk in plan.chunks), self.config.snapshot_chunk_size,
+                 self.config.snapshot_max_threads)
+        # 3. Topics, then "snapshot started" with the plan, on their own in one transaction.
+        self._ensure_data_topics(plan)
+        records = []
+        for partition in self.partitions:
+            state = (self.states[partition] or OffsetState()).snapshot_started(
+                snapshot_id, starts[partition], plan.size)
+            records.append(self.store.offset_record(partition, state))
+        records.extend(plan.records(self.store, self.plan_partition))
+        self._control_commit(records)
+        return self._copy(plan, starts, markers={}, resumed=False)
+
+    def _resume(self, snapshot_id: str) -> dict[str, Any]:
+        from airflow_provider_mongocdc.core.errors import OffsetError
+        from airflow_provider_mongocdc.core.snapshot import SnapshotPlan
+
+        markers = dict(self.everything.chunks.get((self.plan_partition, snapshot_id), {}))
+        plan = SnapshotPlan.from_markers(snapshot_id, markers)
+        if plan is None:
+            raise OffsetError(
+                f"Snapshot {snapshot_id} is in progress but its plan is not in the offsets topic",
+                cause="the plan records were deleted (the topic was compacted with tombstones or "
+                      "edited)",
+                fix="reset the connector's offsets (mongocdc offsets reset) and run the snapshot "
+                    "again")
+        self.reset_offset = plan.reset_offset
+        starts = {}
+        for partition in self.partitions:
+            state = self.states[partition]
+            if state is None or state.snapshot.snapshot_id != snapshot_id or state.snapshot.start is None:
+                raise OffsetError(
+                    f"Snapshot {snapshot_id} is not in progress for partition {partition.describe()}",
+                    cause="the partitions of the connector changed since the snapshot started "
+                          "(mongodb.connection.mode or the shards)",
+                    fix="reset the connector's offsets and run the snapshot again")
+            starts[partition] = state.snapshot.start
+        log.info("Snapshot %s resumes: %d of %d chunks already committed; recorded start %s",
+                 snapshot_id, len([c for c in markers if not c.startswith("plan-")]), plan.size,
+                 "; ".join(f"{p.rs}: {s.describe()}" for p, s in starts.items()))
+        self._ensure_data_topics(plan)
+        return self._copy(plan, starts, markers=markers, resumed=True)
+
+    # -- copying --
+    def _copy(self, plan, starts, *, markers, resumed: bool) -> dict[str, Any]:
+        from airflow_provider_mongocdc.core.snapshot import Progress, data_chunks_finished
+
+        progress = Progress(plan)
+        progress.preload(markers)
+        finished = set(data_chunks_finished(markers))
+        pending = [chunk for chunk in plan.chunks if chunk.chunk_id not in finished]
+        final = plan.final_chunk
+        regular = [chunk for chunk in pending if final is None or chunk.chunk_id != final.chunk_id]
+        task = {
+            "connector": self.spec.connector, "mongo": self.spec.mongo, "kafka": self.spec.kafka,
+            "snapshot_id": plan.snapshot_id, "start": starts[self.plan_partition].to_json(),
+            "partition": {"server_id": self.plan_partition.server_id, "rs": self.plan_partition.rs,
+                          "connector": self.plan_partition.connector_name},
+            "replica_set": self.replica_set,
+        }
+        if regular:
+            self._run_tasks(task, regular, self.config.snapshot_max_threads, progress)
+        if final is not None and final.chunk_id not in finished:
+            self._run_tasks(task, [final], 1, progress)
+        return self._complete(plan, progress, starts, resumed)
+
+    def _run_tasks(self, task, chunks, threads: int, progress) -> None:
+        """Copy ``chunks`` in at most ``threads`` parallel Spark tasks; log progress meanwhile."""
+        from airflow_provider_mongocdc.core.snapshot import distribute
+
+        groups = [[chunk.to_json() for chunk in group] for group in distribute(chunks, threads)]
+        context = self.spark.sparkContext
+        context.setJobDescription(f"mongocdc snapshot {task['snapshot_id']}: {len(chunks)} chunks")
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                rdd = context.parallelize(groups, len(groups))
+                outcome["results"] = rdd.map(lambda group: copy_chunks(task, group)).collect()
+            except BaseException as error:  # handed to the driver thread below
+                outcome["error"] = error
+
+        worker = threading.Thread(target=run, name="mongocdc-snapshot-job", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(PROGRESS_POLL_S)
+            self._log_progress(progress, task["snapshot_id"])
+        self._log_progress(progress, task["snapshot_id"])
+        if "error" in outcome:
+            raise outcome["error"]
+
+    def _log_progress(self, progress, snapshot_id: str) -> None:
+        try:
+            markers = self.store.chunk_markers(self.plan_partition, snapshot_id)
+        except Exception as error:  # progress is informative only; the copy goes on
+            log.warning("Snapshot %s: could not read progress from the offsets topic: %s",
+                        snapshot_id, error)
+            return
+        for line in progress.update(markers):
+            log.info("%s", line)
+
+    def _complete(self, plan, progress, starts, resumed: bool) -> dict[str, Any]:
+        """All chunks committed: the recorded start becomes the streaming offset."""
+        from airflow_provider_mongocdc.core.snapshot import check_complete
+
+        everything = self.store.read_everything()
+        markers = everything.chunks.get((self.plan_partition, plan.snapshot_id), {})
+        check_complete(plan, markers)
+        progress.update(markers)
+        totals = progress.totals()
+        records, after = [], {}
+        for partition in self.partitions:
+            state = everything.states.get(partition)
+            if state is None:
+                from airflow_provider_mongocdc.core.errors import OffsetError
+
+                raise OffsetError(f"The offset of {partition.describe()} disappeared during snapshot "
+                                  f"{plan.snapshot_id}",
+                                  cause="it was reset while the snapshot ran",
+                                  fix="run the snapshot again")
+            previous = state.position
+            completed = state.snapshot_completed(events=totals["events"])
+            if not plan.reset_offset and previous is not None:
+                completed = completed.with_position(previous)
+            after[partition] = completed
+            records.append(self.store.offset_record(partition, completed))
+        # Markers of earlier snapshots are no longer needed: delete them (compaction drops them).
+        for (owner, snapshot_id), old in everything.chunks.items():
+            if owner in after and snapshot_id != plan.snapshot_id and old:
+                records.extend(self.store.chunk_tombstones(owner, snapshot_id, old))
+        self._control_commit(records)
+        duration = time.monotonic() - self.started
+        copied_chunks = plan.size - progress.skipped
+        summary = {
+            "snapshot_id": plan.snapshot_id,
+            "resumed": resumed,
+            "reset_offset": plan.reset_offset,
+            "start_position": {p.rs: starts[p].to_json() for p in self.partitions},
+            "collections": totals["collections"],
+            "documents": totals["documents"],
+            "events": totals["events"],
+            "bytes": totals["bytes"],
+            "chunks": plan.size,
+            "chunks_copied": copied_chunks,
+            "chunks_skipped": progress.skipped,
+            "documents_copied": progress.copied_documents,
+            "duration_s": round(duration, 3),
+            "docs_per_s": round(progress.copied_documents / max(duration, 1e-6), 1),
+            "offsets": self._offsets_summary(after),
+        }
+        log.info("Snapshot %s completed in %.1f s: %d documents (%s) in %d chunks (%d skipped as "
+                 "already committed), %d bytes; streaming continues from %s", plan.snapshot_id,
+                 duration, totals["documents"],
+                 ", ".join(f"{ns}: {count}" for ns, count in totals["collections"].items()) or "none",
+                 plan.size, progress.skipped, totals["bytes"],
+                 "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items() if s.position))
+        return summary
+
+    # -- helpers --
+    def _ensure_data_topics(self, plan) -> None:
+        from airflow_provider_mongocdc.core.topics import TopicNamer
+        from airflow_provider_mongocdc.core.writer import TopicSpec, ensure_topics
+
+        namer = TopicNamer(self.config)
+        names = sorted({namer.data_topic(chunk.database, chunk.collection) for chunk in plan.chunks})
+        if names:
+            created = ensure_topics(self.spec.kafka, [TopicSpec(name) for name in names])
+            made = [name for name, outcome in created.items() if outcome == "created"]
+            if made:
+                log.info("Created topics %s", ", ".join(made))
+
+    def _control_commit(self, records) -> None:
+        from airflow_provider_mongocdc.core.snapshot import control_transactional_id
+        from airflow_provider_mongocdc.core.writer import TransactionalWriter
+
+        with TransactionalWriter(self.spec.kafka, control_transactional_id(self.config.topic_prefix)) as writer:
+            writer.begin()
+            writer.commit(records)
+
+    @staticmethod
+    def _offsets_summary(states) -> dict[str, Any]:
+        return {partition.rs: (state.to_dict() if state is not None else None)
+                for partition, state in states.items()}
+
+
+if __name__ == "__main__":
+    main("snapshot", job)

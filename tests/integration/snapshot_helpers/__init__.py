@@ -1,0 +1,177 @@
+"""Helpers for the snapshot integration tests: seed data, job specs, spark-submit, topic reading."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
+
+from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.spark_apps import snapshot as snapshot_app
+
+APP = snapshot_app.__file__
+
+
+def tricky_fields(n: int) -> dict[str, Any]:
+    """Field values of many BSON types (none of them is an _id)."""
+    return {
+        "n": n,
+        "long": Int64(2**40 + n),
+        "double": n / 7,
+        "decimal": Decimal128(f"{n}.125"),
+        "when": datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=n),
+        "bin": Binary(bytes([n % 256]) * 5),
+        "uuid": Binary(uuid.UUID(int=n).bytes, 4),
+        "ts": Timestamp(1_700_000_000, n + 1),
+        "re": Regex("^a.c$", "i"),
+        "code": Code("function() { return 1; }"),
+        "min": MinKey(),
+        "max": MaxKey(),
+        "nan": float("nan"),
+        "nested": {"a": [1, {"b": None}, [True, False]], "e": {}},
+        "text": "h\u00e9llo \"quoted\" \\ \u2603",
+    }
+
+
+def mixed_ids(count: int) -> list[Any]:
+    """``count`` distinct _id values of several BSON types, interleaved."""
+    ids: list[Any] = []
+    for n in range(count):
+        kind = n % 6
+        if kind == 0:
+            ids.append(ObjectId())
+        elif kind == 1:
+            ids.append(n)  # int32
+        elif kind == 2:
+            ids.append(f"key-{n:05d}")
+        elif kind == 3:
+            ids.append(Binary(uuid.uuid4().bytes, 4))  # UUID, binary subtype 4
+        elif kind == 4:
+            ids.append({"region": f"r{n % 3}", "seq": n})  # a document _id
+        else:
+            ids.append(Int64(10**12 + n) if n % 2 else n + 0.5)
+    return ids
+
+
+def seed(client, database: str, sizes: dict[str, int]) -> dict[str, list[Any]]:
+    """Create the collections (``mixed`` gets mixed _ids, the others ObjectIds and ints); returns
+    the _ids per collection."""
+    created: dict[str, list[Any]] = {}
+    for name, count in sizes.items():
+        if name == "mixed":
+            ids = mixed_ids(count)
+            docs = [{"_id": _id, **tricky_fields(n)} for n, _id in enumerate(ids)]
+        elif name.startswith("orders"):
+            ids = list(range(1, count + 1))
+            docs = [{"_id": _id, "customer": n % 50, "total": Decimal128(f"{n}.99")} for n, _id in enumerate(ids)]
+        else:
+            ids = [ObjectId() for _ in range(count)]
+            docs = [{"_id": _id, "name": f"customer {n}", "tags": ["a", "b"][: n % 3]} for n, _id in enumerate(ids)]
+        for start in range(0, len(docs), 1000):
+            client[database][name].insert_many(docs[start:start + 1000], ordered=False)
+        created[name] = ids
+    return created
+
+
+def mongo_details(uri: str, *, user: str | None = None, password: str | None = None) -> dict[str, Any]:
+    details: dict[str, Any] = {"connection_string": uri}
+    if user:
+        details.update(username=user, password=password)
+    return details
+
+
+def write_spec(directory: Path, connector: dict[str, Any], mongo: dict[str, Any], kafka: dict[str, Any],
+               params: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = uuid.uuid4().hex[:8]
+    spec_path = directory / f"spec-{stamp}.json"
+    JobSpec("snapshot", connector, mongo, kafka, params or {}).write(spec_path)
+    return spec_path, directory / f"result-{stamp}.json"
+
+
+SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.ui.enabled=false",
+              "--conf", "spark.ui.showConsoleProgress=false"]
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    result: dict[str, Any] | None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        assert self.returncode == 0 and self.result and self.result.get("status") == "ok", self.describe()
+        return self.result["summary"]
+
+    def describe(self) -> str:
+        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
+
+
+def run_snapshot(spark_submit: str, spec_path: Path, result_path: Path, *, timeout: float = 240) -> Run:
+    process = subprocess.run([spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path),
+                              "--result", str(result_path)], capture_output=True, text=True,
+                             timeout=timeout, env=_env())
+    return Run(process.returncode, process.stdout + process.stderr, _result(result_path))
+
+
+def start_snapshot(spark_submit: str, spec_path: Path, result_path: Path, log_path: Path) -> subprocess.Popen:
+    """spark-submit in its own process group (so that the test can kill -9 all of it)."""
+    log = open(log_path, "w")
+    try:
+        return subprocess.Popen([spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path),
+                                 "--result", str(result_path)], stdout=log, stderr=subprocess.STDOUT,
+                                env=_env(), start_new_session=True)
+    finally:
+        log.close()
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return env
+
+
+def _result(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def payloads(records) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(key payload, value payload) of each record (Kafka Connect JSON with or without schema)."""
+    out = []
+    for record in records:
+        key = json.loads(record.key)
+        value = json.loads(record.value)
+        out.append((key.get("payload", key), value.get("payload", value)))
+    return out
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
