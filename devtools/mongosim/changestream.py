@@ -445,6 +445,8 @@ class ChangeStreamCursor:
 
     def next_batch(self, batch_size: int | None, await_ms: float | None, first: bool) -> tuple[list, bool]:
         """(events as RawBSONDocuments, closed). Caller holds the deployment lock."""
+        if batch_size == 0:
+            return [], self.closed
         limit = batch_size if batch_size is not None else 0
         out: list = []
         total = 0

@@ -95,6 +95,57 @@ class FindCursor:
         return out, exhausted
 
 
+class OplogTailCursor:
+    """A tailable (optionally awaitData) cursor on local.oplog.rs."""
+
+    kind = "tail"
+
+    def __init__(self, ns: str, oplog, pred, deployment, await_data: bool, projection):
+        self.ns = ns
+        self.oplog = oplog
+        self.pred = pred
+        self.deployment = deployment
+        self.await_data = await_data
+        self.projection = projection
+        self.last_key = -1
+        self.killed: CommandError | None = None
+
+    def next_batch(self, batch_size: int | None, await_ms: float | None) -> list:
+        deadline = time.monotonic() + (await_ms or 0) / 1000.0 if self.await_data and await_ms else None
+        while True:
+            if self.killed is not None:
+                raise self.killed
+            if self.last_key >= 0 and self.oplog.dropped_through > self.last_key and \
+                    (not self.oplog.keys or self.oplog.keys[0] > self.last_key):
+                raise CommandError(136, "Executor error during getMore :: caused by :: CollectionScan died due "
+                                   "to position in capped collection being deleted.")
+            out = []
+            total = 0
+            index = self.oplog.index_after(self.last_key)
+            while index < len(self.oplog.entries):
+                entry = self.oplog.entries[index]
+                key = self.oplog.keys[index]
+                index += 1
+                self.last_key = key
+                if not self.pred(entry):
+                    continue
+                doc = query.project(entry, self.projection) if self.projection else entry
+                encoded = bsonutil.encode(doc)
+                total += len(encoded)
+                out.append(RawBSONDocument(encoded))
+                if (batch_size and len(out) >= batch_size) or total > bsonutil.MAX_BSON_SIZE - 1024 * 1024:
+                    break
+            if out or deadline is None:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            self.deployment.cv.wait(min(remaining, 0.25))
+
+    def kill(self, error: CommandError) -> None:
+        self.killed = error
+
+
 class Cursors:
     """Open cursors of one endpoint (a cursor id is only valid on the server that created it)."""
 
@@ -456,6 +507,8 @@ def cmd_find(call: Call) -> dict:
         raise CommandError(14, "BSON field 'FindCommandRequest.filter' is the wrong type, expected type "
                            "'object'", code_name="TypeMismatch")
     _check_hint(call, call.db, name, cmd.get("hint"))
+    if cmd.get("tailable"):
+        return _tailable_find(call, name, spec)
     docs = _read_docs(call, call.db, name, spec)
     sort = cmd.get("sort")
     if sort:
@@ -482,6 +535,20 @@ def cmd_find(call: Call) -> dict:
     if limit and (batch_size is None or batch_size > limit):
         batch_size = limit if batch_size is not None or limit < DEFAULT_BATCH else batch_size
     return open_cursor(call, f"{call.db}.{name}", docs, batch_size, limit, single_batch)
+
+
+def _tailable_find(call: Call, name: str, spec: dict) -> dict:
+    oplog = call.backend.oplog_view() if (call.db, name) == ("local", "oplog.rs") else None
+    if oplog is None:
+        raise CommandError(2, f"error processing query: ns={call.db}.{name} :: caused by :: tailable cursor "
+                           "requested on non capped collection", code_name="BadValue")
+    cursor = OplogTailCursor(f"{call.db}.{name}", oplog, query.compile_filter(spec), call.endpoint.deployment,
+                             bool(call.cmd.get("awaitData")), call.cmd.get("projection"))
+    batch_size = call.cmd.get("batchSize")
+    batch = cursor.next_batch(DEFAULT_BATCH if batch_size is None else int(batch_size), None) \
+        if batch_size != 0 else []
+    cursor_id = call.cursors.add(cursor, call.cmd.get("lsid"), None)
+    return _cursor_reply(cursor_id, cursor.ns, batch, True)
 
 
 @command("getMore", kind="none", in_txn=True)
@@ -513,6 +580,14 @@ def cmd_get_more(call: Call) -> dict:
         if closed:
             call.cursors.remove(int(cursor_id))
         return _cursor_reply(0 if closed else int(cursor_id), ns, batch, False, cursor.pbrt)
+    if cursor.kind == "tail":
+        max_time = call.cmd.get("maxTimeMS")
+        try:
+            batch = cursor.next_batch(batch_size, float(max_time) if max_time is not None else 1000.0)
+        except CommandError:
+            call.cursors.remove(int(cursor_id))
+            raise
+        return _cursor_reply(int(cursor_id), ns, batch, False)
     if cursor.killed is not None:
         call.cursors.remove(int(cursor_id))
         raise cursor.killed

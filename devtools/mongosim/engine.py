@@ -216,6 +216,10 @@ class DataNode:
 
     # -- catalog writes --------------------------------------------------------------------------
     def ensure_collection(self, ctx: OpCtx, db: str, name: str, options: dict | None = None) -> Collection:
+        if ctx.txn is None:
+            existing = self.catalog.get(db, name)
+            if existing is not None:
+                return existing
         check_namespace(db, name)
         ns = f"{db}.{name}"
         if ctx.txn is not None:

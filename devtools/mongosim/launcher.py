@@ -188,7 +188,8 @@ class MongoSim:
         for uri in self.shard_uris or [self.uri]:
             with self.client(uri) as client:
                 try:
-                    client.admin.command({"replSetStepDown": seconds, "force": True})
+                    client.admin.command({"replSetStepDown": seconds, "secondaryCatchUpPeriodSecs": 0,
+                                          "force": True})
                 except AutoReconnect:
                     pass  # a real primary closes connections while stepping down
 

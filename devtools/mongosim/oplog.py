@@ -46,9 +46,17 @@ class ClusterClock:
         return self.last
 
 
+_EPOCH = datetime.datetime(1970, 1, 1)
+_last_wall: list = [0, _EPOCH]
+
+
 def wall_now() -> datetime.datetime:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+    """UTC wall-clock time with millisecond precision (BSON dates are milliseconds)."""
+    millis = int(time.time() * 1000)
+    if millis != _last_wall[0]:
+        _last_wall[0] = millis
+        _last_wall[1] = _EPOCH + datetime.timedelta(milliseconds=millis)
+    return _last_wall[1]
 
 
 class Oplog:

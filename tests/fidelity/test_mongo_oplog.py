@@ -115,3 +115,22 @@ def test_periodic_noop_advances_cluster_time_when_idle(mongosim):
         assert len(noops) >= 2
         assert noops[-1]["ns"] == ""
         assert mongo.admin.command("ping")["$clusterTime"]["clusterTime"] > first
+
+
+def test_tailable_await_cursor_follows_the_oplog(client, db):
+    from pymongo import CursorType
+
+    db.c.insert_one({"_id": 0})
+    last = client.local["oplog.rs"].find().sort("$natural", -1).limit(1).next()["ts"]
+    cursor = client.local["oplog.rs"].find({"ts": {"$gt": last}, "ns": f"{db.name}.c"},
+                                           cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    seen = []
+    for _ in range(50):
+        for entry in cursor:          # a tailable cursor stops iterating when no entry is available
+            seen.append(entry["o"]["_id"])
+        if len(seen) == 2:
+            break
+    assert seen == [1, 2]
+    assert cursor.alive
+    cursor.close()
