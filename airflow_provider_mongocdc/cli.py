@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="Airflow connection (type mongocdc_kafka or kafka) holding that configuration")
         kafka.add_argument("--bootstrap-servers", metavar="HOSTS", help="host1:9092,host2:9092 (no authentication)")
         sub.add_argument("--topic-prefix", required=True, help="the connector's topic.prefix")
-        sub.add_argument("--offsets-topic", help="the connector's offset.storage.topic (default <topic prefix>.offsets)")
+        sub.add_argument("--offsets-topic",
+                         help="the connector's offset.storage.topic (default <topic prefix>.offsets)")
         sub.add_argument("--connector", help="connector name in the offset keys (default: the topic prefix)")
         sub.add_argument("--partition", required=partition_required, metavar="RS",
                          help="replica set name, or 'cluster' for a whole-cluster stream")

@@ -256,7 +256,8 @@ def _parse_uri(uri: str, *, resolve_srv: bool) -> dict[str, Any]:
         return uri_parser.parse_uri(uri)
     except (ConfigurationError, ValueError) as error:
         raise ConfigError("The MongoDB connection string is invalid", cause=redact_uri(str(error)),
-                          fix="check the connection string syntax (mongodb://user@host1:27017,host2/?replicaSet=rs0)") from None
+                          fix="check the connection string syntax "
+                              "(mongodb://user@host1:27017,host2/?replicaSet=rs0)") from None
 
 
 # -- the first contact ------------------------------------------------------------------------------

@@ -136,6 +136,7 @@ def test_store_from_a_connector_configuration():
     from airflow_provider_mongocdc.core.config import ConnectorConfig
 
     kafka = {"bootstrap.servers": "127.0.0.1:1"}
-    assert OffsetStore.from_config(kafka, ConnectorConfig.from_properties({"topic.prefix": "shop"})).topic == "shop.offsets"
+    default = ConnectorConfig.from_properties({"topic.prefix": "shop"})
+    assert OffsetStore.from_config(kafka, default).topic == "shop.offsets"
     custom = ConnectorConfig.from_properties({"topic.prefix": "shop", "offset.storage.topic": "cdc-offsets"})
     assert OffsetStore.from_config(kafka, custom).topic == "cdc-offsets"
