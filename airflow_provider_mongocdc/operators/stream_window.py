@@ -1,0 +1,81 @@
+"""The operator that runs one bounded change-stream window (``spark_apps/stream_window.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.window import WindowParams, iso, parse_time
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+
+
+def window_end_for(context: Any, now: datetime | None = None) -> datetime:
+    """The window end of a task run: the data interval's end, or now when that lies in the future
+    or when the run has no data interval (a manual run of an unscheduled DAG)."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    end = context.get("data_interval_end") if context is not None else None
+    if end is None:
+        return now
+    end = parse_time(end)
+    return now if end > now else end
+
+
+class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
+    """Capture the changes from the stored offset up to the end of the data interval.
+
+    Every change of the captured collections before the window end becomes a Debezium-compatible
+    event in Kafka; the events and the new offset are committed together, exactly once. The
+    window end is the run's ``data_interval_end``, or now when that lies in the future (or the run
+    has none). A snapshot must have run first (MongoSnapshotOperator). Returns (and pushes to
+    XCom) the window's summary: events by operation and collection, transactions, bytes, start
+    and end positions per stream, lag percentiles (processing time minus cluster time, ms),
+    duration and batches committed.
+
+    :param idle_timeout: seconds without a change or cluster-time progress after which the
+        window stops early, storing the furthest safe position (default 30).
+    :param max_duration: seconds after which the window stops at the next point between
+        transactions, storing its position (default 3600). (templated)
+    Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
+    ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
+    """
+
+    application_name = "stream_window"
+    template_fields: Sequence[str] = (*MongoCdcSparkSubmitOperator.template_fields,
+                                      "idle_timeout", "max_duration")
+
+    def __init__(self, *, idle_timeout: float | None = None, max_duration: float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.idle_timeout = idle_timeout
+        self.max_duration = max_duration
+
+    def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
+        params = {"window_end": iso(window_end_for(context))}
+        if self.idle_timeout is not None:
+            params["idle_timeout_s"] = float(self.idle_timeout)
+        if self.max_duration is not None:
+            params["max_duration_s"] = float(self.max_duration)
+        # Validate here, before anything is submitted.
+        WindowParams.from_params(params, config)
+        return params
+
+    def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
+        if summary.get("status") == "skipped":
+            self.log.info("Stream window skipped: %s", summary.get("message"))
+            return summary
+        lag = summary.get("lag_ms") or {}
+        self.log.info(
+            "Stream window up to %s: %d events %s in %d transactions, %d bytes, %d batches; "
+            "lag p50=%s ms p95=%s ms max=%s ms; %.1f s; positions %s -> %s",
+            summary.get("window_end"), summary.get("events", 0), summary.get("events_by_op", {}),
+            summary.get("transactions", 0), summary.get("bytes", 0),
+            summary.get("batches_committed", 0), lag.get("p50"), lag.get("p95"), lag.get("max"),
+            summary.get("duration_s", 0.0), summary.get("start_position"), summary.get("end_position"))
+        for partition in summary.get("partitions", []):
+            if not partition.get("reached_end"):
+                self.log.warning("Stream %s stopped before the window end (%s); the next window "
+                                 "continues from %s", partition.get("partition"),
+                                 partition.get("stop_reason"), partition.get("end_position"))
+        return summary

@@ -1,0 +1,63 @@
+"""spark-submit entry point of a bounded change-stream window.
+
+    spark-submit stream_window.py --job-spec PATH [--result PATH]
+
+The driver discovers the deployment's change streams (one for the deployment, or one per shard
+replica set with ``mongodb.connection.mode=replica_set``), checks that each can start from its
+stored offset (clear errors before any task runs), then runs one Spark task per stream: each task
+reads its stream up to the window end and commits events and offsets exactly once
+(``airflow_provider_mongocdc.core.window``). The summary merges the streams' summaries.
+
+The job spec's ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``,
+``max_duration_s``, ``poll_ms`` (see :class:`~airflow_provider_mongocdc.core.window.WindowParams`).
+Connection details travel to the tasks inside the task closure, never through Spark's
+configuration or environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.core.window import (
+    WindowParams,
+    backoff_policy,
+    check_offsets,
+    empty_summary,
+    connection_details,
+    iso,
+    merge_summaries,
+    plan_streams,
+    run_stream_tasks,
+)
+from airflow_provider_mongocdc.spark_apps.runtime import main
+
+APPLICATION = "stream_window"
+log = logging.getLogger("airflow_provider_mongocdc.stream_window")
+
+
+def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
+    started = time.monotonic()
+    config = ConnectorConfig.from_properties(spec.connector)
+    params = WindowParams.from_params(spec.params, config)
+    targets = plan_streams(connection_details(spec.mongo), config, policy=backoff_policy(config))
+    starts = check_offsets(config, spec.kafka, targets)
+    if all(position is None for position in starts.values()):
+        log.info("Streaming disabled by snapshot.mode=initial_only for %s", config.topic_prefix)
+        return merge_summaries([empty_summary(target.partition, params) for target in targets],
+                               params.window_end, time.monotonic() - started)
+    log.info("Window of %s up to %s over %d stream(s): %s", config.topic_prefix,
+             iso(params.window_end), len(targets), ", ".join(t.partition for t in targets))
+    task = functools.partial(run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka),
+                             params=params.to_params())
+    rdd = spark.sparkContext.parallelize([target.to_json() for target in targets], len(targets))
+    summaries = rdd.mapPartitions(task).collect()
+    return merge_summaries(summaries, params.window_end, time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    main(APPLICATION, job)

@@ -1,0 +1,161 @@
+"""Bounded stream windows through spark-submit: the events on the topics, consecutive windows
+without overlap or hole, and quiet windows that still move the offset.
+
+Runs against the simulator (or MONGOCDC_TEST_MONGODB_URI), the real Kafka broker and
+spark-submit. Window ends are whole seconds derived from the server's own cluster times.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from bson.timestamp import Timestamp
+from pymongo import MongoClient
+
+from tests.integration.window_helpers import (
+    connector,
+    insert_at,
+    next_second,
+    pass_second,
+    run_window_app,
+    seed_offset,
+    topic_events,
+    write_time,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _ts_datetime(ts: Timestamp) -> datetime:
+    return datetime.fromtimestamp(ts.time, timezone.utc)
+
+
+def _updated(event) -> dict:
+    return json.loads(event.payload["updateDescription"]["updatedFields"])
+
+
+def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
+        mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path):
+    db_name = unique_name[:40]
+    marker_db = f"{db_name}_m"
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(prefix, db_name, {"heartbeat.interval.ms": 1000})
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    seeded = store.read(partition)
+    topic = f"{prefix}.{db_name}"
+
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    db = client[db_name]
+    # -- window A: inserts, updates (set, unset, array element, push), replace, delete, a
+    # transaction over two collections, a drop and a rename; the last write X just before the end.
+    db.orders.insert_one({"_id": 1, "items": [1, 2, 3], "status": "new", "note": "x"})
+    db.orders.update_one({"_id": 1}, {"$set": {"status": "paid", "items.1": 20}, "$unset": {"note": ""}})
+    db.orders.update_one({"_id": 1}, {"$push": {"items": 4}})
+    db.orders.replace_one({"_id": 1}, {"_id": 1, "status": "replaced"})
+    db.orders.insert_one({"_id": 2})
+    db.orders.delete_one({"_id": 2})
+
+    def transaction(session):
+        with session.start_transaction():
+            db.orders.insert_one({"_id": 3}, session=session)
+            db.payments.insert_one({"_id": "p3", "order": 3}, session=session)
+
+    write_time(client, transaction)
+    db.gone.insert_one({"_id": 10})
+    db.gone.drop()
+    db.old.insert_one({"_id": 20})
+    db.old.rename("renamed")
+    db.renamed.update_one({"_id": 20}, {"$set": {"v": 1}})
+    x_time = insert_at(db.orders, {"_id": 100})
+    end_a = next_second(x_time)
+    pass_second(client, end_a, marker_db)
+    y_time = insert_at(db.orders, {"_id": 101})  # at or after the end of window A
+    assert y_time >= end_a
+
+    run_a = run_window_app(spark_submit, tmp_path, "a", props, mongodb_uri, kafka, end_a)
+    summary = run_a.summary
+    assert summary["status"] == "completed" and summary["reached_end"] is True
+    assert summary["events"] == 12
+    assert summary["events_by_op"] == {"c": 7, "d": 1, "u": 4}
+    assert summary["events_by_collection"] == {f"{db_name}.gone": 1, f"{db_name}.old": 1,
+                                               f"{db_name}.orders": 8, f"{db_name}.payments": 1,
+                                               f"{db_name}.renamed": 1}
+    assert summary["transactions"] == 1 and summary["tombstones"] == 1
+    assert summary["batches_committed"] >= 1 and summary["bytes"] > 0
+    assert summary["start_position"][partition.rs]["sec"] == seeded.cluster_time.time
+    assert summary["end_position"][partition.rs] == {"sec": end_a.time, "ord": 0,
+                                                     "time": _ts_datetime(end_a).isoformat().replace("+00:00", "Z")}
+    assert set(summary["lag_ms"]) == {"p50", "p95", "max"} and summary["lag_ms"]["max"] >= 0
+
+    orders = topic_events(kafka_bootstrap, f"{topic}.orders")
+    assert [(e.key["id"], e.op) for e in orders] == [
+        ("1", "c"), ("1", "u"), ("1", "u"), ("1", "u"), ("2", "c"), ("2", "d"), ("2", None),
+        ("3", "c"), ("100", "c")]
+    created, set_unset, pushed, replaced = orders[:4]
+    assert created.after == {"_id": 1, "items": [1, 2, 3], "status": "new", "note": "x"}
+    assert _updated(set_unset) == {"status": "paid", "items.1": 20}
+    assert set_unset.payload["updateDescription"]["removedFields"] == ["note"]
+    assert _updated(pushed) == {"items.3": 4}
+    assert pushed.payload["updateDescription"]["removedFields"] is None
+    # Updates carry the document as looked up when read (capture.mode change_streams_update_full).
+    assert set_unset.after == pushed.after == {"_id": 1, "status": "replaced"}
+    assert replaced.after == {"_id": 1, "status": "replaced"}
+    assert replaced.payload["updateDescription"] is None
+    assert orders[5].payload["before"] is None and orders[5].after is None  # delete, then tombstone
+    assert all(e.payload["source"]["rs"] == partition.rs for e in orders if e.payload)
+    assert all(e.payload["source"]["snapshot"] == "false" for e in orders if e.payload)
+
+    payments = topic_events(kafka_bootstrap, f"{topic}.payments")
+    assert [(e.key["id"], e.op, e.after) for e in payments] == [('"p3"', "c", {"_id": "p3", "order": 3})]
+    in_transaction = orders[7].payload["transaction"]
+    assert in_transaction["total_order"] == 1 and in_transaction["data_collection_order"] == 1
+    assert payments[0].payload["transaction"] == {"id": in_transaction["id"], "total_order": 2,
+                                                  "data_collection_order": 1}
+    assert all(e.payload["transaction"] is None for i, e in enumerate(orders) if e.payload and i != 7)
+    transactions = topic_events(kafka_bootstrap, f"{prefix}.transaction")
+    assert [(e.key["id"], e.payload["status"], e.payload["event_count"]) for e in transactions] == [
+        (in_transaction["id"], "BEGIN", None), (in_transaction["id"], "END", 2)]
+    assert transactions[1].payload["data_collections"] == [
+        {"data_collection": f"{db_name}.orders", "event_count": 1},
+        {"data_collection": f"{db_name}.payments", "event_count": 1}]
+
+    # The drop and the rename produce no event; the renamed collection's changes go to its topic.
+    assert [(e.key["id"], e.op) for e in topic_events(kafka_bootstrap, f"{topic}.gone")] == [("10", "c")]
+    assert [(e.key["id"], e.op) for e in topic_events(kafka_bootstrap, f"{topic}.old")] == [("20", "c")]
+    renamed = topic_events(kafka_bootstrap, f"{topic}.renamed")
+    assert [(e.key["id"], e.op, e.after) for e in renamed] == [("20", "u", {"_id": 20, "v": 1})]
+
+    state = store.read(partition)
+    assert state.position.resume_token is None and state.cluster_time == end_a
+    assert state.last_window_end == _ts_datetime(end_a) and state.windows == 1 and state.events == 12
+
+    # -- window B: Y (written right at window A's end) and Z, nothing of window A again.
+    z_time = write_time(client, lambda s: db.orders.update_one({"_id": 101}, {"$set": {"z": 1}}, session=s))
+    end_b = next_second(z_time)
+    pass_second(client, end_b, marker_db)
+    summary = run_window_app(spark_submit, tmp_path, "b", props, mongodb_uri, kafka, end_b).summary
+    assert summary["events"] == 2 and summary["events_by_op"] == {"c": 1, "u": 1}
+    orders = topic_events(kafka_bootstrap, f"{topic}.orders")
+    assert [(e.key["id"], e.op) for e in orders] == [
+        ("1", "c"), ("1", "u"), ("1", "u"), ("1", "u"), ("2", "c"), ("2", "d"), ("2", None),
+        ("3", "c"), ("100", "c"), ("101", "c"), ("101", "u")]
+    assert store.read(partition).cluster_time == end_b
+
+    # -- window C: no captured change, only uncaptured writes: the offset still moves on with the
+    # cluster time, and a heartbeat marks the quiet window.
+    quiet = insert_at(client[marker_db]["markers"], {"quiet": True})
+    end_c = next_second(quiet)
+    pass_second(client, end_c, marker_db)
+    summary = run_window_app(spark_submit, tmp_path, "c", props, mongodb_uri, kafka, end_c).summary
+    assert summary["events"] == 0 and summary["reached_end"] is True
+    state = store.read(partition)
+    assert state.cluster_time == end_c > end_b
+    assert state.windows == 3 and state.events == 14
+    heartbeats = topic_events(kafka_bootstrap, f"__debezium-heartbeat.{prefix}")
+    assert heartbeats[-1].payload == {"ts_ms": end_c.time * 1000}
+    assert heartbeats[-1].key == {"serverName": prefix}
+    assert len(topic_events(kafka_bootstrap, f"{topic}.orders")) == 11
+    client.close()

@@ -1,0 +1,140 @@
+"""Helpers of the stream window tests: connector settings, seeding the offset, running the Spark
+application, reading topics, and waiting for the server's cluster time to pass a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bson.timestamp import Timestamp
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.change_stream import current_position
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
+from airflow_provider_mongocdc.core.window import connection_details, plan_streams
+from airflow_provider_mongocdc.operators.base import application_path
+from devtools.kafka.reading import read_topic
+
+SPARK_TIMEOUT_S = 240
+
+
+def connector(prefix: str, database: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Connector properties capturing every collection of ``database`` (and ``extra``)."""
+    props = {"topic.prefix": prefix, "collection.include.list": f"{database}\\..*",
+             "provide.transaction.metadata": True}
+    props.update(extra or {})
+    return props
+
+
+def seed_offset(uri: str, kafka: dict[str, Any], props: dict[str, Any]) -> tuple[OffsetStore, OffsetPartition]:
+    """Store the stream's current position as the offset (what a completed snapshot hands over)."""
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": uri}), config)
+    store = OffsetStore(kafka, config.offsets_topic, read_timeout_s=30)
+    store.ensure_topic()
+    partition = OffsetPartition(config.topic_prefix, target.partition)
+    with MongoClient(uri, serverSelectionTimeoutMS=20000) as client:
+        store.write(partition, OffsetState(position=current_position(client, config)))
+    return store, partition
+
+
+def spark_command(spark_submit: str, spec: Path, result: Path) -> list[str]:
+    return [spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.ui.showConsoleProgress=false",
+            application_path("stream_window"), "--job-spec", str(spec), "--result", str(result)]
+
+
+def write_spec(directory: Path, name: str, props: dict[str, Any], uri: str, kafka: dict[str, Any],
+               window_end: datetime | Timestamp, **params: Any) -> tuple[Path, Path]:
+    if isinstance(window_end, Timestamp):
+        window_end = datetime.fromtimestamp(window_end.time, timezone.utc)
+    spec = JobSpec("stream_window", props, {"connection_string": uri}, dict(kafka),
+                   {"window_end": window_end.isoformat(), **params})
+    return spec.write(directory / f"{name}.json"), directory / f"{name}-result.json"
+
+
+@dataclass
+class SparkRun:
+    returncode: int
+    result: dict[str, Any] | None
+    output: str
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        assert self.returncode == 0 and self.result and self.result["status"] == "ok", self.describe()
+        return self.result["summary"]
+
+    def describe(self) -> str:
+        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
+
+
+def run_window_app(spark_submit: str, directory: Path, name: str, props: dict[str, Any], uri: str,
+                   kafka: dict[str, Any], window_end: datetime | Timestamp, **params: Any) -> SparkRun:
+    spec, result = write_spec(directory, name, props, uri, kafka, window_end, **params)
+    done = subprocess.run(spark_command(spark_submit, spec, result), capture_output=True, text=True,
+                          timeout=SPARK_TIMEOUT_S, env=dict(os.environ))
+    return SparkRun(done.returncode, read_result(result), done.stdout + done.stderr)
+
+
+@dataclass(frozen=True)
+class Event:
+    topic: str
+    key: Any
+    payload: dict[str, Any] | None  # None: tombstone
+
+    @property
+    def op(self) -> str | None:
+        return self.payload["op"] if self.payload else None
+
+    @property
+    def after(self) -> Any:
+        return json.loads(self.payload["after"]) if self.payload and self.payload.get("after") else None
+
+
+def topic_events(bootstrap: str, topic: str) -> list[Event]:
+    """The committed records of a topic (read_committed), with the JSON envelope unwrapped."""
+    events = []
+    for record in read_topic(bootstrap, topic):
+        key = json.loads(record.key)["payload"] if record.key else None
+        payload = json.loads(record.value)["payload"] if record.value else None
+        events.append(Event(topic, key, payload))
+    return events
+
+
+def insert_at(collection, document: dict, **kwargs) -> Timestamp:
+    """Insert and return the operation's cluster time."""
+    with collection.database.client.start_session() as session:
+        collection.insert_one(document, session=session, **kwargs)
+        return session.operation_time
+
+
+def write_time(client: MongoClient, operation) -> Timestamp:
+    """Run ``operation(session)`` and return its cluster time."""
+    with client.start_session() as session:
+        operation(session)
+        return session.operation_time
+
+
+def next_second(ts: Timestamp) -> Timestamp:
+    """The window end right after ``ts``: the next whole second."""
+    return Timestamp(ts.time + 1, 0)
+
+
+def pass_second(client: MongoClient, end: Timestamp, marker_db: str) -> Timestamp:
+    """Write uncaptured markers until the server's cluster time is at or past ``end``; returns the
+    marker's cluster time (so a window ending at ``end`` can close)."""
+    deadline = time.monotonic() + 30
+    while True:
+        ts = insert_at(client[marker_db]["markers"], {"at": time.time()})
+        if ts >= end:
+            return ts
+        assert time.monotonic() < deadline, f"cluster time did not reach {end}"
+        time.sleep(max(0.05, min(1.0, end.time - time.time() + 0.05)))
