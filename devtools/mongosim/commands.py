@@ -848,7 +848,7 @@ def cmd_drop(call: Call) -> dict:
 
 @command("dropDatabase", kind="write")
 def cmd_drop_database(call: Call) -> dict:
-    if call.db in ("local", "admin", "config") and call.db != "config":
+    if call.db in ("local", "admin"):
         raise CommandError(20, f"Cannot drop '{call.db}' database while replication is active")
     call.backend.drop_database(call.op, call.db)
     return {"dropped": call.db}

@@ -13,8 +13,6 @@ logged as a structural diff of the two documents, as MongoDB computes for them.
 
 from __future__ import annotations
 
-from devtools.mongosim import bsonutil
-
 _MISSING = object()
 
 
@@ -275,5 +273,3 @@ def is_noop(old: dict, new: dict) -> bool:
 def same_value(a, b) -> bool:
     return _equal(a, b)
 
-
-_ = bsonutil

@@ -4,8 +4,7 @@
 Modes: ``"alwaysOn"``, ``"off"``, ``{times: n}``, ``{skip: n}``, ``{activationProbability: p}``.
 Data: ``failCommands`` (required), ``errorCode``, ``errorLabels``, ``closeConnection``,
 ``blockConnection``/``blockTimeMS``, ``appName``, ``writeConcernError``, ``failInternalCommands``,
-``namespace``, ``errmsg`` is not a MongoDB option (the message is always "Failing command via
-'failCommand' failpoint").
+``namespace``. The error message is always MongoDB's "Failing command via 'failCommand' failpoint".
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ so a sharded drop is seen once, as on MongoDB.
 from __future__ import annotations
 
 import hashlib
-import time
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -619,5 +618,3 @@ def _now():
 
     return wall_now()
 
-
-_ = time
