@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pymongo import MongoClient, ReadPreference
@@ -94,6 +94,17 @@ class MongoConnectionDetails:
     socket_timeout_ms: int | None = None
     heartbeat_frequency_ms: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-friendly form (password included: write it only to owner-only files)."""
+        data = asdict(self)
+        data["options"] = dict(self.options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MongoConnectionDetails":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def __post_init__(self) -> None:
         if bool(self.hosts) == bool(self.connection_string):

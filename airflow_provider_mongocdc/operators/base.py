@@ -102,12 +102,12 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     def mongo_details(self) -> dict[str, Any]:
         from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
 
-        return MongoTopologyHook(mongo_conn_id=self.mongo_conn_id).connection_details()
+        return MongoTopologyHook(mongo_conn_id=self.mongo_conn_id).get_connection_details().to_dict()
 
     def kafka_config(self) -> dict[str, Any]:
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
-        return KafkaConfigHook(kafka_conn_id=self.kafka_conn_id).get_config()
+        return KafkaConfigHook(kafka_conn_id=self.kafka_conn_id).get_kafka_config()
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
