@@ -667,3 +667,22 @@ class OffsetStore:
         with TransactionalWriter(self.kafka_config, self.admin_transactional_id) as writer:
             writer.begin()
             writer.commit(records)
+
+
+# -- connector leases (see core/lease.py) ------------------------------------------------------------
+# A connector's lease is one record in its offsets topic, keyed like the offsets but with a
+# ``lease`` field in place of the replica set:
+# ``["<connector>", {"server_id": "<topic.prefix>", "lease": "connector"}]``. parse_key() reads it
+# as neither an offset nor a chunk marker; compaction keeps its last value, a tombstone frees it.
+LEASE_NAME = "connector"
+
+
+def lease_key(server_id: str, connector: str | None = None) -> bytes:
+    """The key of the lease of connector ``server_id`` (its topic.prefix)."""
+    return _compact([connector or server_id, {"server_id": server_id, "lease": LEASE_NAME}])
+
+
+def read_committed_records(store: OffsetStore) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed ``(key, value)`` record of the store's topic, oldest first (read as
+    :meth:`OffsetStore.read_everything` reads them, before folding)."""
+    return store._read_committed()

@@ -1,0 +1,104 @@
+"""The connector lease in the offsets topic, against the real broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_provider_mongocdc.core.errors import LeaseHeldError
+from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from bson.timestamp import Timestamp
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def kafka_config(kafka_bootstrap):
+    return {"bootstrap.servers": kafka_bootstrap}
+
+
+def test_a_window_finds_the_snapshots_lease_and_names_its_holder(kafka_config, unique_name):
+    lease = ConnectorLease(kafka_config, unique_name)
+    snapshot_owner = owner_for_task("mongocdc_resnapshot", "resnapshot", "manual__1")
+    window_owner = owner_for_task("mongocdc_hourly", "window", "scheduled__2")
+
+    taken = lease.acquire(snapshot_owner, SNAPSHOT, ttl=600)
+    assert taken.owner == snapshot_owner and taken.live()
+
+    with pytest.raises(LeaseHeldError) as held:
+        lease.check(window_owner, WINDOW)
+    message = str(held.value)
+    assert snapshot_owner in message and "snapshot" in message
+    assert taken.expires_at.isoformat().replace("+00:00", "Z") in message
+    with pytest.raises(LeaseHeldError):
+        lease.acquire(window_owner, WINDOW)
+
+    # The same owner (a retry of the task instance) takes it over; others cannot release it.
+    renewed = lease.acquire(snapshot_owner, SNAPSHOT, ttl=600)
+    assert renewed.expires_at >= taken.expires_at
+    assert lease.release(window_owner) is False
+    assert lease.current().owner == snapshot_owner
+
+    assert lease.release(snapshot_owner) is True
+    assert lease.current() is None
+    assert lease.check(window_owner, WINDOW) is None
+    with lease.hold(window_owner, WINDOW) as held_lease:
+        assert lease.current() == held_lease
+        with pytest.raises(LeaseHeldError, match="window"):
+            lease.acquire(snapshot_owner, SNAPSHOT)
+    assert lease.current() is None  # released on leaving the block
+
+
+def test_hold_releases_on_error_and_an_expired_lease_is_free(kafka_config, unique_name):
+    lease = ConnectorLease(kafka_config, unique_name)
+    with pytest.raises(RuntimeError, match="spark-submit failed"):
+        with lease.hold("dag/run/snapshot", SNAPSHOT):
+            raise RuntimeError("spark-submit failed")
+    assert lease.current() is None
+
+    lease.acquire("dag/killed-run/snapshot", SNAPSHOT, ttl=1)  # its holder dies without releasing
+    time.sleep(1.5)
+    assert lease.check("dag/next/window", WINDOW) is None
+    assert lease.acquire("dag/next/window", WINDOW).owner == "dag/next/window"
+
+
+def test_concurrent_contenders_get_the_lease_once(kafka_config, unique_name):
+    lease_holders, refused, failures = [], [], []
+    barrier = threading.Barrier(3)
+
+    def contend(owner: str) -> None:
+        lease = ConnectorLease(kafka_config, unique_name)
+        barrier.wait()
+        try:
+            lease_holders.append(lease.acquire(owner, WINDOW, ttl=600).owner)
+        except LeaseHeldError as error:
+            refused.append(str(error))
+        except Exception as error:  # reported below: any other outcome fails the test
+            failures.append(repr(error))
+
+    ConnectorLease(kafka_config, unique_name).store.ensure_topic()
+    threads = [threading.Thread(target=contend, args=(f"dag/run{i}/window",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    assert len(lease_holders) == 1, (lease_holders, refused)
+    assert len(refused) == 2
+    assert ConnectorLease(kafka_config, unique_name).current().owner == lease_holders[0]
+
+
+def test_the_lease_record_leaves_the_offsets_as_they_are(kafka_config, unique_name):
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets")
+    partition = OffsetPartition(unique_name, "rs0")
+    state = store.write(partition, OffsetState(position=Position(cluster_time=Timestamp(1_700_000_000, 3))))
+    lease = ConnectorLease(kafka_config, unique_name)
+    lease.acquire("dag/run/window", WINDOW)
+
+    assert store.read_all() == {partition: state}
+    store.reset(partition)  # resetting a partition's offset does not free the connector's lease
+    assert store.read_all() == {}
+    assert lease.current().owner == "dag/run/window"

@@ -1,0 +1,193 @@
+"""OplogGapSensor (poke, reschedule mode) and OplogGapTrigger (asyncio) against the MongoDB
+simulator (or MONGOCDC_TEST_MONGODB_URI's replica set for what needs no simulator command) and the
+real Kafka broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+
+import pytest
+from airflow.sdk.exceptions import AirflowRescheduleException
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.change_stream import current_position
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.errors import ConnectionFailedError
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
+from airflow_provider_mongocdc.core.window import WindowParams, plan_streams, run_window
+from airflow_provider_mongocdc.links import ResnapshotTriggerLink
+from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
+from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
+
+pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
+
+
+class FirstTry:
+    """The task instance as BaseSensorOperator.execute asks it in reschedule mode."""
+
+    def get_first_reschedule_date(self, context):
+        return None
+
+
+@pytest.fixture
+def connections(monkeypatch, kafka_bootstrap, unique_name):
+    """Airflow connections (environment variables) for a simulator URI set later."""
+    ids = {"mongo": f"mongo_{unique_name}".lower(), "kafka": f"kafka_{unique_name}".lower()}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{ids['kafka'].upper()}", json.dumps(
+        {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+
+    def use(uri: str) -> dict[str, str]:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{ids['mongo'].upper()}",
+                           json.dumps({"conn_type": "mongocdc", "host": uri}))
+        return ids
+
+    return use
+
+
+def completed_snapshot(client: MongoClient, config: ConnectorConfig) -> OffsetState:
+    """The offset a completed snapshot leaves: its recorded start position."""
+    return OffsetState().snapshot_started("s1", current_position(client, config), 0).snapshot_completed()
+
+
+def sensor(props, ids, **kwargs) -> OplogGapSensor:
+    return OplogGapSensor(task_id="detect_gap", connector_config=json.dumps(props),
+                          mongo_conn_id=ids["mongo"], kafka_conn_id=ids["kafka"],
+                          mode="reschedule", poke_interval=60, timeout=300, **kwargs)
+
+
+async def first_event(trigger: OplogGapTrigger, timeout: float = 60.0):
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+    return await asyncio.wait_for(first(), timeout)
+
+
+def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigger(
+        mongosim, kafka_bootstrap, connections, unique_name, capsys):
+    sim = mongosim("replset")
+    ids = connections(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
+    config = ConnectorConfig.from_properties(props)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(sim.uri)
+    client.shop.orders.insert_many([{"_id": i, "n": i} for i in range(5)])
+    store = OffsetStore(kafka, config.offsets_topic)
+    partition = OffsetPartition(unique_name, "rs0")
+    store.write(partition, completed_snapshot(client, config))
+
+    # A quiet hour: a window with no change of a captured collection moves the offset to its end.
+    client.other.noise.insert_one({"x": 1})
+    (target,) = plan_streams(MongoConnectionDetails(connection_string=sim.uri), config)
+    summary = run_window(target, config, kafka, WindowParams(datetime.now(timezone.utc), idle_timeout_s=5))
+    assert summary["events"] == 0 and summary["reached_end"]
+
+    quiet = sensor(props, ids, headroom_warning=10 ** 9)
+    capsys.readouterr()
+    assert quiet.poke({}).is_done is False
+    # Below headroom_warning: a warning before any data is lost (the task log is on stdout).
+    logged = capsys.readouterr().out
+    assert "warning" in logged and "below the headroom warning of 1000000000 s" in logged
+    with pytest.raises(AirflowRescheduleException):
+        quiet.execute({"ti": FirstTry()})
+    report = quiet.check()
+    (check,) = report.checks
+    assert (check.status, check.stream) == ("ok", "resumable")
+    assert check.headroom_seconds is not None and check.headroom_seconds >= 0
+    no_gap = asyncio.run(OplogGapTrigger(props, ids["mongo"], ids["kafka"]).check_once())
+    assert no_gap.gap is False and no_gap.checks[0].status == "ok"
+
+    # Retention drops the stored position.
+    client.shop.orders.insert_many([{"_id": 100 + i} for i in range(30)])
+    sim.set_oplog_retention(max_entries=5)
+
+    report = quiet.execute({"ti": FirstTry()})  # found on the first poke
+    assert report["connector"] == unique_name and report["gap"] is True
+    assert report["gap_partitions"] == ["rs0"]
+    assert datetime.fromisoformat(report["detected_at"].replace("Z", "+00:00")) <= datetime.now(timezone.utc)
+    (gap,) = report["partitions"]
+    assert gap["status"] == "gap" and gap["stream"] == "history_lost"
+    assert gap["stored_time"] and gap["oldest_oplog_time"] and gap["lost_seconds"] >= 0
+    assert gap["oldest_oplog_time"] >= gap["stored_time"]
+    json.dumps(report)  # XCom and DAG run conf take JSON
+
+    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"], poll_interval=1)))
+    assert event["status"] == "gap"
+    assert event["report"]["gap_partitions"] == ["rs0"]
+    assert quiet.execute_complete({}, event) == event["report"]
+
+    # The trigger carries no secret and is rebuilt from its serialized form.
+    path, kwargs = OplogGapTrigger(props, ids["mongo"], ids["kafka"]).serialize()
+    assert path == "airflow_provider_mongocdc.triggers.oplog_gap.OplogGapTrigger"
+    assert set(kwargs) == {"connector_config", "mongo_conn_id", "kafka_conn_id", "poll_interval",
+                           "headroom_warning", "connector"}
+    assert "127.0.0.1" not in json.dumps(kwargs)
+
+    link = ResnapshotTriggerLink().get_link(quiet, ti_key=None)
+    assert link.endswith("/dags/mongocdc_resnapshot")
+
+
+def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
+        mongosim, kafka_bootstrap, connections, unique_name):
+    sim = mongosim("sharded", shards=2)
+    ids = connections(sim.uri)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(sim.uri)
+    client.shop.orders.insert_many([{"_id": i} for i in range(10)])
+
+    whole = {"topic.prefix": f"{unique_name}_c"}
+    per_shard = {"topic.prefix": f"{unique_name}_s", "mongodb.connection.mode": "replica_set"}
+    whole_config = ConnectorConfig.from_properties(whole)
+    shard_config = ConnectorConfig.from_properties(per_shard)
+    OffsetStore(kafka, whole_config.offsets_topic).write(
+        OffsetPartition(whole_config.topic_prefix, "cluster"), completed_snapshot(client, whole_config))
+    shard0 = MongoClient(sim.shard_uris[0])
+    shard_store = OffsetStore(kafka, shard_config.offsets_topic)
+    shard_store.write(OffsetPartition(shard_config.topic_prefix, "shard0"),
+                      OffsetState().snapshot_started("s9", current_position(shard0, shard_config), 1))
+
+    report = sensor(whole, ids).check()
+    (cluster,) = report.checks
+    assert (cluster.status, cluster.partition.rs) == ("ok", "cluster")
+    assert sorted(span.replica_set for span in cluster.spans) == ["shard0", "shard1"]
+    assert all(span.readable for span in cluster.spans)
+
+    client.shop.orders.insert_many([{"_id": 100 + i} for i in range(40)])
+    sim.set_oplog_retention(max_entries=3)
+
+    report = sensor(whole, ids).execute({"ti": FirstTry()})
+    assert report["gap_partitions"] == ["cluster"]
+    (gap,) = report["partitions"]
+    assert {span["replica_set"] for span in gap["oplogs"]} == {"shard0", "shard1"}
+
+    # Per shard: shard0's snapshot is running (reported, not a gap, though its start is purged);
+    # shard1 has no offset at all (nothing to lose).
+    per_shard_sensor = sensor(per_shard, ids)
+    assert per_shard_sensor.poke({}).is_done is False
+    statuses = {check.partition.rs: check for check in per_shard_sensor.check().checks}
+    assert statuses["shard0"].status == "snapshot_in_progress"
+    assert "no longer in the oplog" in statuses["shard0"].note
+    assert statuses["shard1"].status == "no_offset"
+
+
+def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, unique_name):
+    sim = mongosim("replset")
+    props = {"topic.prefix": unique_name, "mongodb.server.selection.timeout.ms": 1000,
+             "mongodb.connect.timeout.ms": 1000, "connect.backoff.initial.delay.ms": 10,
+             "connect.backoff.max.delay.ms": 10}
+    config = ConnectorConfig.from_properties(props)
+    client = MongoClient(sim.uri)
+    OffsetStore({"bootstrap.servers": kafka_bootstrap}, config.offsets_topic).write(
+        OffsetPartition(unique_name, "rs0"), completed_snapshot(client, config))
+    ids = connections(sim.uri)
+    sim.stop()
+
+    with pytest.raises(ConnectionFailedError):
+        sensor(props, ids, soft_fail=True).execute({"ti": FirstTry()})
+    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"])))
+    assert event["status"] == "error" and event["error"] == "ConnectionFailedError"
+    with pytest.raises(ConnectionFailedError, match="not a gap"):
+        sensor(props, ids, soft_fail=True).execute_complete({}, event)
+    assert isinstance(event_error(event), ConnectionFailedError)
