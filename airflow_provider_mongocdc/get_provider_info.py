@@ -30,8 +30,18 @@ def get_provider_info() -> dict:
             }
         ],
         "operators": [],
-        "sensors": [],
-        "triggers": [],
+        "sensors": [
+            {
+                "integration-name": "MongoDB CDC",
+                "python-modules": ["airflow_provider_mongocdc.sensors.oplog_gap"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "MongoDB CDC",
+                "python-modules": ["airflow_provider_mongocdc.triggers.oplog_gap"],
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": "mongocdc",
@@ -94,5 +104,5 @@ def get_provider_info() -> dict:
                 },
             },
         ],
-        "extra-links": [],
+        "extra-links": ["airflow_provider_mongocdc.links.ResnapshotTriggerLink"],
     }
