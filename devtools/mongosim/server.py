@@ -90,9 +90,11 @@ class Deployment:
         with self.lock:
             self.cv.notify_all()
         endpoints = ([self.router] if self.router else []) + [m for rs in self.replsets for m in rs.members]
-        for endpoint in endpoints:
-            if endpoint.server is not None:
-                endpoint.server.stop()
+        stoppers = [threading.Thread(target=e.server.stop, daemon=True) for e in endpoints if e.server is not None]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(timeout=5)
 
     def notify(self) -> None:
         self.cv.notify_all()
