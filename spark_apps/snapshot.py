@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import fields
 from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
@@ -46,19 +45,13 @@ PROGRESS_POLL_S = 2.0
 # -- connections --------------------------------------------------------------------------------------
 def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoConnectionDetails:
     """The spec's MongoDB details, with the connector's driver timeouts where the spec has none."""
-    known = {item.name for item in fields(MongoConnectionDetails)}
-    unknown = sorted(set(mongo) - known)
-    if unknown:
-        raise ConfigError("The job spec's MongoDB connection details hold unknown fields",
-                          cause=f"{', '.join(unknown)}",
-                          fix="run the snapshot through its Airflow operator, which writes the spec")
     values = dict(mongo)
     values.setdefault("connect_timeout_ms", config.mongodb_connect_timeout_ms)
     values.setdefault("server_selection_timeout_ms", config.mongodb_server_selection_timeout_ms)
     values.setdefault("socket_timeout_ms", config.mongodb_socket_timeout_ms or None)
     values.setdefault("heartbeat_frequency_ms", config.mongodb_heartbeat_frequency_ms)
     values.setdefault("members_auto_discover", config.mongodb_members_auto_discover)
-    return MongoConnectionDetails(**values)
+    return MongoConnectionDetails.from_dict(values)
 
 
 def backoff_policy(config: ConnectorConfig) -> BackoffPolicy:
@@ -91,10 +84,18 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
     from airflow_provider_mongocdc.spark_apps.snapshot import backoff_policy, connection_details
 
+    from pyspark import TaskContext
+
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
     store = OffsetStore(task["kafka"], config.offsets_topic)
     finished = store.finished_chunks(partition, task["snapshot_id"])
+    context = TaskContext.get()
+    retried = context is not None and context.attemptNumber() > 0
+
+    def committed(chunk_id: str) -> bool:
+        # A retried task: an earlier attempt may have committed the chunk after this one started.
+        return chunk_id in store.finished_chunks(partition, task["snapshot_id"])
     copier = ChunkCopier(config, task["kafka"], task["snapshot_id"], Position.from_json(task["start"]),
                          partition, task["replica_set"])
     chunks = [Chunk.from_json(document) for document in chunk_documents]
@@ -107,7 +108,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
                 continue
             if client is None:
                 client = connect(connection_details(task["mongo"], config), backoff_policy(config))
-            results.append(copier.copy(client, chunk).to_dict())
+            results.append(copier.copy(client, chunk, committed=committed if retried else None).to_dict())
     finally:
         if client is not None:
             client.close()
@@ -118,7 +119,8 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
 def job(spark, spec: JobSpec) -> dict[str, Any]:
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-    from airflow_provider_mongocdc.core.snapshot import decide, parse_namespaces
+    from airflow_provider_mongocdc.core.snapshot import control_transactional_id, decide, parse_namespaces
+    from airflow_provider_mongocdc.core.writer import TransactionalWriter
     from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
 
     started = time.monotonic()
@@ -140,6 +142,9 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
 
     store = OffsetStore(spec.kafka, config.offsets_topic)
     store.ensure_topic()
+    # Taking over the control transactional.id first finishes any offsets transaction a killed
+    # run left open, so that the read below sees everything that was committed.
+    control = TransactionalWriter(spec.kafka, control_transactional_id(config.topic_prefix))
     everything = store.read_everything()
     states = {partition: everything.states.get(partition) for partition in partitions}
 
@@ -161,10 +166,11 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
 
         decision = decide(states, config.snapshot_mode, force=force, purged=purged)
         log.info("Snapshot decision: %s (%s)", decision.action, decision.reason)
-        run = SnapshotRun(spark, spec, config, store, partitions, states, everything, replica_set,
-                          client_for, collections, reset_offset, started)
+        run = SnapshotRun(spark, spec, config, store, control, partitions, states, everything,
+                          replica_set, client_for, collections, reset_offset, started)
         return run.execute(decision)
     finally:
+        control.close()
         for client in clients.values():
             client.close()
 
@@ -172,12 +178,13 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
 class SnapshotRun:
     """One run of the snapshot application after the decision."""
 
-    def __init__(self, spark, spec, config, store, partitions, states, everything, replica_set,
-                 client_for, collections, reset_offset, started):
+    def __init__(self, spark, spec, config, store, control, partitions, states, everything,
+                 replica_set, client_for, collections, reset_offset, started):
         self.spark = spark
         self.spec = spec
         self.config = config
         self.store = store
+        self.control = control
         self.partitions = partitions
         self.plan_partition = partitions[0]  # holds the plan and the chunk markers
         self.states = states
@@ -275,10 +282,19 @@ class SnapshotRun:
 
     def _resume(self, snapshot_id: str) -> dict[str, Any]:
         from airflow_provider_mongocdc.core.errors import OffsetError
-        from airflow_provider_mongocdc.core.snapshot import SnapshotPlan
+        from airflow_provider_mongocdc.core.snapshot import SnapshotPlan, data_chunks_finished, fence_chunks
 
         markers = dict(self.everything.chunks.get((self.plan_partition, snapshot_id), {}))
         plan = SnapshotPlan.from_markers(snapshot_id, markers)
+        if plan is not None:
+            # Finish the transactions the interrupted run left open (they hide later commits
+            # from read_committed readers), then read again which chunks committed.
+            unfinished = [chunk.chunk_id for chunk in plan.chunks
+                          if chunk.chunk_id not in data_chunks_finished(markers)]
+            fenced = fence_chunks(self.spec.kafka, self.config.topic_prefix, snapshot_id, unfinished)
+            log.info("Snapshot %s: took over the transactions of %d unfinished chunks", snapshot_id, fenced)
+            self.everything = self.store.read_everything()
+            markers = dict(self.everything.chunks.get((self.plan_partition, snapshot_id), {}))
         if plan is None:
             raise OffsetError(
                 f"Snapshot {snapshot_id} is in progress but its plan is not in the offsets topic",
@@ -298,7 +314,7 @@ class SnapshotRun:
                     fix="reset the connector's offsets and run the snapshot again")
             starts[partition] = state.snapshot.start
         log.info("Snapshot %s resumes: %d of %d chunks already committed; recorded start %s",
-                 snapshot_id, len([c for c in markers if not c.startswith("plan-")]), plan.size,
+                 snapshot_id, len(data_chunks_finished(markers)), plan.size,
                  "; ".join(f"{p.rs}: {s.describe()}" for p, s in starts.items()))
         self._ensure_data_topics(plan)
         return self._copy(plan, starts, markers=markers, resumed=True)
@@ -432,12 +448,8 @@ class SnapshotRun:
                 log.info("Created topics %s", ", ".join(made))
 
     def _control_commit(self, records) -> None:
-        from airflow_provider_mongocdc.core.snapshot import control_transactional_id
-        from airflow_provider_mongocdc.core.writer import TransactionalWriter
-
-        with TransactionalWriter(self.spec.kafka, control_transactional_id(self.config.topic_prefix)) as writer:
-            writer.begin()
-            writer.commit(records)
+        self.control.begin()
+        self.control.commit(records)
 
     @staticmethod
     def _offsets_summary(states) -> dict[str, Any]:

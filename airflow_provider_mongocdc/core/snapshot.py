@@ -592,6 +592,29 @@ def control_transactional_id(topic_prefix: str) -> str:
     return f"mongocdc-{topic_prefix}-snapshot-control"
 
 
+def fence_chunks(kafka_config: Mapping[str, Any], topic_prefix: str, snapshot_id: str,
+                 chunk_ids: Iterable[str], *, workers: int = 8) -> int:
+    """Take over the ``transactional.id`` of each chunk (``init_transactions``), so that every
+    transaction a killed run left open for them is finished (aborted, or completed when its
+    commit was already under way). Until then such a transaction holds back what
+    ``read_committed`` readers see of the offsets topic, so a resumed snapshot calls this before
+    it reads which chunks committed. Returns how many ids were fenced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_mongocdc.core.writer import TransactionalWriter
+
+    ids = sorted(set(chunk_ids))
+
+    def fence(chunk_id: str) -> None:
+        TransactionalWriter(kafka_config, chunk_transactional_id(topic_prefix, snapshot_id, chunk_id)).close()
+
+    if not ids:
+        return 0
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(ids)))) as pool:
+        list(pool.map(fence, ids))
+    return len(ids)
+
+
 @dataclass
 class ChunkCopier:
     """Copies chunks of one snapshot: reads a range and commits its read events with its marker."""
@@ -610,8 +633,14 @@ class ChunkCopier:
     def store(self) -> OffsetStore:
         return OffsetStore(self.kafka_config, self.config.offsets_topic)
 
-    def copy(self, client: MongoClient, chunk: Chunk) -> ChunkResult:
-        """Copy ``chunk`` in one Kafka transaction together with its marker."""
+    def copy(self, client: MongoClient, chunk: Chunk, *,
+             committed: Callable[[str], bool] | None = None) -> ChunkResult:
+        """Copy ``chunk`` in one Kafka transaction together with its marker.
+
+        ``committed(chunk_id)``, when given, is asked after the chunk's writer took over its
+        ``transactional.id`` (so no earlier writer of the chunk can still commit): a chunk found
+        committed then is not copied again (a retried Spark task).
+        """
         from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
         started = time.monotonic()
@@ -623,6 +652,9 @@ class ChunkCopier:
         transactional_id = chunk_transactional_id(self.config.topic_prefix, self.snapshot_id, chunk.chunk_id)
         batch_size = self.batch_size or self.config.max_batch_size
         with TransactionalWriter(self.kafka_config, transactional_id) as writer:
+            if committed is not None and committed(chunk.chunk_id):
+                result.already_committed = True
+                return result
             writer.begin()
             batch: list[Record] = []
             position = self.start.cluster_time

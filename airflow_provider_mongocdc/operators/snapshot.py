@@ -1,0 +1,90 @@
+"""The operator that runs a snapshot (``spark_apps/snapshot.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.snapshot import parse_namespaces
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+
+
+class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
+    """Copy the captured collections to Kafka as read events, then hand over to streaming.
+
+    What runs depends on ``snapshot.mode`` and the stored offsets: ``initial`` (default) copies
+    when there is no offset and does nothing once a snapshot completed; ``always`` copies on
+    every run; ``initial_only`` copies like ``initial`` (stream windows then stay idle);
+    ``no_data`` records the stream position without copying; ``when_needed`` copies like
+    ``initial`` and also when the stored resume point is no longer in the oplog. A snapshot
+    interrupted earlier (killed, failed) is resumed: its committed chunks are skipped.
+
+    The copy runs as a Spark job: collections are cut into chunks of about
+    ``snapshot.chunk.size`` documents, copied by at most ``snapshot.max.threads`` parallel tasks;
+    each chunk's events and its progress marker commit in one Kafka transaction, so every
+    document's read event is delivered exactly once. Returns (and pushes to XCom) the summary:
+    snapshot id, action and reason, documents per collection, bytes, chunks (copied and skipped as
+    already committed), duration, the recorded start position and the resulting offsets.
+
+    :param collections: ``["<db>.<collection>", ...]`` (or a comma-separated string) to copy
+        instead of every captured collection, e.g. for a re-snapshot of chosen collections.
+        Each must be captured by the connector's include/exclude lists. (templated)
+    :param force: run a new snapshot even when ``snapshot.mode`` finds nothing to do (a completed
+        snapshot or an offset exists). (templated)
+    :param reset_offset: whether completing the snapshot moves the streaming offset to the
+        position recorded before copying. True (default) for a full or gap-filling snapshot;
+        False for a re-snapshot of chosen collections while streaming goes on without a gap.
+        (templated)
+    Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
+    ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
+    """
+
+    application_name = "snapshot"
+    template_fields: Sequence[str] = (*MongoCdcSparkSubmitOperator.template_fields, "collections",
+                                      "force", "reset_offset")
+
+    def __init__(self, *, collections: Sequence[str] | str | None = None, force: bool | str = False,
+                 reset_offset: bool | str = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.collections = collections
+        self.force = force
+        self.reset_offset = reset_offset
+
+    def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
+        namespaces = parse_namespaces(self.collections)  # validated before anything is submitted
+        return {
+            "collections": [f"{db}.{coll}" for db, coll in namespaces] if namespaces else None,
+            "force": _as_bool(self.force, "force"),
+            "reset_offset": _as_bool(self.reset_offset, "reset_offset"),
+        }
+
+    def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
+        action = summary.get("action")
+        if action == "nothing":
+            self.log.info("No snapshot needed: %s", summary.get("reason"))
+        elif action == "record_position":
+            self.log.info("Stream position recorded without copying data (%s)", summary.get("reason"))
+        else:
+            self.log.info(
+                "Snapshot %s %s: %d documents (%s) in %d chunks (%d skipped as already committed), "
+                "%d bytes, %.1f s; streaming starts from %s",
+                summary.get("snapshot_id"), "resumed and completed" if summary.get("resumed") else "completed",
+                summary.get("documents", 0),
+                ", ".join(f"{ns}: {n}" for ns, n in (summary.get("collections") or {}).items()) or "none",
+                summary.get("chunks", 0), summary.get("chunks_skipped", 0), summary.get("bytes", 0),
+                summary.get("duration_s", 0.0), summary.get("start_position"))
+        return summary
+
+
+def _as_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "none", ""):
+        return False
+    from airflow_provider_mongocdc.core.errors import ConfigError
+
+    raise ConfigError(f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false")
