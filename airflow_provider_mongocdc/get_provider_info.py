@@ -29,7 +29,12 @@ def get_provider_info() -> dict:
                 ],
             }
         ],
-        "operators": [],
+        "operators": [
+            {
+                "integration-name": "MongoDB CDC",
+                "python-modules": ["airflow_provider_mongocdc.operators.snapshot"],
+            }
+        ],
         "sensors": [
             {
                 "integration-name": "MongoDB CDC",
