@@ -12,7 +12,8 @@ Starting point
     :class:`OffsetError` telling to run the snapshot first. A snapshot in progress: an error (a
     window and a snapshot of one connector never run at the same time). ``snapshot.mode=
     initial_only`` with a completed snapshot: the window reads nothing and reports
-    ``streaming disabled by snapshot.mode=initial_only``.
+    ``streaming disabled by snapshot.mode=initial_only``. A live snapshot lease of the connector
+    (:mod:`.lease`) refuses the window with :class:`LeaseHeldError`.
 
 The end
     ``window_end`` (the Airflow data interval's end, or now) becomes the cluster time
@@ -110,6 +111,7 @@ from airflow_provider_mongocdc.core.errors import (
     ResumePointPurgedError,
 )
 from airflow_provider_mongocdc.core.events import OPERATION_CODES, EventBuilder, is_invalidate
+from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_COMPLETED,
     SNAPSHOT_IN_PROGRESS,
@@ -151,8 +153,11 @@ LAG_SAMPLES = 10_000
 
 # -- parameters --------------------------------------------------------------------------------------
 def parse_time(value: Any) -> datetime:
-    """An aware UTC datetime from an ISO-8601 text (``Z`` allowed) or a datetime."""
-    if isinstance(value, datetime):
+    """An aware UTC datetime from an ISO-8601 text (``Z`` allowed), a datetime or a cluster time
+    (its whole seconds)."""
+    if isinstance(value, Timestamp):
+        parsed = datetime.fromtimestamp(value.time, timezone.utc)
+    elif isinstance(value, datetime):
         parsed = value
     else:
         try:
@@ -249,22 +254,11 @@ class StreamTarget:
 
 
 def connection_details(mongo: Mapping[str, Any] | MongoConnectionDetails) -> MongoConnectionDetails:
-    """Connection details from a job spec's ``mongo`` mapping (the details' field names)."""
+    """Connection details from a job spec's ``mongo`` mapping
+    (:meth:`~.connection.MongoConnectionDetails.to_dict`)."""
     if isinstance(mongo, MongoConnectionDetails):
         return mongo
-    names = {f.name for f in dataclasses.fields(MongoConnectionDetails)}
-    unknown = sorted(set(mongo) - names)
-    if unknown:
-        raise ConfigError("The MongoDB connection details of the job are not understood",
-                          cause=f"unknown fields {', '.join(unknown)}",
-                          fix=f"use the fields {', '.join(sorted(names))}")
-    return MongoConnectionDetails(**dict(mongo))
-
-
-def details_json(details: MongoConnectionDetails) -> dict[str, Any]:
-    data = dataclasses.asdict(details)
-    data["options"] = dict(details.options)
-    return data
+    return MongoConnectionDetails.from_dict(mongo)
 
 
 def backoff_policy(config: ConnectorConfig) -> BackoffPolicy:
@@ -278,10 +272,10 @@ def plan_streams(details: MongoConnectionDetails, config: ConnectorConfig, *,
     (``mongodb.connection.mode=replica_set`` on a sharded cluster)."""
     topology = discover(details, policy=policy or backoff_policy(config))
     if topology.kind == SHARDED and config.mongodb_connection_mode == "replica_set":
-        return [StreamTarget(rs.name, rs.name, details_json(details.for_replica_set(rs.name, rs.hosts)))
+        return [StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
                 for rs in topology.replica_sets]
     (partition,) = topology.partitions(config.mongodb_connection_mode)
-    return [StreamTarget(partition, partition, details_json(details))]
+    return [StreamTarget(partition, partition, details.to_dict())]
 
 
 def transactional_id(config: ConnectorConfig, partition: str) -> str:
@@ -513,6 +507,7 @@ class StreamWindow:
         started = time.monotonic()
         self.store.ensure_topic()
         self._known_topics.add(self.store.topic)
+        self._check_lease()
         self.state = self.store.read(self.partition)
         self.start = starting_position(self.state, self.config, self.partition, self.store.topic)
         if self.start is None:
@@ -536,6 +531,13 @@ class StreamWindow:
             self.writer.abort()
             raise
         return self._summary(reason, started)
+
+    def _check_lease(self) -> None:
+        """Refuse to run while a snapshot of the connector holds its lease (see :mod:`.lease`)."""
+        lease = ConnectorLease(self.kafka_config, self.config.topic_prefix, self.store.topic).current()
+        if lease is not None and lease.live() and lease.kind == SNAPSHOT:
+            raise held_error(self.config.topic_prefix, lease, WINDOW,
+                             f"stream window of {self.partition.rs}")
 
     # -- reading --
     def _stream(self) -> tuple[str, Position]:

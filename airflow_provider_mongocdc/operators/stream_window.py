@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, WINDOW, ConnectorLease, owner_for_task, task_owner
 from airflow_provider_mongocdc.core.window import WindowParams, iso, parse_time
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
 def window_end_for(context: Any, now: datetime | None = None) -> datetime:
@@ -37,6 +38,8 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         window stops early, storing the furthest safe position (default 30).
     :param max_duration: seconds after which the window stops at the next point between
         transactions, storing its position (default 3600). (templated)
+    :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
+        the task's execution_timeout, else 2 hours).
     Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
     ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
     """
@@ -46,10 +49,20 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
                                       "idle_timeout", "max_duration")
 
     def __init__(self, *, idle_timeout: float | None = None, max_duration: float | None = None,
-                 **kwargs: Any) -> None:
+                 lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
+        self.lease_ttl = lease_ttl
+
+    def execute(self, context) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
+        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
+        lease = ConnectorLease.for_config(self.kafka_config(), config)
+        owner = task_owner(context) if context and "ti" in context else \
+            owner_for_task(self.dag_id, self.task_id, "manual")
+        with lease.hold(owner, WINDOW, ttl):
+            return super().execute(context)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         params = {"window_end": iso(window_end_for(context))}

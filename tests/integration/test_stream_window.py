@@ -14,6 +14,8 @@ import pytest
 from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from tests.integration.window_helpers import (
     connector,
     insert_at,
@@ -144,12 +146,14 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
         ("3", "c"), ("100", "c"), ("101", "c"), ("101", "u")]
     assert store.read(partition).cluster_time == end_b
 
-    # -- window C: no captured change, only uncaptured writes: the offset still moves on with the
-    # cluster time, and a heartbeat marks the quiet window.
+    # -- window C (run in-process): no captured change, only uncaptured writes: the offset still
+    # moves on with the cluster time, and a heartbeat marks the quiet window.
     quiet = insert_at(client[marker_db]["markers"], {"quiet": True})
     end_c = next_second(quiet)
     pass_second(client, end_c, marker_db)
-    summary = run_window_app(spark_submit, tmp_path, "c", props, mongodb_uri, kafka, end_c).summary
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    summary = run_window(target, config, kafka, WindowParams(end_c, idle_timeout_s=20))
     assert summary["events"] == 0 and summary["reached_end"] is True
     state = store.read(partition)
     assert state.cluster_time == end_c > end_b
