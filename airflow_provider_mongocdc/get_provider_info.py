@@ -32,7 +32,10 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "MongoDB CDC",
-                "python-modules": ["airflow_provider_mongocdc.operators.snapshot"],
+                "python-modules": [
+                    "airflow_provider_mongocdc.operators.snapshot",
+                    "airflow_provider_mongocdc.operators.stream_window",
+                ],
             }
         ],
         "sensors": [
