@@ -67,6 +67,12 @@ def owner_for_task(dag_id: str, task_id: str, run_id: str, map_index: int = -1) 
     return owner if map_index is None or map_index < 0 else f"{owner}[{map_index}]"
 
 
+def task_owner(context: Mapping[str, Any]) -> str:
+    """The lease owner of the task instance of an Airflow task context (``context["ti"]``)."""
+    ti = context["ti"]
+    return owner_for_task(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+
+
 @dataclass(frozen=True)
 class Lease:
     """Who holds a connector's lease, for what, until when."""

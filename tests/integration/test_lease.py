@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -102,3 +103,29 @@ def test_the_lease_record_leaves_the_offsets_as_they_are(kafka_config, unique_na
     store.reset(partition)  # resetting a partition's offset does not free the connector's lease
     assert store.read_all() == {}
     assert lease.current().owner == "dag/run/window"
+
+
+def test_resnapshot_operator_takes_the_lease_before_submitting(kafka_config, unique_name, monkeypatch):
+    from types import SimpleNamespace
+
+    from airflow_provider_mongocdc.core.errors import ConfigError
+    from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
+
+    conn_id = f"kafka_{unique_name}".lower()
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
+        {"conn_type": "mongocdc_kafka", "extra": kafka_config}))
+    window = owner_for_task("mongocdc_hourly", "window", "scheduled__2026-01-01T10:00:00+00:00")
+    ConnectorLease(kafka_config, unique_name).acquire(window, WINDOW, ttl=600)
+    context = {"ti": SimpleNamespace(dag_id="mongocdc_resnapshot", task_id="resnapshot",
+                                     run_id="manual__1", map_index=-1)}
+
+    operator = MongoResnapshotOperator(task_id="resnapshot", connector_config={"topic.prefix": unique_name},
+                                       kafka_conn_id=conn_id, mode="gap", reason="test")
+    with pytest.raises(LeaseHeldError) as held:
+        operator.execute(context)  # refused before anything is submitted to Spark
+    assert window in str(held.value) and "mongocdc_resnapshot/manual__1/resnapshot" in str(held.value)
+
+    chosen = MongoResnapshotOperator(task_id="resnapshot", connector_config={"topic.prefix": unique_name},
+                                     kafka_conn_id=conn_id, mode="gap", collections=["shop.orders"])
+    with pytest.raises(ConfigError, match="every captured collection"):
+        chosen.execute(context)

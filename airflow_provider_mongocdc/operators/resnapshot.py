@@ -1,0 +1,163 @@
+"""The operator that re-snapshots a connector after an oplog gap, or on request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_mongocdc.core.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, SNAPSHOT, ConnectorLease, task_owner
+from airflow_provider_mongocdc.core.offsets import OffsetStore
+from airflow_provider_mongocdc.core.oplog_gap import GapChecker
+from airflow_provider_mongocdc.core.snapshot import parse_namespaces
+from airflow_provider_mongocdc.operators.base import parse_connector_config
+from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
+
+GAP, MANUAL = "gap", "manual"
+MODES = (GAP, MANUAL)
+
+
+def parse_collections(value: Any) -> list[str]:
+    """``collections`` from a trigger form or a DAG run conf: a list, a JSON list, a
+    comma-separated string, or empty (every captured collection)."""
+    namespaces = parse_namespaces(value) or []
+    return [f"{db}.{coll}" for db, coll in namespaces]
+
+
+def _report(value: Any) -> dict[str, Any] | None:
+    if value in (None, "", "None"):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigError("The gap report is not JSON",
+                              fix="pass the OplogGapSensor's XCom value (a JSON object)") from None
+    if not isinstance(value, Mapping):
+        raise ConfigError("The gap report must be a JSON object", cause=f"got {type(value).__name__}",
+                          fix="pass the OplogGapSensor's XCom value")
+    return dict(value)
+
+
+class MongoResnapshotOperator(MongoSnapshotOperator):
+    """Re-snapshot all or chosen collections of a connector, with the snapshot application.
+
+    ``mode="gap"`` (what the watchdog DAG sends with the sensor's gap report): a stored resume
+    point is no longer in the oplog, so every captured collection is copied again and the
+    streaming offset moves to the new snapshot's start position. Choosing collections is refused
+    in this mode: the lost history covered every collection.
+
+    ``mode="manual"``: a new snapshot of the chosen collections (or of all) while streaming goes
+    on: the streaming offset stays where it is, so no change event is skipped. Before submitting,
+    the operator checks the stored positions itself (as OplogGapSensor does); when one is gone it
+    proceeds as in gap mode (or refuses chosen collections, naming the fix).
+
+    The connector's lease (see :mod:`airflow_provider_mongocdc.core.lease`) is taken for the run,
+    so a window of the same connector cannot start meanwhile; put the task in the connector's pool
+    (``mongocdc_<topic.prefix>``, one slot) too, so that windows queue instead of failing.
+
+    Returns the snapshot application's summary plus ``resnapshot``: mode, reason, collections,
+    whether the offset was reset, and the gap report's partitions.
+
+    :param collections: ``["<db>.<collection>", ...]``, a JSON list or a comma-separated string;
+        empty = every captured collection. (templated)
+    :param reason: why the re-snapshot runs (logged and returned). (templated)
+    :param mode: ``gap`` or ``manual``. (templated)
+    :param gap_report: the OplogGapSensor's report, when triggered by it. (templated)
+    :param spark_conn_id: the Spark connection. (templated)
+    :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
+        the task's ``execution_timeout``, else 2 hours).
+    Other parameters: see :class:`MongoSnapshotOperator` (without ``force`` / ``reset_offset``,
+    which the mode decides).
+    """
+
+    template_fields: Sequence[str] = (*MongoSnapshotOperator.template_fields, "reason", "mode",
+                                      "gap_report", "spark_conn_id")
+    template_fields_renderers = {**MongoSnapshotOperator.template_fields_renderers, "gap_report": "json"}
+    ui_color = "#c9e4a6"
+
+    def __init__(self, *, collections: Sequence[str] | str | None = None, reason: str = "",
+                 mode: str = MANUAL, gap_report: Mapping[str, Any] | str | None = None,
+                 lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
+        for fixed in ("force", "reset_offset"):
+            if fixed in kwargs:
+                raise TypeError(f"MongoResnapshotOperator sets {fixed} from its mode; do not pass it")
+        self.spark_conn_id = kwargs.get("spark_conn_id", "spark_default")
+        super().__init__(collections=collections, force=True, reset_offset=True, **kwargs)
+        self.reason = reason
+        self.mode = mode
+        self.gap_report = gap_report
+        self.lease_ttl = lease_ttl
+        self._decision: dict[str, Any] = {}
+
+    # -- the decision ------------------------------------------------------------------------------
+    def decide(self, config: ConnectorConfig) -> dict[str, Any]:
+        """Mode, collections and whether the offset resets (checks the oplog in manual mode)."""
+        mode = str(self.mode or MANUAL).strip().lower()
+        if mode not in MODES:
+            raise ConfigError(f"Unknown re-snapshot mode {self.mode!r}", fix=f"use one of {', '.join(MODES)}")
+        collections = parse_collections(self.collections)
+        report = _report(self.gap_report)
+        gap_partitions = list((report or {}).get("gap_partitions") or [])
+        gap = mode == GAP or bool(gap_partitions)
+        if not gap:
+            found = self.check_gap(config)
+            if found.gap:
+                self.log.warning("A stored resume point is no longer in the oplog (%s): the re-snapshot "
+                                 "copies every collection and resets the offset", found.describe())
+                gap, report = True, found.to_dict()
+                gap_partitions = report["gap_partitions"]
+        if gap and collections:
+            raise ConfigError(
+                "A re-snapshot after an oplog gap must copy every captured collection",
+                cause=f"the stored resume point of {', '.join(gap_partitions) or 'the connector'} is no "
+                      "longer in the oplog, so changes of every collection were lost, but collections "
+                      f"{', '.join(collections)} were chosen",
+                fix="trigger the re-snapshot again with collections empty")
+        return {"mode": GAP if gap else MANUAL, "reason": str(self.reason or ""),
+                "collections": collections, "reset_offset": gap, "gap_partitions": gap_partitions,
+                "gap_report": report}
+
+    def check_gap(self, config: ConnectorConfig):
+        """The connector's gap report now (as OplogGapSensor computes it)."""
+        from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
+        from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
+
+        details = MongoTopologyHook.from_config(config, self.mongo_conn_id).get_connection_details()
+        store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
+        policy = BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
+                               min(config.connect_max_attempts, 2))
+        return GapChecker(config, details, policy=policy).check(store.read_all(), offsets_topic=store.topic)
+
+    def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
+        self.collections = self._decision["collections"] or None
+        self.force = True
+        self.reset_offset = self._decision["reset_offset"]
+        return super().job_params(context, config)
+
+    # -- run ---------------------------------------------------------------------------------------
+    def execute(self, context) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
+        self._conn_id = self.spark_conn_id
+        self._hook = None
+        self._decision = self.decide(config)
+        decision = self._decision
+        self.log.info("Re-snapshot of connector %s (mode %s%s): %s; the streaming offset %s",
+                      config.topic_prefix, decision["mode"],
+                      f", reason: {decision['reason']}" if decision["reason"] else "",
+                      ", ".join(decision["collections"]) or "every captured collection",
+                      "moves to the new snapshot's start" if decision["reset_offset"] else "stays as it is")
+        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
+        lease = ConnectorLease.for_config(self.kafka_config(), config)
+        with lease.hold(task_owner(context), SNAPSHOT, ttl):
+            summary = super().execute(context)
+        summary = dict(summary)
+        summary["resnapshot"] = {key: value for key, value in decision.items() if key != "gap_report"}
+        if decision["gap_report"]:
+            summary["resnapshot"]["gap_detected_at"] = decision["gap_report"].get("detected_at")
+            summary["resnapshot"]["lost_seconds"] = decision["gap_report"].get("lost_seconds")
+        return summary
