@@ -23,8 +23,9 @@ forward in the same Kafka transaction.
   the future).
 
 Both run in the connector's pool `mongocdc_<topic.prefix>` (one slot), as does the re-snapshot
-(`mongocdc_resnapshot`, which also holds the connector's lease), so they queue one after the other
-instead of overlapping.
+(`mongocdc_resnapshot`), so they queue one after the other instead of overlapping. The window and
+the re-snapshot also hold the connector's lease (in the offsets topic), which keeps them apart
+even when they run outside these DAGs or pools.
 
 **Configuration** (no code change): the Airflow Variable `mongocdc_connector_config` (or the
 environment variable `MONGOCDC_CONNECTOR_CONFIG`) holds the connector properties as JSON; the

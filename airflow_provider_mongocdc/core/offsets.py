@@ -686,3 +686,15 @@ def read_committed_records(store: OffsetStore) -> list[tuple[bytes | None, bytes
     """Every committed ``(key, value)`` record of the store's topic, oldest first (read as
     :meth:`OffsetStore.read_everything` reads them, before folding)."""
     return store._read_committed()
+
+
+def is_lease_key(key: bytes | None) -> bool:
+    """Whether a record key of the offsets topic is a connector lease's (see :func:`lease_key`)."""
+    if not key:
+        return False
+    try:
+        data = json.loads(key)
+    except ValueError:
+        return False
+    return (isinstance(data, list) and len(data) == 2 and isinstance(data[1], dict)
+            and data[1].get("lease") == LEASE_NAME and "rs" not in data[1])

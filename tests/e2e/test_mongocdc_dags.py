@@ -280,6 +280,11 @@ def test_watchdog_finds_the_gap_and_resnapshots_then_rest_api_params_are_used(st
     api = start_airflow(stack)
     assert api.call("PATCH", "/api/v2/dags/mongocdc_resnapshot", json={"is_paused": False}).status_code == 200
 
+    (watchdog_run,) = api.call("GET", "/api/v2/dags/mongocdc_watchdog/dagRuns").json()["dag_runs"]
+    links = api.call("GET", f"/api/v2/dags/mongocdc_watchdog/dagRuns/{watchdog_run['dag_run_id']}/"
+                            "taskInstances/detect_gap/links").json()
+    assert links["Re-snapshot (trigger form)"].endswith("/dags/mongocdc_resnapshot")
+
     runs = api.call("GET", "/api/v2/dags/mongocdc_resnapshot/dagRuns").json()["dag_runs"]
     (gap_run,) = runs
     assert gap_run["dag_run_id"].startswith(f"gap__{stack.prefix}__rs0-")

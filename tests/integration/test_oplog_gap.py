@@ -9,7 +9,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from airflow.sdk.exceptions import AirflowRescheduleException
+from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.change_stream import current_position
@@ -53,9 +53,9 @@ def completed_snapshot(client: MongoClient, config: ConnectorConfig) -> OffsetSt
 
 
 def sensor(props, ids, **kwargs) -> OplogGapSensor:
+    kwargs = {"mode": "reschedule", "poke_interval": 60, "timeout": 300, **kwargs}
     return OplogGapSensor(task_id="detect_gap", connector_config=json.dumps(props),
-                          mongo_conn_id=ids["mongo"], kafka_conn_id=ids["kafka"],
-                          mode="reschedule", poke_interval=60, timeout=300, **kwargs)
+                          mongo_conn_id=ids["mongo"], kafka_conn_id=ids["kafka"], **kwargs)
 
 
 async def first_event(trigger: OplogGapTrigger, timeout: float = 60.0):
@@ -113,17 +113,21 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
     assert gap["oldest_oplog_time"] >= gap["stored_time"]
     json.dumps(report)  # XCom and DAG run conf take JSON
 
-    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"], poll_interval=1)))
-    assert event["status"] == "gap"
-    assert event["report"]["gap_partitions"] == ["rs0"]
-    assert quiet.execute_complete({}, event) == event["report"]
-
-    # The trigger carries no secret and is rebuilt from its serialized form.
-    path, kwargs = OplogGapTrigger(props, ids["mongo"], ids["kafka"]).serialize()
+    # Deferrable: the sensor hands a trigger to the triggerer, which rebuilds it from its
+    # serialized form (no secret in it) and runs it; the sensor resumes with the gap report.
+    deferring = sensor(props, ids, deferrable=True, poke_interval=1)
+    with pytest.raises(TaskDeferred) as deferred:
+        deferring.execute({"ti": FirstTry()})
+    assert deferred.value.method_name == "execute_complete"
+    path, kwargs = deferred.value.trigger.serialize()
     assert path == "airflow_provider_mongocdc.triggers.oplog_gap.OplogGapTrigger"
     assert set(kwargs) == {"connector_config", "mongo_conn_id", "kafka_conn_id", "poll_interval",
                            "headroom_warning", "connector"}
     assert "127.0.0.1" not in json.dumps(kwargs)
+    event = asyncio.run(first_event(OplogGapTrigger(**kwargs)))
+    assert event["status"] == "gap"
+    assert event["report"]["gap_partitions"] == ["rs0"]
+    assert deferring.execute_complete({}, event) == event["report"]
 
     link = ResnapshotTriggerLink().get_link(quiet, ti_key=None)
     assert link.endswith("/dags/mongocdc_resnapshot")
