@@ -7,8 +7,8 @@ one "last" event, the offset handed to streaming, resuming after kill -9, and sn
 from __future__ import annotations
 
 import json
+import logging
 import re
-from pathlib import Path
 
 import pytest
 from bson import json_util
@@ -23,6 +23,8 @@ from airflow_provider_mongocdc.core.offsets import (
     Position,
 )
 from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
+from airflow_provider_mongocdc.spark_apps import runtime
+from airflow_provider_mongocdc.spark_apps import snapshot as snapshot_app
 from devtools.kafka.reading import read_topic
 from tests.integration.snapshot_helpers import (
     kill_group,
@@ -161,8 +163,35 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(mongodb_uri, kafk
     assert sum(marker.stats["last"] for marker in markers.values()) == 1
 
 
+@pytest.fixture(scope="module")
+def spark_jvm():
+    """A Spark JVM (local[2]) in this process, so that the mode runs below start Spark in about a
+    second each instead of launching spark-submit every time; stopped after the module."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("mongocdc-snapshot-modes")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .getOrCreate())
+    session.stop()
+    gateway = SparkContext._gateway
+    package_logger = logging.getLogger("airflow_provider_mongocdc")
+    handlers, level, propagate = package_logger.handlers[:], package_logger.level, package_logger.propagate
+    try:
+        yield
+    finally:
+        package_logger.handlers[:], package_logger.level, package_logger.propagate = handlers, level, propagate
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+        gateway.shutdown()
+        gateway.proc.stdin.close()  # the JVM exits when its stdin closes
+        gateway.proc.wait(timeout=60)
+        SparkContext._gateway = SparkContext._jvm = None
+
+
 @pytest.mark.simulator_only
-def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_submit, tmp_path):
+def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_path):
+    """The snapshot application run in this process (the same runtime as under spark-submit)."""
     sim = mongosim()
     database = f"{unique_name}_db"
     client = MongoClient(sim.uri)
@@ -176,7 +205,10 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_submit, tm
 
     def run(prefix: str, mode: str, **params) -> dict:
         spec, result = write_spec(tmp_path, connector(prefix, mode), mongo_details(sim.uri), kafka, params)
-        return run_snapshot(spark_submit, spec, result).summary
+        code = runtime.run("snapshot", snapshot_app.job, ["--job-spec", str(spec), "--result", str(result)])
+        outcome = json.loads(result.read_text())
+        assert code == 0 and outcome["status"] == "ok", outcome
+        return outcome["summary"]
 
     def counts(prefix: str) -> dict[str, int]:
         return {name: len(read_topic(kafka_bootstrap, f"{prefix}.{database}.{name}")) for name in ids}
