@@ -528,7 +528,11 @@ class StreamWindow:
             reason, final = self._stream()
             self._commit(final, last=True)
         except BaseException:
-            self.writer.abort()
+            try:
+                self._abort()
+            except MongoCdcError as error:  # the window's own error is the one to report
+                log.warning("Window of %s: could not abort the open Kafka transaction (%s); it is "
+                            "aborted when the next run's writer starts", self.partition.describe(), error)
             raise
         return self._summary(reason, started)
 
@@ -737,11 +741,27 @@ class StreamWindow:
             if self.pending_changes or self.writer.in_transaction:
                 self._commit(self.position, last=False)
             return
-        self.writer.abort()
+        log.info("Window of %s: the stream failed inside MongoDB transaction %s; rolling back to the "
+                 "last commit (%s) to read it again whole", self.partition.describe(),
+                 self.tracker.current_id, (self.committed_position or self.start).describe())
+        self._abort()
         self.pending = WindowStats()
         self.pending_changes = 0
         self.position = self.committed_position
         self._new_builder()
+
+    def _abort(self) -> None:
+        """Abort the open Kafka transaction. Its records are delivered first: librdkafka can fail
+        fatally (INVALID_TXN_STATE) when an abort races the registration of the transaction's
+        partitions (confluentinc/librdkafka#4849)."""
+        if not self.writer.in_transaction:
+            return
+        try:
+            self.writer.flush()
+        except MongoCdcError:
+            pass  # a failed delivery aborts the transaction itself
+        if self.writer.in_transaction:
+            self.writer.abort()
 
     # -- summary --
     def _summary(self, reason: str, started: float) -> dict[str, Any]:

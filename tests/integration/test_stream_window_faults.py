@@ -254,3 +254,50 @@ def test_positions_are_never_moved_back_by_an_old_window(mongodb_uri, kafka_boot
     summary = run_window(target, config, kafka, WindowParams(old_end, idle_timeout_s=5))
     assert summary["stop_reason"] == "already_past_end" and summary["events"] == 0
     assert store.read(partition).position == seeded.position
+
+
+@pytest.mark.simulator_only
+def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplicate(
+        mongosim, kafka_bootstrap, unique_name):
+    sim = mongosim("replset")
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name, {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10,
+                                             "connect.backoff.max.delay.ms": 50})
+    store, partition = seed_offset(sim.uri, kafka, props)
+    with sim.client() as client:
+        db = client[db_name]
+        db.items.insert_many([{"_id": n} for n in range(40)])
+        for txn in range(3):  # transactions larger than a batch, so failures also hit their middle
+            with client.start_session() as session, session.start_transaction():
+                db.items.insert_many([{"_id": 100 * (txn + 1) + n} for n in range(12)], session=session)
+                db.other.insert_one({"_id": txn}, session=session)
+        end = next_second(insert_at(db.items, {"_id": 999}))
+        pass_second(client, end, f"{db_name}_m")
+        # 70% of the window's aggregate and getMore commands fail with a resumable error: pymongo
+        # resumes once by itself, the window re-opens the stream when that fails too (inside a
+        # transaction it rolls back to its last commit and reads the transaction again).
+        client.admin.command({"configureFailPoint": "failCommand", "mode": {"activationProbability": 0.7},
+                              "data": {"failCommands": ["aggregate", "getMore"], "errorCode": 6,
+                                       "errorLabels": ["ResumableChangeStreamError"],
+                                       "appName": "airflow-provider-mongocdc"}})
+        try:
+            config = ConnectorConfig.from_properties(props)
+            (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
+            summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=10))
+        finally:
+            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+
+    expected = sorted(list(range(40)) + [100 * t + n for t in (1, 2, 3) for n in range(12)] + [999])
+    ids = _ids(topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"))
+    assert sorted(int(i) for i in ids) == expected
+    transactions = topic_events(kafka_bootstrap, f"{unique_name}.transaction")
+    assert [(e.payload["status"], e.payload["event_count"]) for e in transactions] == \
+        [("BEGIN", None), ("END", 13)] * 3
+    for event in topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"):
+        block = event.payload["transaction"]
+        if block is not None:
+            assert 1 <= block["total_order"] <= 12 and block["total_order"] == block["data_collection_order"]
+    assert summary["events"] == len(expected) + 3 and summary["transactions"] == 3
+    assert summary["reconnects"] >= 1  # the window itself re-opened the stream
+    assert store.read(partition).cluster_time == end
