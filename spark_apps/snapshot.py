@@ -303,6 +303,11 @@ class SnapshotRun:
                 fix="reset the connector's offsets (mongocdc offsets reset) and run the snapshot "
                     "again")
         self.reset_offset = plan.reset_offset
+        if self.collections is not None and [f"{db}.{coll}" for db, coll in self.collections] != list(plan.collections):
+            log.warning("Snapshot %s was interrupted; it resumes with its own collections (%s), not the "
+                        "requested ones (%s). Run again after it completed for the requested ones.",
+                        snapshot_id, ", ".join(plan.collections),
+                        ", ".join(f"{db}.{coll}" for db, coll in self.collections))
         starts = {}
         for partition in self.partitions:
             state = self.states[partition]
@@ -384,7 +389,8 @@ class SnapshotRun:
         everything = self.store.read_everything()
         markers = everything.chunks.get((self.plan_partition, plan.snapshot_id), {})
         check_complete(plan, markers)
-        progress.update(markers)
+        for line in progress.update(markers):
+            log.info("%s", line)
         totals = progress.totals()
         records, after = [], {}
         for partition in self.partitions:

@@ -76,7 +76,6 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import (
     ConfigError,
     ConnectionFailedError,
-    MongoCdcError,
     OffsetError,
 )
 from airflow_provider_mongocdc.core.events import EventBuilder, Record
@@ -782,10 +781,3 @@ def check_complete(plan: SnapshotPlan, markers: Mapping[str, ChunkMarker]) -> No
             cause=f"chunks {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''} did not commit",
             fix="run the snapshot again: it resumes and copies the missing chunks only")
 
-
-def summary_error(error: BaseException) -> MongoCdcError:
-    """A MongoCdcError for any failure of a snapshot step (kept as is when it already is one)."""
-    if isinstance(error, MongoCdcError):
-        return error
-    return MongoCdcError("The snapshot failed", cause=str(error),
-                         fix="correct the cause and run the snapshot again: committed chunks are skipped")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, SNAPSHOT, ConnectorLease, owner_for_task, task_owner
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
 class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
@@ -27,6 +29,10 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     snapshot id, action and reason, documents per collection, bytes, chunks (copied and skipped as
     already committed), duration, the recorded start position and the resulting offsets.
 
+    The connector's lease (:mod:`airflow_provider_mongocdc.core.lease`) is held while the snapshot
+    runs, so a stream window of the same connector cannot run meanwhile (and a running window
+    makes this task fail with LeaseHeldError naming it).
+
     :param collections: ``["<db>.<collection>", ...]`` (or a comma-separated string) to copy
         instead of every captured collection, e.g. for a re-snapshot of chosen collections.
         Each must be captured by the connector's include/exclude lists. (templated)
@@ -36,6 +42,8 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         position recorded before copying. True (default) for a full or gap-filling snapshot;
         False for a re-snapshot of chosen collections while streaming goes on without a gap.
         (templated)
+    :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
+        the task's ``execution_timeout``, else 2 hours).
     Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
     ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
     """
@@ -45,11 +53,21 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
                                       "force", "reset_offset")
 
     def __init__(self, *, collections: Sequence[str] | str | None = None, force: bool | str = False,
-                 reset_offset: bool | str = True, **kwargs: Any) -> None:
+                 reset_offset: bool | str = True, lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.collections = collections
         self.force = force
         self.reset_offset = reset_offset
+        self.lease_ttl = lease_ttl
+
+    def execute(self, context) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
+        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
+        lease = ConnectorLease.for_config(self.kafka_config(), config)
+        owner = task_owner(context) if context and "ti" in context else \
+            owner_for_task(self.dag_id, self.task_id, "manual")
+        with lease.hold(owner, SNAPSHOT, ttl):
+            return super().execute(context)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         namespaces = parse_namespaces(self.collections)  # validated before anything is submitted
@@ -68,7 +86,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         else:
             self.log.info(
                 "Snapshot %s %s: %d documents (%s) in %d chunks (%d skipped as already committed), "
-                "%d bytes, %.1f s; streaming starts from %s",
+                "%d bytes, %.1f s; position recorded before copying: %s",
                 summary.get("snapshot_id"), "resumed and completed" if summary.get("resumed") else "completed",
                 summary.get("documents", 0),
                 ", ".join(f"{ns}: {n}" for ns, n in (summary.get("collections") or {}).items()) or "none",

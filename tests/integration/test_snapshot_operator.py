@@ -9,6 +9,10 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.errors import LeaseHeldError
+from airflow_provider_mongocdc.core.lease import WINDOW, ConnectorLease
+from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from devtools.kafka.reading import read_topic
 from tests.integration.snapshot_helpers import payloads, seed
@@ -47,6 +51,20 @@ def _operator(task_id: str, prefix: str, database: str, mongo_conn_id: str, kafk
                           "connect.max.attempts": 1},
         mongo_conn_id=mongo_conn_id, kafka_conn_id=kafka_conn_id, spark_conn_id=spark_conn_id,
         conf={"spark.ui.enabled": "false"}, **kwargs)
+
+
+def test_a_running_window_keeps_the_snapshot_from_starting(mongodb_uri, connections, unique_name,
+                                                           kafka_bootstrap):
+    kafka, spark, mongo = connections
+    operator = _operator("snapshot", unique_name, "shop", mongo("snap_lease", mongodb_uri), kafka, spark)
+    lease = ConnectorLease.for_config({"bootstrap.servers": kafka_bootstrap},
+                                      ConnectorConfig.from_properties({"topic.prefix": unique_name}))
+    with lease.hold("hourly/run-1/window", WINDOW, 600):
+        with pytest.raises(LeaseHeldError) as info:
+            operator.execute({})
+    assert "locked by the window 'hourly/run-1/window'" in str(info.value)
+    assert lease.current() is None  # the window released it; the snapshot never took it
+    assert OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets").read_all() == {}
 
 
 def test_standalone_server_is_refused_with_cause_and_fix(mongosim, connections, unique_name):
