@@ -1,5 +1,7 @@
 """MongoStreamWindowOperator through Airflow connections (AIRFLOW_CONN_*), spark-submit, the real
-Kafka broker and the simulator: the window end from the data interval and the summary."""
+Kafka broker and a sharded simulator: the window end from the data interval, one Spark task per
+shard replica set (mongodb.connection.mode=replica_set), and the summary; then the same window
+through mongos."""
 
 from __future__ import annotations
 
@@ -9,13 +11,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.change_stream import current_position
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
+from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator, window_end_for
 from tests.integration.window_helpers import (
     connector,
     insert_at,
     next_second,
     pass_second,
-    seed_offset,
     topic_events,
     write_time,
 )
@@ -30,30 +35,53 @@ def test_window_end_is_the_data_interval_end_or_now():
     assert window_end_for({}, now) == now
 
 
-def test_operator_runs_a_window_and_returns_its_summary(mongodb_uri, kafka_bootstrap, unique_name,
-                                                        monkeypatch):
+def _seed(store, prefix: str, rs: str, uri: str, config: ConnectorConfig) -> OffsetPartition:
+    partition = OffsetPartition(prefix, rs)
+    with MongoClient(uri, serverSelectionTimeoutMS=20000) as client:
+        store.write(partition, OffsetState(position=current_position(client, config)))
+    return partition
+
+
+@pytest.mark.simulator_only
+def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
+        mongosim, kafka_bootstrap, unique_name, monkeypatch):
+    sim = mongosim("sharded", shards=2)
     db_name = unique_name[:40]
+    prefix = unique_name
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(unique_name, db_name)
-    store, partition = seed_offset(mongodb_uri, kafka, props)
-    for conn_id, fields in (("window_mongo", {"conn_type": "mongocdc", "host": mongodb_uri}),
+    props = connector(prefix, db_name, {"mongodb.connection.mode": "replica_set"})
+    config = ConnectorConfig.from_properties(props)
+    store = OffsetStore(kafka, config.offsets_topic, read_timeout_s=30)
+    store.ensure_topic()
+    shards = {"shard0": sim.shard_uris[0], "shard1": sim.shard_uris[1]}
+    partitions = {rs: _seed(store, prefix, rs, uri, config) for rs, uri in shards.items()}
+    through_mongos = ConnectorConfig.from_properties({**props, "mongodb.connection.mode": "sharded"})
+    cluster = _seed(store, prefix, "cluster", sim.uri, through_mongos)
+    for conn_id, fields in (("window_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
                             ("window_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
                             ("window_spark", {"conn_type": "spark", "host": "local[2]"})):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
 
-    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+    with MongoClient(sim.uri, serverSelectionTimeoutMS=20000) as client:
+        client.admin.command("enableSharding", db_name)
+        client.admin.command("shardCollection", f"{db_name}.items", key={"_id": "hashed"})
         db = client[db_name]
-        db.carts.insert_one({"_id": 1, "n": 1})
-        db.carts.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        db.items.insert_many([{"_id": n} for n in range(20)])
+        db.items.update_one({"_id": 3}, {"$set": {"seen": True}})
+        db.items.delete_one({"_id": 4})
 
-        def transaction(session):
+        def transaction(session):  # spans both shards
             with session.start_transaction():
-                db.carts.delete_one({"_id": 1}, session=session)
-                db.audit.insert_one({"_id": "a1"}, session=session)
+                db.items.insert_many([{"_id": n} for n in range(100, 110)], session=session)
 
         write_time(client, transaction)
-        end = next_second(insert_at(db.carts, {"_id": 2}))
+        end = next_second(insert_at(db.items, {"_id": 999}))
         pass_second(client, end, f"{db_name}_m")
+    on_shard = {}
+    for rs, uri in shards.items():
+        with MongoClient(uri, serverSelectionTimeoutMS=20000) as shard:
+            on_shard[rs] = {doc["_id"] for doc in shard[db_name].items.find({}, {"_id": 1})}
+    assert on_shard["shard0"] and on_shard["shard1"]  # the documents are spread over both shards
 
     operator = MongoStreamWindowOperator(
         task_id="window", connector_config=props, mongo_conn_id="window_mongo",
@@ -62,20 +90,39 @@ def test_operator_runs_a_window_and_returns_its_summary(mongodb_uri, kafka_boots
     data_interval_end = datetime.fromtimestamp(end.time, timezone.utc)
     summary = operator.execute({"data_interval_end": data_interval_end})
 
+    expected_events = 20 + 1 + 1 + 10 + 1
     assert summary["status"] == "completed" and summary["reached_end"] is True
     assert summary["window_end"] == data_interval_end.isoformat().replace("+00:00", "Z")
-    assert summary["events"] == 5
-    assert summary["events_by_op"] == {"c": 3, "d": 1, "u": 1}
-    assert summary["events_by_collection"] == {f"{db_name}.audit": 1, f"{db_name}.carts": 4}
-    assert summary["transactions"] == 1 and summary["tombstones"] == 1
-    assert summary["bytes"] > 0 and summary["batches_committed"] == 1
-    assert summary["start_position"][partition.rs]["sec"] < end.time
-    assert summary["end_position"][partition.rs]["sec"] == end.time
+    assert summary["events"] == expected_events
+    assert summary["events_by_op"] == {"c": 31, "d": 1, "u": 1}
+    assert summary["events_by_collection"] == {f"{db_name}.items": expected_events}
+    assert summary["transactions"] == 2  # the transaction's share on each shard
+    assert summary["tombstones"] == 1 and summary["bytes"] > 0
+    assert summary["batches_committed"] == 2  # one per shard stream
+    assert set(summary["start_position"]) == set(summary["end_position"]) == {"shard0", "shard1"}
+    assert all(position["sec"] == end.time for position in summary["end_position"].values())
+    assert [p["partition"] for p in summary["partitions"]] == ["shard0", "shard1"]
     assert set(summary["lag_ms"]) == {"p50", "p95", "max"}
     assert 0 <= summary["lag_ms"]["p50"] <= summary["lag_ms"]["p95"] <= summary["lag_ms"]["max"]
     assert summary["duration_s"] > 0
     json.dumps(summary)  # fit for XCom
 
-    carts = topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.carts")
-    assert [(e.key["id"], e.op) for e in carts] == [("1", "c"), ("1", "u"), ("1", "d"), ("1", None), ("2", "c")]
-    assert store.read(partition).cluster_time == end
+    events = topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items")
+    created = [e for e in events if e.op == "c"]
+    assert sorted(int(e.key["id"]) for e in created) == list(range(20)) + list(range(100, 110)) + [999]
+    for event in events:  # every event comes from the shard that holds the document
+        if event.payload:
+            assert int(event.key["id"]) in on_shard[event.payload["source"]["rs"]] | {4}
+    ends = [e for e in topic_events(kafka_bootstrap, f"{prefix}.transaction") if e.payload["status"] == "END"]
+    assert len({e.key["id"] for e in ends}) == 1 and sum(e.payload["event_count"] for e in ends) == 10
+    for rs, partition in partitions.items():
+        state = store.read(partition)
+        assert state.cluster_time == end and state.windows == 1 and state.events > 0
+
+    # Through mongos (the default connection mode): one merged stream with its own offset
+    # (partition "cluster"), the whole transaction in one BEGIN/END.
+    (target,) = plan_streams(connection_details({"connection_string": sim.uri}), through_mongos)
+    assert target.partition == "cluster"
+    mongos_summary = run_window(target, through_mongos, kafka, WindowParams(end, idle_timeout_s=20))
+    assert mongos_summary["events"] == expected_events and mongos_summary["transactions"] == 1
+    assert store.read(cluster).cluster_time == end
