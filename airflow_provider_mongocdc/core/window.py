@@ -99,7 +99,7 @@ from pymongo import MongoClient
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duration_ms
-from airflow_provider_mongocdc.core.change_stream import open_stream, token_cluster_time
+from airflow_provider_mongocdc.core.change_stream import open_stream, token_cluster_time, watch_target
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
 from airflow_provider_mongocdc.core.errors import (
@@ -595,7 +595,7 @@ class StreamWindow:
             now = time.monotonic()
             if change is None:
                 if not stream.alive:
-                    self._invalidated(stream.resume_token)
+                    self._invalidated(self._invalidate_token(stream.resume_token))
                 token = stream.resume_token
                 cluster_time = token_cluster_time(token)
                 if cluster_time is not None and cluster_time >= self.end:
@@ -630,7 +630,34 @@ class StreamWindow:
             idle_since = now
             progressed[0] = True
             if not stream.alive:
-                self._invalidated(stream.resume_token)
+                self._invalidated(self._invalidate_token(stream.resume_token))
+
+    def _invalidate_token(self, reported: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The resume token of the invalidate that closed the stream.
+
+        MongoDB reports it as the closing batch's PBRT even when ``$match`` filtered the
+        invalidate out; servers without PBRTs (and some test servers) keep the last event's token
+        instead, which would make every later window stop at the same invalidate. So the
+        invalidate is read itself, with an invalidate-only stream from the last position read.
+        """
+        options: dict[str, Any] = {"max_await_time_ms": self.params.poll_ms}
+        if self.position.resume_token is not None:
+            options["start_after"] = dict(self.position.resume_token)
+        else:
+            options["start_at_operation_time"] = self.position.cluster_time
+        try:
+            with watch_target(self.client, self.config).watch(
+                    [{"$match": {"operationType": "invalidate"}}], **options) as stream:
+                for _ in range(3):
+                    change = stream.try_next()
+                    if change is not None and is_invalidate(change):
+                        return change["_id"]
+                    if not stream.alive:
+                        break
+        except PyMongoError as error:
+            log.warning("Window of %s: could not read the invalidate event (%s); using the "
+                        "server's resume token", self.partition.describe(), _error_text(error))
+        return reported
 
     def _invalidated(self, token: Mapping[str, Any] | None) -> None:
         cluster_time = token_cluster_time(token)

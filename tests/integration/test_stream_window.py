@@ -163,3 +163,34 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     assert heartbeats[-1].key == {"serverName": prefix}
     assert len(topic_events(kafka_bootstrap, f"{topic}.orders")) == 11
     client.close()
+
+
+def test_collection_scoped_window_ends_at_an_invalidate_and_the_next_starts_after_it(
+        mongodb_uri, kafka_bootstrap, unique_name):
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = {"topic.prefix": unique_name, "capture.scope": "collection",
+             "capture.target": f"{db_name}.carts"}
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        carts = client[db_name].carts
+        carts.insert_one({"_id": 1})
+        dropped = write_time(client, lambda s: carts.drop(session=s))
+        carts.insert_one({"_id": 2})  # the collection again, after the drop
+        end = next_second(insert_at(carts, {"_id": 3}))
+        pass_second(client, end, f"{db_name}_m")
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    params = WindowParams(end, idle_timeout_s=20)
+    topic = f"{unique_name}.{db_name}.carts"
+
+    first = run_window(target, config, kafka, params)
+    assert first["stop_reason"] == "invalidated" and first["events"] == 1
+    state = store.read(partition)
+    assert state.cluster_time == dropped and state.resume_token is not None  # the invalidate's token
+    assert [e.key["id"] for e in topic_events(kafka_bootstrap, topic)] == ["1"]
+
+    second = run_window(target, config, kafka, params)  # startAfter the invalidate
+    assert second["stop_reason"] == "end_reached" and second["events"] == 2
+    assert [e.key["id"] for e in topic_events(kafka_bootstrap, topic)] == ["1", "2", "3"]
+    assert store.read(partition).cluster_time == end
