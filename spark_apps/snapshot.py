@@ -96,6 +96,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     def committed(chunk_id: str) -> bool:
         # A retried task: an earlier attempt may have committed the chunk after this one started.
         return chunk_id in store.finished_chunks(partition, task["snapshot_id"])
+
     copier = ChunkCopier(config, task["kafka"], task["snapshot_id"], Position.from_json(task["start"]),
                          partition, task["replica_set"])
     chunks = [Chunk.from_json(document) for document in chunk_documents]

@@ -108,11 +108,6 @@ RESUME, SNAPSHOT, RECORD_POSITION, NOTHING = "resume", "snapshot", "record_posit
 
 
 # -- _id ranges in BSON order ----------------------------------------------------------------------
-# MongoDB's canonical type order ("Comparison/Sort Order") by $type alias.
-TYPE_ORDER: tuple[str, ...] = (
-    "minKey", "undefined", "null", "number", "string", "object", "array", "binData", "objectId",
-    "bool", "date", "timestamp", "regex", "dbPointer", "javascript", "javascriptWithScope", "maxKey",
-)
 # Types whose values the query operators order within the type: a range bounded on both sides by
 # values of one of these types is read with plain $gte/$lt (an index range on any version).
 _ORDERED_TYPES = frozenset({"number", "string", "object", "binData", "objectId", "bool", "date",
