@@ -23,9 +23,9 @@ forward in the same Kafka transaction.
   the future).
 
 Both run in the connector's pool `mongocdc_<topic.prefix>` (one slot), as does the re-snapshot
-(`mongocdc_resnapshot`), so they queue one after the other instead of overlapping. The window and
-the re-snapshot also hold the connector's lease (in the offsets topic), which keeps them apart
-even when they run outside these DAGs or pools.
+(`mongocdc_resnapshot`), so they queue one after the other instead of overlapping. Each also holds
+the connector's lease (a record in the offsets topic) while it runs, which keeps snapshots and
+windows apart even outside these DAGs and pools.
 
 **Configuration** (no code change): the Airflow Variable `mongocdc_connector_config` (or the
 environment variable `MONGOCDC_CONNECTOR_CONFIG`) holds the connector properties as JSON; the

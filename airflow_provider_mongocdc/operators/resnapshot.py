@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, SNAPSHOT, ConnectorLease, task_owner
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
@@ -56,9 +54,11 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     the operator checks the stored positions itself (as OplogGapSensor does); when one is gone it
     proceeds as in gap mode (or refuses chosen collections, naming the fix).
 
-    The connector's lease (see :mod:`airflow_provider_mongocdc.core.lease`) is taken for the run,
-    so a window of the same connector cannot start meanwhile; put the task in the connector's pool
-    (``mongocdc_<topic.prefix>``, one slot) too, so that windows queue instead of failing.
+    Like every snapshot, it holds the connector's lease (see
+    :mod:`airflow_provider_mongocdc.core.lease`) while it runs, so a window of the same connector
+    cannot start meanwhile; put the task in the connector's pool (``mongocdc_<topic.prefix>``, one
+    slot) too, so that windows queue instead of failing. The mode is decided (and the oplog checked)
+    before the lease is taken.
 
     Returns the snapshot application's summary plus ``resnapshot``: mode, reason, collections,
     whether the offset was reset, and the gap report's partitions.
@@ -69,10 +69,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     :param mode: ``gap`` or ``manual``. (templated)
     :param gap_report: the OplogGapSensor's report, when triggered by it. (templated)
     :param spark_conn_id: the Spark connection. (templated)
-    :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
-        the task's ``execution_timeout``, else 2 hours).
-    Other parameters: see :class:`MongoSnapshotOperator` (without ``force`` / ``reset_offset``,
-    which the mode decides).
+    Other parameters: see :class:`MongoSnapshotOperator` (``lease_ttl`` ...; without ``force`` /
+    ``reset_offset``, which the mode decides).
     """
 
     template_fields: Sequence[str] = (*MongoSnapshotOperator.template_fields, "reason", "mode",
@@ -82,7 +80,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
 
     def __init__(self, *, collections: Sequence[str] | str | None = None, reason: str = "",
                  mode: str = MANUAL, gap_report: Mapping[str, Any] | str | None = None,
-                 lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         for fixed in ("force", "reset_offset"):
             if fixed in kwargs:
                 raise TypeError(f"MongoResnapshotOperator sets {fixed} from its mode; do not pass it")
@@ -91,7 +89,6 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         self.reason = reason
         self.mode = mode
         self.gap_report = gap_report
-        self.lease_ttl = lease_ttl
         self._decision: dict[str, Any] = {}
 
     # -- the decision ------------------------------------------------------------------------------
@@ -151,11 +148,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
                       f", reason: {decision['reason']}" if decision["reason"] else "",
                       ", ".join(decision["collections"]) or "every captured collection",
                       "moves to the new snapshot's start" if decision["reset_offset"] else "stays as it is")
-        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
-        lease = ConnectorLease.for_config(self.kafka_config(), config)
-        with lease.hold(task_owner(context), SNAPSHOT, ttl):
-            summary = super().execute(context)
-        summary = dict(summary)
+        summary = dict(super().execute(context))  # holds the connector's lease while it runs
         summary["resnapshot"] = {key: value for key, value in decision.items() if key != "gap_report"}
         if decision["gap_report"]:
             summary["resnapshot"]["gap_detected_at"] = decision["gap_report"].get("detected_at")
