@@ -39,21 +39,26 @@ The stored position (what the next window resumes from)
     * otherwise (idle, max duration, intermediate batches): the token of the last change emitted,
       or the last PBRT seen when it is newer (all changes up to a PBRT have been read).
     * invalidate (collection- or database-scoped streams, after a drop, rename or dropDatabase of
-      the target): the invalidate's resume token, used with ``startAfter`` by the next window.
-      MongoDB puts it in the PBRT of the closing batch even when the ``$match`` stage filters the
-      invalidate event out, and pymongo exposes it as ``resume_token``. Whole-deployment streams
-      are never invalidated; drops, renames and dropDatabase produce no event (see
-      :mod:`.events`).
+      the target): the invalidate's resume token, used with ``startAfter`` by the next window
+      (which then captures the recreated collection). MongoDB puts that token in the PBRT of the
+      closing batch even when the ``$match`` stage filters the invalidate event out; the window
+      reads the invalidate event itself (an invalidate-only stream from its last position), which
+      works the same on servers that do not. An invalidate at or past the end stores the end.
+      Whole-deployment streams are never invalidated; drops, renames and dropDatabase produce no
+      event (see :mod:`.events`).
 
 Exactly once
     One :class:`~.writer.TransactionalWriter` per stream with a stable ``transactional.id``
     (:func:`transactional_id`); creating it fences any older writer of the same stream (a killed
     run) and aborts its open transaction *before* the offset is read. Events and the new offset
     (:meth:`~.offsets.OffsetStore.offset_record`) are committed in one Kafka transaction every
-    ``max.batch.size`` events and at the end, so a read_committed consumer sees a batch and its
-    offset together or not at all, and a re-run continues from the last commit. ``max.batch.size``
-    never cuts a MongoDB transaction: the batch grows until the transaction's END has been
-    written, so BEGIN, the events and END always share one Kafka transaction.
+    ``max.batch.size`` events, at least every ``commit_interval_s`` (60 s, Kafka Connect's
+    ``offset.flush.interval.ms`` default, far below the producer's transaction timeout) and at the
+    end, so a read_committed consumer sees a batch and its offset together or not at all, and a
+    re-run continues from the last commit. A batch boundary never cuts a MongoDB transaction:
+    the batch grows until the transaction's END has been written, so BEGIN, the events and END
+    always share one Kafka transaction (when the stream fails inside a transaction, the window
+    rolls back to its last commit and reads the transaction again whole).
 
 Faults
     pymongo resumes a change stream once by itself after a resumable error (network error,
@@ -131,6 +136,9 @@ RESNAPSHOT_DAG = "mongocdc_resnapshot"
 DEFAULT_IDLE_TIMEOUT_S = 30.0
 DEFAULT_MAX_DURATION_S = 3600.0
 DEFAULT_POLL_MS = 1000
+# Kafka Connect's offset.flush.interval.ms default: a batch is committed at least this often, so
+# that no Kafka transaction stays open near the broker's transaction timeout.
+DEFAULT_COMMIT_INTERVAL_S = 60.0
 
 # Stop reasons reported in the summary.
 END_REACHED = "end_reached"
@@ -187,17 +195,20 @@ class WindowParams:
     ``window_end``: where it stops (see the module documentation); ``idle_timeout_s``: stop after
     this long without a change or PBRT progress; ``max_duration_s``: stop (at the next point
     between transactions) after this long; ``poll_ms``: the server's wait for new changes per
-    request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when set).
+    request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when set); ``commit_interval_s``:
+    commit the batch at least this often (at a point between transactions), even when it holds
+    fewer than ``max.batch.size`` events.
     """
 
     window_end: datetime
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     max_duration_s: float = DEFAULT_MAX_DURATION_S
     poll_ms: int = DEFAULT_POLL_MS
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window_end", parse_time(self.window_end))
-        for name in ("idle_timeout_s", "max_duration_s"):
+        for name in ("idle_timeout_s", "max_duration_s", "commit_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"The window parameter {name}={value!r} is invalid",
@@ -225,11 +236,13 @@ class WindowParams:
         return cls(window_end=parse_time(params["window_end"]),
                    idle_timeout_s=float(params.get("idle_timeout_s") or DEFAULT_IDLE_TIMEOUT_S),
                    max_duration_s=float(params.get("max_duration_s") or DEFAULT_MAX_DURATION_S),
-                   poll_ms=int(poll))
+                   poll_ms=int(poll),
+                   commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S))
 
     def to_params(self) -> dict[str, Any]:
         return {"window_end": iso(self.window_end), "idle_timeout_s": self.idle_timeout_s,
-                "max_duration_s": self.max_duration_s, "poll_ms": self.poll_ms}
+                "max_duration_s": self.max_duration_s, "poll_ms": self.poll_ms,
+                "commit_interval_s": self.commit_interval_s}
 
 
 # -- streams -----------------------------------------------------------------------------------------
@@ -492,6 +505,7 @@ class StreamWindow:
         # the batch being built (an open Kafka transaction once something was sent)
         self.pending = WindowStats()
         self.pending_changes = 0
+        self._batch_started: float | None = None
         self.position: Position | None = None  # the furthest position read
         self._invalidate_position: Position | None = None
 
@@ -611,6 +625,8 @@ class StreamWindow:
                     raise _Stop(MAX_DURATION)
                 if now - idle_since >= self.params.idle_timeout_s:
                     raise _Stop(IDLE_TIMEOUT)
+                if self._batch_due(now):  # no change pending: any transaction read is complete
+                    self._commit(self.position, last=False)
                 continue
             if is_invalidate(change):
                 self._invalidated(change.get("_id"))
@@ -623,7 +639,7 @@ class StreamWindow:
             if between_transactions:
                 if now >= deadline:
                     raise _Stop(MAX_DURATION)
-                if self.pending_changes >= max_batch:
+                if self.pending_changes >= max_batch or self._batch_due(now):
                     self._commit(self.position, last=False)
             self._emit(change, cluster_time)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
@@ -631,6 +647,9 @@ class StreamWindow:
             progressed[0] = True
             if not stream.alive:
                 self._invalidated(self._invalidate_token(stream.resume_token))
+
+    def _batch_due(self, now: float) -> bool:
+        return self._batch_started is not None and now - self._batch_started >= self.params.commit_interval_s
 
     def _invalidate_token(self, reported: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The resume token of the invalidate that closed the stream.
@@ -724,6 +743,7 @@ class StreamWindow:
         self._ensure_topics(records)
         if not self.writer.in_transaction:
             self.writer.begin()
+            self._batch_started = time.monotonic()
         self.writer.send(records)
 
     def _ensure_topics(self, records: list[Record]) -> None:
@@ -758,6 +778,7 @@ class StreamWindow:
         self.totals.merge(self.pending, self._rng)
         self.pending = WindowStats()
         self.pending_changes = 0
+        self._batch_started = None
         self.batches_committed += 1
 
     def _recover(self) -> None:
@@ -789,6 +810,7 @@ class StreamWindow:
             pass  # a failed delivery aborts the transaction itself
         if self.writer.in_transaction:
             self.writer.abort()
+        self._batch_started = None
 
     # -- summary --
     def _summary(self, reason: str, started: float) -> dict[str, Any]:
@@ -797,7 +819,8 @@ class StreamWindow:
             "partition": self.partition.rs,
             "replica_set": self.replica_set,
             "stop_reason": reason,
-            "reached_end": reason in (END_REACHED, ALREADY_PAST_END, INVALIDATED),
+            "reached_end": reason in (END_REACHED, ALREADY_PAST_END) or (
+                reason == INVALIDATED and self._invalidate_position is None),
             "window_end": iso(self.params.window_end),
             "start_position": describe_position(self.start),
             "end_position": describe_position(self.committed_position or self.start),

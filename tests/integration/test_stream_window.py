@@ -8,7 +8,9 @@ spark-submit. Window ends are whole seconds derived from the server's own cluste
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+import threading
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from bson.timestamp import Timestamp
@@ -194,3 +196,36 @@ def test_collection_scoped_window_ends_at_an_invalidate_and_the_next_starts_afte
     assert second["stop_reason"] == "end_reached" and second["events"] == 2
     assert [e.key["id"] for e in topic_events(kafka_bootstrap, topic)] == ["1", "2", "3"]
     assert store.read(partition).cluster_time == end
+
+
+def test_live_window_commits_on_time_and_stops_at_its_end(mongodb_uri, kafka_bootstrap, unique_name):
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    params = WindowParams(datetime.now(timezone.utc) + timedelta(seconds=4), idle_timeout_s=20,
+                          commit_interval_s=1)
+    written: list[tuple[int, Timestamp]] = []
+
+    def write() -> None:  # one insert every 0.2 s until well after the window end
+        with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+            for n in range(60):
+                written.append((n, insert_at(client[db_name].items, {"_id": n})))
+                if written[-1][1] >= next_second(params.end):
+                    return
+                time.sleep(0.2)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    summary = run_window(target, config, kafka, params)
+    writer.join(timeout=30)
+
+    inside = [n for n, ts in written if ts < params.end]
+    assert inside and len(inside) < len(written)
+    assert summary["stop_reason"] == "end_reached" and summary["events"] == len(inside)
+    assert summary["batches_committed"] >= 3  # every second, although max.batch.size is 2048
+    ids = [int(e.key["id"]) for e in topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")]
+    assert ids == inside
+    assert store.read(partition).cluster_time == params.end
