@@ -112,8 +112,8 @@ from airflow_provider_mongocdc.core.errors import (
     ConnectionFailedError,
     MongoCdcError,
     OffsetError,
-    OversizeEventError,
     ResumePointPurgedError,
+    TopologyError,
 )
 from airflow_provider_mongocdc.core.events import OPERATION_CODES, EventBuilder, is_invalidate
 from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
@@ -287,6 +287,13 @@ def plan_streams(details: MongoConnectionDetails, config: ConnectorConfig, *,
     if topology.kind == SHARDED and config.mongodb_connection_mode == "replica_set":
         return [StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
                 for rs in topology.replica_sets]
+    if topology.kind == SHARDED and topology.via == "config_server":
+        raise TopologyError(
+            "The MongoDB connection points at the config server replica set of a sharded cluster",
+            cause="with mongodb.connection.mode=sharded the change stream is opened through mongos; "
+                  "a change stream on the config servers shows no data changes",
+            fix="connect to the mongos routers, or set mongodb.connection.mode=replica_set to read "
+                "each shard's replica set")
     (partition,) = topology.partitions(config.mongodb_connection_mode)
     return [StreamTarget(partition, partition, details.to_dict())]
 
@@ -514,7 +521,6 @@ class StreamWindow:
         self.builder = EventBuilder(self.config, replica_set=self.replica_set, clock=self._clock_ms)
         self.tracker = self.builder.transactions
         self._transaction_topic = self.tracker.topic if self.tracker is not None else None
-        self._heartbeat_topic = self.builder.heartbeat.topic
 
     # -- public --
     def run(self) -> dict[str, Any]:
