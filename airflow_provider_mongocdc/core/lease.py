@@ -35,7 +35,7 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.errors import DeliveryError, LeaseHeldError, OffsetError
 from airflow_provider_mongocdc.core.events import Record
-from airflow_provider_mongocdc.core.offsets import OffsetStore, lease_key, read_committed_records
+from airflow_provider_mongocdc.core.offsets import OffsetStore, lease_key
 from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class ConnectorLease:
     def current(self) -> Lease | None:
         """The stored lease (live or expired), or None when free."""
         value: bytes | None = None
-        for key, record_value in read_committed_records(self.store):
+        for key, record_value in self.store.read_committed_records():
             if key == self.key:
                 value = record_value
         if value is None:

@@ -460,10 +460,11 @@ class OffsetStore:
     def read_everything(self) -> OffsetTopicContents:
         """Fold the committed records of the topic (see the module docstring)."""
         folded = OffsetTopicContents()
-        for key, value in self._read_committed():
+        for key, value in self.read_committed_records():
             parsed = parse_key(key)
             if parsed is None:
-                folded.skipped += 1
+                if not is_lease_key(key):  # leases share the topic (core/lease.py)
+                    folded.skipped += 1
                 continue
             partition, chunk = parsed
             try:
@@ -515,7 +516,8 @@ class OffsetStore:
         config["logger"] = librdkafka_log
         return config
 
-    def _read_committed(self) -> list[tuple[bytes | None, bytes | None]]:
+    def read_committed_records(self) -> list[tuple[bytes | None, bytes | None]]:
+        """Every committed ``(key, value)`` record of the topic, oldest first, before folding."""
         deadline = time.monotonic() + self.read_timeout_s
         consumer = Consumer(self._consumer_config())
         try:
@@ -680,12 +682,6 @@ LEASE_NAME = "connector"
 def lease_key(server_id: str, connector: str | None = None) -> bytes:
     """The key of the lease of connector ``server_id`` (its topic.prefix)."""
     return _compact([connector or server_id, {"server_id": server_id, "lease": LEASE_NAME}])
-
-
-def read_committed_records(store: OffsetStore) -> list[tuple[bytes | None, bytes | None]]:
-    """Every committed ``(key, value)`` record of the store's topic, oldest first (read as
-    :meth:`OffsetStore.read_everything` reads them, before folding)."""
-    return store._read_committed()
 
 
 def is_lease_key(key: bytes | None) -> bool:

@@ -75,6 +75,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     application_name: str = ""
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "connector_config", "mongo_conn_id", "kafka_conn_id",
+        "spark_conn_id",
     )
     template_fields_renderers = {"connector_config": "json", "conf": "json"}
     ui_color = "#4fa94d"
@@ -88,6 +89,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         self.connector_config = connector_config
         self.mongo_conn_id = mongo_conn_id
         self.kafka_conn_id = kafka_conn_id
+        self.spark_conn_id = kwargs["conn_id"]
 
     # -- what subclasses provide -------------------------------------------------------------------
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
@@ -111,6 +113,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
+        self._conn_id = self.spark_conn_id  # templated: SparkSubmitOperator reads _conn_id
+        self._hook = None
         config = parse_connector_config(self.connector_config)
         spec = JobSpec(
             application=self.application_name,
