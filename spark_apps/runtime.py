@@ -61,6 +61,34 @@ def task_error(error: BaseException) -> MongoCdcError | None:
     return recovered
 
 
+class LazySparkSession:
+    """The application's SparkSession, created on first use.
+
+    Checks that need no executors (topology, credentials, offsets) run before it exists, so a
+    refused server or a run with nothing to do ends in a second instead of after Spark's start.
+    """
+
+    def __init__(self, app_name: str):
+        self._app_name = app_name
+        self._session = None
+
+    def _get(self):
+        if self._session is None:
+            from pyspark.sql import SparkSession
+
+            self._session = SparkSession.builder.appName(self._app_name).getOrCreate()
+            self._session.sparkContext.setLogLevel("WARN")
+        return self._session
+
+    def __getattr__(self, name: str):
+        return getattr(self._get(), name)
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
+            self._session = None
+
+
 def configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -77,14 +105,11 @@ def run(application: str, job: Callable[[Any, JobSpec], dict[str, Any]], argv: l
     args = parser.parse_args(argv)
     configure_logging()
 
-    from pyspark.sql import SparkSession
-
     spark = None
     try:
         spec = JobSpec.read(_resolve_spec_path(args.job_spec))
         prefix = spec.connector.get("topic.prefix") or spec.connector.get("mongodb.name") or "mongocdc"
-        spark = (SparkSession.builder.appName(f"mongocdc-{application}-{prefix}").getOrCreate())
-        spark.sparkContext.setLogLevel("WARN")
+        spark = LazySparkSession(f"mongocdc-{application}-{prefix}")
         summary = job(spark, spec)
         write_result(args.result, summary)
         print(SUMMARY_MARKER + json.dumps(summary, default=str), flush=True)

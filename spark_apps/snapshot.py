@@ -116,64 +116,110 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     return results
 
 
+# -- the decision -------------------------------------------------------------------------------------
+class Assessment:
+    """Topology, offsets and the snapshot decision: everything known before any copying.
+
+    ``before_read`` runs after the offsets topic is ensured and before it is read: the job takes
+    over the control transactional.id there, which finishes any offsets transaction a killed run
+    left open, so that the read sees everything that was committed.
+    """
+
+    def __init__(self, spec: JobSpec, before_read=None):
+        from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+        from airflow_provider_mongocdc.core.snapshot import decide, parse_namespaces
+        from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
+
+        self.started = time.monotonic()
+        self.spec = spec
+        self.config = config = ConnectorConfig.from_properties(spec.connector)
+        params = dict(spec.params or {})
+        self.collections = parse_namespaces(params.get("collections"))
+        self.force = _bool_param(params, "force", False)
+        self.reset_offset = _bool_param(params, "reset_offset", True)
+        self.details = connection_details(spec.mongo, config)
+        self.policy = backoff_policy(config)
+
+        topology = discover(self.details, policy=self.policy)  # refuses a standalone server (TopologyError)
+        partition_names = topology.partitions(config.mongodb_connection_mode)
+        self.partitions = [OffsetPartition(config.topic_prefix, name) for name in partition_names]
+        self.replica_set = topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
+        self._shards = {shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards}
+        log.info("Snapshot of %s (%s): partitions %s, snapshot.mode=%s", self.details.describe(), topology.kind,
+                 ", ".join(partition_names), config.snapshot_mode)
+
+        self.store = OffsetStore(spec.kafka, config.offsets_topic)
+        self.store.ensure_topic()
+        self._clients: dict[Any, Any] = {}
+        self.extra = before_read() if before_read else None
+        try:
+            self.everything = self.store.read_everything()
+            self.states = {partition: self.everything.states.get(partition) for partition in self.partitions}
+            self.decision = decide(self.states, config.snapshot_mode, force=self.force, purged=self._purged)
+        except BaseException:
+            self.close()
+            if self.extra is not None:
+                self.extra.close()
+            raise
+        log.info("Snapshot decision: %s (%s)", self.decision.action, self.decision.reason)
+
+    def client_for(self, partition_name: str | None):
+        """The deployment's client, or a shard's for a per-shard partition."""
+        from airflow_provider_mongocdc.core.connection import connect
+
+        key = partition_name if partition_name in self._shards else None
+        if key not in self._clients:
+            self._clients[key] = connect(self.details if key is None else
+                                         self.details.for_replica_set(key, self._shards[key].hosts), self.policy)
+        return self._clients[key]
+
+    def _purged(self, partition, position) -> bool:
+        from airflow_provider_mongocdc.core.snapshot import resume_point_purged
+
+        return resume_point_purged(self.client_for(partition.rs), self.config, position)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+def nothing_to_do(spec: JobSpec) -> dict[str, Any] | None:
+    """The run's summary when ``snapshot.mode`` finds nothing to do now, else None.
+
+    Read without Spark and without taking over any transaction: the operator asks this first and
+    skips spark-submit when there is nothing to do. Offsets are read up to the last stable offset,
+    so an interrupted snapshot whose transaction is still open can look unfinished here; then the
+    run itself decides, after taking over.
+    """
+    from airflow_provider_mongocdc.core.snapshot import NOTHING
+
+    assessment = Assessment(spec)
+    assessment.close()
+    if assessment.decision.action != NOTHING:
+        return None
+    return SnapshotRun.nothing_summary(assessment.config, assessment.decision, assessment.partitions,
+                                       assessment.states)
+
+
 # -- the job ------------------------------------------------------------------------------------------
 def job(spark, spec: JobSpec) -> dict[str, Any]:
-    from airflow_provider_mongocdc.core.connection import connect
-    from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-    from airflow_provider_mongocdc.core.snapshot import control_transactional_id, decide, parse_namespaces
+    from airflow_provider_mongocdc.core.snapshot import control_transactional_id
     from airflow_provider_mongocdc.core.writer import TransactionalWriter
-    from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
 
-    started = time.monotonic()
     config = ConnectorConfig.from_properties(spec.connector)
-    params = dict(spec.params or {})
-    collections = parse_namespaces(params.get("collections"))
-    force = _bool_param(params, "force", False)
-    reset_offset = _bool_param(params, "reset_offset", True)
-    details = connection_details(spec.mongo, config)
-    policy = backoff_policy(config)
-
-    topology = discover(details, policy=policy)  # refuses a standalone server (TopologyError)
-    partition_names = topology.partitions(config.mongodb_connection_mode)
-    partitions = [OffsetPartition(config.topic_prefix, name) for name in partition_names]
-    replica_set = topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
-    shards = {shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards}
-    log.info("Snapshot of %s (%s): partitions %s, snapshot.mode=%s", details.describe(), topology.kind,
-             ", ".join(partition_names), config.snapshot_mode)
-
-    store = OffsetStore(spec.kafka, config.offsets_topic)
-    store.ensure_topic()
-    # Taking over the control transactional.id first finishes any offsets transaction a killed
-    # run left open, so that the read below sees everything that was committed.
-    control = TransactionalWriter(spec.kafka, control_transactional_id(config.topic_prefix))
-    everything = store.read_everything()
-    states = {partition: everything.states.get(partition) for partition in partitions}
-
-    clients: dict[str, Any] = {}
-
-    def client_for(partition_name: str | None):
-        """The deployment's client, or a shard's for a per-shard partition."""
-        key = partition_name if partition_name in shards else None
-        if key not in clients:
-            clients[key] = connect(details if key is None else
-                                   details.for_replica_set(key, shards[key].hosts), policy)
-        return clients[key]
-
+    assessment = Assessment(spec, before_read=lambda: TransactionalWriter(
+        spec.kafka, control_transactional_id(config.topic_prefix)))
+    control = assessment.extra
     try:
-        def purged(partition, position) -> bool:
-            from airflow_provider_mongocdc.core.snapshot import resume_point_purged
-
-            return resume_point_purged(client_for(partition.rs), config, position)
-
-        decision = decide(states, config.snapshot_mode, force=force, purged=purged)
-        log.info("Snapshot decision: %s (%s)", decision.action, decision.reason)
-        run = SnapshotRun(spark, spec, config, store, control, partitions, states, everything,
-                          replica_set, client_for, collections, reset_offset, started)
-        return run.execute(decision)
+        run = SnapshotRun(spark, spec, assessment.config, assessment.store, control, assessment.partitions,
+                          assessment.states, assessment.everything, assessment.replica_set,
+                          assessment.client_for, assessment.collections, assessment.reset_offset,
+                          assessment.started)
+        return run.execute(assessment.decision)
     finally:
         control.close()
-        for client in clients.values():
-            client.close()
+        assessment.close()
 
 
 class SnapshotRun:
@@ -200,12 +246,10 @@ class SnapshotRun:
     def execute(self, decision) -> dict[str, Any]:
         from airflow_provider_mongocdc.core.snapshot import NOTHING, RECORD_POSITION, RESUME
 
-        base = {"connector": self.config.topic_prefix, "mode": self.config.snapshot_mode,
-                "action": decision.action, "reason": decision.reason,
-                "partitions": [partition.rs for partition in self.partitions]}
         if decision.action == NOTHING:
             log.info("Nothing to snapshot: %s", decision.reason)
-            return base | {"offsets": self._offsets_summary(self.states)}
+            return self.nothing_summary(self.config, decision, self.partitions, self.states)
+        base = self._base_summary(self.config, decision, self.partitions)
         if decision.action == RECORD_POSITION:
             return base | self._record_position()
         if decision.action == RESUME:
@@ -457,6 +501,15 @@ class SnapshotRun:
     def _control_commit(self, records) -> None:
         self.control.begin()
         self.control.commit(records)
+
+    @staticmethod
+    def _base_summary(config, decision, partitions) -> dict[str, Any]:
+        return {"connector": config.topic_prefix, "mode": config.snapshot_mode, "action": decision.action,
+                "reason": decision.reason, "partitions": [partition.rs for partition in partitions]}
+
+    @classmethod
+    def nothing_summary(cls, config, decision, partitions, states) -> dict[str, Any]:
+        return cls._base_summary(config, decision, partitions) | {"offsets": cls._offsets_summary(states)}
 
     @staticmethod
     def _offsets_summary(states) -> dict[str, Any]:

@@ -116,13 +116,20 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         self._conn_id = self.spark_conn_id  # templated: SparkSubmitOperator reads _conn_id
         self._hook = None
         config = parse_connector_config(self.connector_config)
-        spec = JobSpec(
+        return self.submit(context, config, self.build_spec(context, config))
+
+    def build_spec(self, context, config: ConnectorConfig) -> JobSpec:
+        """The job spec of this run: configuration, connection details and run parameters."""
+        return JobSpec(
             application=self.application_name,
             connector=config.to_properties(),
             mongo=self.mongo_details(),
             kafka=self.kafka_config(),
             params=self.job_params(context, config),
         )
+
+    def submit(self, context, config: ConnectorConfig, spec: JobSpec) -> dict[str, Any]:
+        """Run the application with ``spec`` through spark-submit; return its summary."""
         with tempfile.TemporaryDirectory(prefix="mongocdc-job-") as tmp:
             spec_path = spec.write(Path(tmp) / "job-spec.json")
             result_path = Path(tmp) / "result.json"

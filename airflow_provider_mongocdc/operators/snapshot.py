@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowException
+
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, SNAPSHOT, ConnectorLease, owner_for_task, task_owner
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
@@ -66,8 +69,19 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         lease = ConnectorLease.for_config(self.kafka_config(), config)
         owner = task_owner(context) if context and "ti" in context else \
             owner_for_task(self.dag_id, self.task_id, "manual")
+        spec = self.build_spec(context, config)
+        if not spec.params.get("force"):
+            # Most scheduled runs find nothing to do: decide here, without a spark-submit.
+            from airflow_provider_mongocdc.spark_apps.snapshot import nothing_to_do
+
+            try:
+                summary = nothing_to_do(spec)
+            except MongoCdcError as error:  # the same one-line error the application would give
+                raise AirflowException(str(error)) from None
+            if summary is not None:
+                return self.summarize(context, summary | {"submitted": False})
         with lease.hold(owner, SNAPSHOT, ttl):
-            return super().execute(context)
+            return self.submit(context, config, spec)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         namespaces = parse_namespaces(self.collections)  # validated before anything is submitted
