@@ -805,17 +805,8 @@ class StreamWindow:
         self._new_builder()
 
     def _abort(self) -> None:
-        """Abort the open Kafka transaction. Its records are delivered first: librdkafka can fail
-        fatally (INVALID_TXN_STATE) when an abort races the registration of the transaction's
-        partitions (confluentinc/librdkafka#4849)."""
-        if not self.writer.in_transaction:
-            return
-        try:
-            self.writer.flush()
-        except MongoCdcError:
-            pass  # a failed delivery aborts the transaction itself
-        if self.writer.in_transaction:
-            self.writer.abort()
+        """Abort the open Kafka transaction (the writer delivers its records first)."""
+        self.writer.abort()
         self._batch_started = None
 
     # -- summary --

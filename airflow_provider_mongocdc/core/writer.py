@@ -325,6 +325,9 @@ class TransactionalWriter:
         self._in_transaction = False
         if self._fatal is not None:
             return  # the broker aborts it when the fencing producer initialised, or on timeout
+        # Deliver what was sent first: an abort racing the registration of the transaction's
+        # partitions can fail fatally with INVALID_TXN_STATE (confluentinc/librdkafka#4849).
+        self._producer.flush(30.0)
         try:
             self._retrying("abort the transaction", self._producer.abort_transaction, 30.0)
         except DeliveryError:
