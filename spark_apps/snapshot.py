@@ -44,19 +44,8 @@ PROGRESS_POLL_S = 2.0
 
 # -- connections --------------------------------------------------------------------------------------
 def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoConnectionDetails:
-    """The spec's MongoDB details, with the connector's driver timeouts where the spec has none."""
-    values = dict(mongo)
-    values.setdefault("connect_timeout_ms", config.mongodb_connect_timeout_ms)
-    values.setdefault("server_selection_timeout_ms", config.mongodb_server_selection_timeout_ms)
-    values.setdefault("socket_timeout_ms", config.mongodb_socket_timeout_ms or None)
-    values.setdefault("heartbeat_frequency_ms", config.mongodb_heartbeat_frequency_ms)
-    values.setdefault("members_auto_discover", config.mongodb_members_auto_discover)
-    return MongoConnectionDetails.from_dict(values)
-
-
-def backoff_policy(config: ConnectorConfig) -> BackoffPolicy:
-    return BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
-                         config.connect_max_attempts)
+    """The spec's MongoDB details with the connector's driver settings (mongodb.*)."""
+    return MongoConnectionDetails.from_dict(mongo).with_config(config)
 
 
 def _bool_param(params: dict[str, Any], name: str, default: bool) -> bool:
@@ -82,7 +71,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
     from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
-    from airflow_provider_mongocdc.spark_apps.snapshot import backoff_policy, connection_details
+    from airflow_provider_mongocdc.spark_apps.snapshot import connection_details
 
     from pyspark import TaskContext
 
@@ -108,7 +97,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
                 results.append(ChunkResult(chunk.chunk_id, chunk.namespace, already_committed=True).to_dict())
                 continue
             if client is None:
-                client = connect(connection_details(task["mongo"], config), backoff_policy(config))
+                client = connect(connection_details(task["mongo"], config), BackoffPolicy.from_config(config))
             results.append(copier.copy(client, chunk, committed=committed if retried else None).to_dict())
     finally:
         if client is not None:
@@ -138,7 +127,7 @@ class Assessment:
         self.force = _bool_param(params, "force", False)
         self.reset_offset = _bool_param(params, "reset_offset", True)
         self.details = connection_details(spec.mongo, config)
-        self.policy = backoff_policy(config)
+        self.policy = BackoffPolicy.from_config(config)
 
         topology = discover(self.details, policy=self.policy)  # refuses a standalone server (TopologyError)
         partition_names = topology.partitions(config.mongodb_connection_mode)

@@ -21,11 +21,11 @@ import logging
 import time
 from typing import Any
 
+from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.window import (
     WindowParams,
-    backoff_policy,
     check_offsets,
     empty_summary,
     connection_details,
@@ -44,7 +44,8 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     started = time.monotonic()
     config = ConnectorConfig.from_properties(spec.connector)
     params = WindowParams.from_params(spec.params, config)
-    targets = plan_streams(connection_details(spec.mongo), config, policy=backoff_policy(config))
+    targets = plan_streams(connection_details(spec.mongo).with_config(config), config,
+                           policy=BackoffPolicy.from_config(config))
     starts = check_offsets(config, spec.kafka, targets)
     if all(position is None for position in starts.values()):
         log.info("Streaming disabled by snapshot.mode=initial_only for %s", config.topic_prefix)

@@ -27,9 +27,9 @@ from airflow_provider_mongocdc.core.offsets import Position
 
 _TIMESTAMP_CTYPE = "82"
 
-# Errors that mean the resume point is gone from the oplog (seed 002): ChangeStreamHistoryLost,
-# ChangeStreamFatalError, OplogQueryMinTsMissing (older servers), CappedPositionLost.
-HISTORY_LOST_CODES = frozenset({286, 280, 260, 136})
+# Errors that mean the resume point is gone from the oplog (seed 002).
+HISTORY_LOST_CODES = {286: "ChangeStreamHistoryLost", 280: "ChangeStreamFatalError",
+                      260: "InvalidResumeToken", 136: "CappedPositionLost"}
 HISTORY_LOST_MESSAGES = ("resume point may no longer be in the oplog",
                          "resume of change stream was not possible")
 

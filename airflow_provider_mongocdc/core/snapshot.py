@@ -97,11 +97,6 @@ PLAN_CHUNK_PREFIX = "plan-"  # chunk ids of the plan records (data chunks are nu
 PLAN_CHUNKS_PER_RECORD = 1000  # keeps each plan record well under Kafka's 1 MB default
 PLAN_FORMAT = 1
 
-# Error codes (and the message) with which MongoDB refuses to resume a change stream whose resume
-# point is no longer in the oplog (seed 002): ChangeStreamHistoryLost, ChangeStreamFatalError,
-# InvalidResumeToken, CappedPositionLost.
-PURGED_CODES = frozenset({286, 280, 260, 136})
-PURGED_MESSAGE = "resume point may no longer be in the oplog"
 
 # Snapshot decisions
 RESUME, SNAPSHOT, RECORD_POSITION, NOTHING = "resume", "snapshot", "record_position", "nothing"
@@ -462,26 +457,18 @@ def distribute(chunks: Sequence[Chunk], tasks: int) -> list[list[Chunk]]:
 
 
 # -- when a snapshot runs ---------------------------------------------------------------------------
-def is_purged_error(error: BaseException) -> bool:
-    """Whether a MongoDB error says the resume point is no longer in the oplog."""
-    if not isinstance(error, OperationFailure):
-        return False
-    if error.code in PURGED_CODES:
-        return True
-    return PURGED_MESSAGE in str(error).lower()
-
-
 def resume_point_purged(client: MongoClient, config: ConnectorConfig, position: Position) -> bool:
     """Whether the change stream can no longer resume from ``position`` (oplog rules: MongoDB
-    refuses to open it with ChangeStreamHistoryLost and friends, see :data:`PURGED_CODES`)."""
-    from airflow_provider_mongocdc.core.change_stream import open_stream
+    refuses to open it with ChangeStreamHistoryLost and friends, see
+    :func:`~.change_stream.is_history_lost`)."""
+    from airflow_provider_mongocdc.core.change_stream import is_history_lost, open_stream
 
     try:
         with open_stream(client, config, position, max_await_time_ms=100) as stream:
             stream.try_next()
         return False
     except OperationFailure as error:
-        if is_purged_error(error):
+        if is_history_lost(error):
             log.info("The stored resume point (%s) is no longer in the oplog: %s", position.describe(),
                      _error_text(error))
             return True

@@ -104,7 +104,13 @@ from pymongo import MongoClient
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duration_ms
-from airflow_provider_mongocdc.core.change_stream import open_stream, token_cluster_time, watch_target
+from airflow_provider_mongocdc.core.change_stream import (
+    HISTORY_LOST_CODES,
+    is_history_lost,
+    open_stream,
+    token_cluster_time,
+    watch_target,
+)
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
 from airflow_provider_mongocdc.core.errors import (
@@ -148,10 +154,6 @@ MAX_DURATION = "max_duration"
 INVALIDATED = "invalidated"
 INITIAL_ONLY = "initial_only"
 
-# Server errors meaning the stored resume point is gone from the oplog.
-PURGED_CODES = {286: "ChangeStreamHistoryLost", 280: "ChangeStreamFatalError",
-                260: "InvalidResumeToken", 136: "CappedPositionLost"}
-_PURGED_TEXT = ("resume point may no longer be in the oplog", "no longer be in the oplog")
 # Errors after which a change stream can be re-opened from its last token (the change streams
 # specification's resumable errors, for servers that do not label them).
 _RESUMABLE_CODES = {6, 7, 43, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602,
@@ -274,16 +276,11 @@ def connection_details(mongo: Mapping[str, Any] | MongoConnectionDetails) -> Mon
     return MongoConnectionDetails.from_dict(mongo)
 
 
-def backoff_policy(config: ConnectorConfig) -> BackoffPolicy:
-    return BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
-                         config.connect_max_attempts)
-
-
 def plan_streams(details: MongoConnectionDetails, config: ConnectorConfig, *,
                  policy: BackoffPolicy | None = None) -> list[StreamTarget]:
     """The change streams of a window: one for the deployment, or one per shard replica set
     (``mongodb.connection.mode=replica_set`` on a sharded cluster)."""
-    topology = discover(details, policy=policy or backoff_policy(config))
+    topology = discover(details, policy=policy or BackoffPolicy.from_config(config))
     if topology.kind == SHARDED and config.mongodb_connection_mode == "replica_set":
         return [StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
                 for rs in topology.replica_sets]
@@ -362,22 +359,12 @@ def _error_text(error: PyMongoError) -> str:
     return text.split(", full error:")[0]
 
 
-def is_purged(error: BaseException) -> bool:
-    """Whether a server error says the resume point is no longer in the oplog."""
-    if not isinstance(error, OperationFailure):
-        return False
-    if error.code in PURGED_CODES:
-        return True
-    text = _error_text(error).lower()
-    return any(marker in text for marker in _PURGED_TEXT)
-
-
 def is_transient(error: BaseException) -> bool:
     """Whether the stream can be re-opened from its last token after this error."""
     if isinstance(error, ConnectionFailure):
         return True
     if isinstance(error, OperationFailure):
-        if is_purged(error):
+        if is_history_lost(error):
             return False
         if error.has_error_label("NonResumableChangeStreamError"):
             return False
@@ -388,7 +375,7 @@ def is_transient(error: BaseException) -> bool:
 def purged_error(config: ConnectorConfig, partition: OffsetPartition, position: Position | None,
                  error: PyMongoError) -> ResumePointPurgedError:
     code = getattr(error, "code", None)
-    name = PURGED_CODES.get(code, "error")
+    name = HISTORY_LOST_CODES.get(code, "error")
     where = describe_position(position)
     cause = (f"MongoDB answered {name}" + (f" ({code})" if code is not None else "")
              + f": {_error_text(error)}. The oplog no longer holds the position the last window "
@@ -496,7 +483,7 @@ class StreamWindow:
         self.params = params
         self.end = params.end
         self.kafka_config = dict(kafka_config or store.kafka_config)
-        self.policy = policy or backoff_policy(config)
+        self.policy = policy or BackoffPolicy.from_config(config)
         self._sleep = sleep
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._rng = random.Random(0)
@@ -577,7 +564,7 @@ class StreamWindow:
             except _Stop as stop:
                 return stop.reason, self._final_position(stop.reason)
             except PyMongoError as error:
-                if is_purged(error):
+                if is_history_lost(error):
                     raise purged_error(self.config, self.partition, self.position, error) from None
                 if not is_transient(error):
                     raise MongoCdcError(
@@ -842,7 +829,7 @@ class StreamWindow:
 def run_window(target: StreamTarget, config: ConnectorConfig, kafka_config: Mapping[str, Any],
                params: WindowParams, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Run the window of one stream: fence older writers, read the offset, stream, commit."""
-    policy = backoff_policy(config)
+    policy = BackoffPolicy.from_config(config)
     store = OffsetStore(kafka_config, config.offsets_topic)
     with TransactionalWriter(kafka_config, transactional_id(config, target.partition)) as writer:
         client = connect(target.details(), policy, require_primary=True, sleep=sleep)

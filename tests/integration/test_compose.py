@@ -83,6 +83,10 @@ def test_airflow_gets_the_provider_dags_connections_and_configuration(project):
     deps = scheduler["depends_on"]
     assert deps["mongo-init"]["condition"] == "service_completed_successfully"
     assert deps["kafka"]["condition"] == "service_healthy"
+    init = " ".join(project["services"]["airflow-init"]["command"])
+    assert "db migrate" in init and "pools set" in init
+    prefix = json.loads(env["AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG"])["topic.prefix"]
+    assert env["MONGOCDC_POOL"] == f"mongocdc_{prefix}"
 
 
 def test_sharded_profile_has_config_servers_two_shards_and_mongos(project):
