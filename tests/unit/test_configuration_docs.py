@@ -1,4 +1,4 @@
-"""docs/configuration.md documents every property with its default and meaning."""
+"""docs/configuration.md and README.md document every property with its default and meaning."""
 
 from __future__ import annotations
 
@@ -11,18 +11,21 @@ from airflow_provider_mongocdc.core.config import (ALIASES, IGNORED, PROPERTIES,
 
 pytestmark = pytest.mark.unit
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = pytest.mark.parametrize("doc", ["docs/configuration.md", "README.md"])
 
 
-def test_generated_property_table_is_in_sync_with_the_registry():
-    text = DOC.read_text(encoding="utf-8")
+@DOCS
+def test_generated_property_table_is_in_sync_with_the_registry(doc):
+    text = (REPO / doc).read_text(encoding="utf-8")
     assert render_property_table() in text, (
-        "docs/configuration.md is out of date: run "
-        "python -m airflow_provider_mongocdc.core.config --write-docs docs/configuration.md")
+        f"{doc} is out of date: run "
+        f"python -m airflow_provider_mongocdc.core.config --write-docs {doc}")
 
 
-def test_every_property_is_documented_with_default_and_meaning():
-    text = DOC.read_text(encoding="utf-8")
+@DOCS
+def test_every_property_is_documented_with_default_and_meaning(doc):
+    text = (REPO / doc).read_text(encoding="utf-8")
     rows = {line.split("|")[1].strip().strip("`"): line for line in text.splitlines()
             if line.startswith("| `")}
     for prop in PROPERTIES:
