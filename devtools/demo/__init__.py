@@ -366,5 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Airflow's and Spark's output: {log_path}")
         return 0
     print(f"\nDemo FAILED: {failure}", file=sys.stderr)
-    print(f"Airflow and Spark output kept in {log_path}; its last lines:\n{tail(log_path, 40)}", file=sys.stderr)
+    if code in (130, 143):
+        print(f"Airflow's and Spark's output so far: {log_path}", file=sys.stderr)
+    else:
+        print(f"Airflow's and Spark's output: {log_path}; its last lines:\n{tail(log_path, 40)}", file=sys.stderr)
     return code

@@ -28,6 +28,9 @@ MONGODB_URI_ENV = "MONGOCDC_MONGODB_URI"
 # Every process the demo starts inherits this variable (value: the demo's work directory), so
 # that a leftover can be recognised as the demo's own.
 MARKER_ENV = "MONGOCDC_DEMO_DIR"
+# SIGTERM ends a running task (and its spark-submit), but `airflow dags test` then waits for the
+# task's retry: it gets SIGKILL after this grace period.
+AIRFLOW_STOP_GRACE_S = 10.0
 
 
 class DemoError(RuntimeError):
@@ -173,15 +176,15 @@ class LocalMongod:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise DemoError(f"mongod ({self.executable}) exited with code {self.process.returncode} while "
-                                f"waiting for it {what}; last lines of {self.log_path}:\n{tail(self.log_path)}")
+                                f"waiting for it {what}; its log ({self.log_path}) ends with:\n{tail(self.log_path)}")
             try:
                 if check():
                     return
             except PyMongoError:
                 pass
             time.sleep(0.5)
-        raise DemoError(f"mongod did not start {what} within {self.START_TIMEOUT_S:.0f} s; "
-                        f"last lines of {self.log_path}:\n{tail(self.log_path)}")
+        raise DemoError(f"mongod ({self.executable}) did not start {what} within {self.START_TIMEOUT_S:.0f} s; "
+                        f"its log ({self.log_path}) ends with:\n{tail(self.log_path)}")
 
     def stop(self) -> None:
         if self.process is not None:
@@ -238,11 +241,11 @@ class AirflowCommand:
         try:
             code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            stop_group(self.process)
+            stop_group(self.process, grace_s=AIRFLOW_STOP_GRACE_S)
             raise DemoError(f"'airflow {' '.join(self.args)}' did not finish within {timeout_s:.0f} s") from None
         except BaseException:
             self.interrupted = True
-            stop_group(self.process)
+            stop_group(self.process, grace_s=AIRFLOW_STOP_GRACE_S)
             raise
         # The command's children (spark-submit) are gone with it; make sure of it.
         stop_group(self.process, grace_s=10)
@@ -263,7 +266,7 @@ class AirflowCommand:
         been interrupted by the demo)."""
         running = self.process.poll() is None or bool(_group_members(self.process.pid))
         if running:
-            stop_group(self.process)
+            stop_group(self.process, grace_s=AIRFLOW_STOP_GRACE_S)
         return running or self.interrupted
 
 
