@@ -316,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     log_fd, log_name = tempfile.mkstemp(prefix="mongocdc-demo-", suffix=".log")
     log_path = Path(log_name)
     os.environ[MARKER_ENV] = str(work_dir)  # inherited by every process the demo starts
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupted)
     say("mongocdc demo: MongoDB -> Airflow (snapshot and stream-window tasks on Spark) -> Debezium-style "
         "events in Kafka")
     say(f"  work dir {work_dir} (removed at the end); Airflow and Spark output go to {log_path}")
@@ -340,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(file=log)
             failure, code = f"{type(error).__name__}: {error} (traceback in the log file)", 1
         finally:
+            # A second Ctrl-C must not cut the stopping short.
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
             say("\nStopping what the demo started...")
             try:
                 stopped = demo.stop_all()

@@ -301,8 +301,7 @@ def mongocdc_offsets_show(bootstrap: str, topic_prefix: str) -> dict:
     """``mongocdc offsets show`` (the provider's command line), parsed."""
     command = [str(VENV_BIN / "mongocdc"), "offsets", "show", "--bootstrap-servers", bootstrap,
                "--topic-prefix", topic_prefix]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, MARKER_ENV: os.environ.get(MARKER_ENV, "")})
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise DemoError(f"'mongocdc offsets show' failed (exit {result.returncode}): {result.stderr.strip()}")
     return json.loads(result.stdout)
