@@ -6,7 +6,11 @@ extended JSON) and turned into events by :class:`EventBuilder` (key, envelope, s
 in the same run, alternating rounds to share machine noise. The goal is a ratio <= 2.0: the key,
 envelope and schema must cost no more than the document's extended JSON.
 
-Run ``python -m bench.events``; :func:`run` returns the figures for a combined runner.
+The timings are CPU time of the benchmark process (``time.process_time``), so other work on the
+machine disturbs them less than wall time would. Before timing, the connector's encoder is checked
+to write exactly the text ``json_util.dumps`` writes, in every ``extended.json.mode``.
+
+Run ``python -m bench events`` (or ``python -m bench.events``); :func:`run` returns the figures.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import statistics
 import time
 from typing import Any
 
+import bson
 from bson import Binary, Decimal128, Int64, ObjectId, Timestamp, json_util
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.ejson import SEPARATORS, Encoder, json_options
 from airflow_provider_mongocdc.core.events import EventBuilder
 
 MIX = (("insert", 40), ("update", 30), ("replace", 10), ("delete", 10), ("snapshot", 10))
@@ -81,83 +87,132 @@ def make_changes(count: int, seed: int = 7) -> list[tuple[str, dict[str, Any], d
     return out
 
 
+def _cpu_per_item(function, items, rounds: int) -> list[float]:
+    """CPU seconds per item of ``function`` over ``items``, one figure per round."""
+    out = []
+    for _ in range(rounds):
+        started = time.process_time()
+        function(items)
+        out.append((time.process_time() - started) / len(items))
+    return out
+
+
+def check_identical(documents: list[dict[str, Any]]) -> int:
+    """The connector's encoder writes exactly what ``json_util.dumps`` writes, in every mode;
+    returns how many texts were compared (raises AssertionError on the first difference)."""
+    compared = 0
+    for mode in ("strict", "legacy", "relaxed", "canonical"):
+        encoder = Encoder(mode)
+        for document in documents:
+            expected = json_util.dumps(document, json_options=json_options(mode),
+                                       separators=SEPARATORS, ensure_ascii=False)
+            assert encoder.dumps(document) == expected, (mode, document)
+            compared += 1
+    return compared
+
+
 def run(count: int = 2000, rounds: int = 7) -> dict[str, Any]:
-    """Measure and return the figures (seconds per event, ratios, events per second)."""
+    """Measure and return the figures (CPU microseconds per event, ratios, events per second).
+
+    Every figure is CPU time of this process (``time.process_time``), rounds of baseline and
+    builder alternate, and each ratio divides medians of the same run.
+    """
     config = ConnectorConfig.from_properties({"topic.prefix": "bench"})
     builder = EventBuilder(config, replica_set="rs0")
     changes = make_changes(count)
     position = Timestamp(1_700_000_000, 1)
     documents = [doc for _, doc, _ in changes]
+    strict = json_options("strict")
+    encoder = Encoder("strict")
 
-    def baseline() -> None:
+    def baseline(docs) -> None:
         dumps = json_util.dumps
-        for doc in documents:
+        for doc in docs:
             dumps(doc)
 
-    def build() -> int:
-        produced = 0
-        for kind, doc, change in changes:
+    def baseline_strict(docs) -> None:
+        dumps = json_util.dumps
+        for doc in docs:
+            dumps(doc, json_options=strict)
+
+    def encode(docs) -> None:
+        dumps = encoder.dumps
+        for doc in docs:
+            dumps(doc)
+
+    def build(items) -> None:
+        for kind, doc, change in items:
             if kind == "snapshot":
-                produced += len(builder.build_snapshot(doc, "shop", "customers", position=position))
+                builder.build_snapshot(doc, "shop", "customers", position=position)
             else:
-                produced += len(builder.build_change(change))
-        return produced
+                builder.build_change(change)
 
-    def build_kind(selected: str):
-        subset = [(k, d, c) for k, d, c in changes if k == selected]
-        docs = [d for _, d, _ in subset]
-
-        def ours() -> None:
-            for _, doc, change in subset:
-                if selected == "snapshot":
-                    builder.build_snapshot(doc, "shop", "customers", position=position)
-                else:
-                    builder.build_change(change)
-
-        def base() -> None:
-            for doc in docs:
-                json_util.dumps(doc)
-        return ours, base, len(subset)
-
-    build()  # warm caches (schemas, topic names)
-    baseline_times, build_times = [], []
-    records = 0
+    records = sum(len(builder.build_snapshot(doc, "shop", "customers", position=position))
+                  if kind == "snapshot" else len(builder.build_change(change))
+                  for kind, doc, change in changes)  # also warms caches (schemas, topic names)
+    identical = check_identical(documents[:200])
+    times: dict[str, list[float]] = {"baseline": [], "baseline_strict": [], "encoder": [],
+                                     "build": []}
     for _ in range(rounds):
-        start = time.perf_counter()
-        baseline()
-        baseline_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        records = build()
-        build_times.append(time.perf_counter() - start)
-    base_s = statistics.median(baseline_times) / count
-    build_s = statistics.median(build_times) / count
+        times["baseline"] += _cpu_per_item(baseline, documents, 1)
+        times["build"] += _cpu_per_item(build, changes, 1)
+        times["baseline_strict"] += _cpu_per_item(baseline_strict, documents, 1)
+        times["encoder"] += _cpu_per_item(encode, documents, 1)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    base_s, build_s = median["baseline"], median["build"]
 
     per_kind: dict[str, float] = {}
     for kind, _ in MIX:
-        ours, base, n = build_kind(kind)
+        subset = [item for item in changes if item[0] == kind]
+        docs = [doc for _, doc, _ in subset]
         ours_t, base_t = [], []
         for _ in range(rounds):
-            start = time.perf_counter()
-            base()
-            base_t.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            ours()
-            ours_t.append(time.perf_counter() - start)
+            base_t += _cpu_per_item(baseline, docs, 1)
+            ours_t += _cpu_per_item(build, subset, 1)
         per_kind[kind] = round(statistics.median(ours_t) / statistics.median(base_t), 3)
 
     sizes = [len(json_util.dumps(doc)) for doc in documents]
+    bson_sizes = [len(bson.encode(doc)) for doc in documents]
     return {
         "events": count,
         "records": records,
         "document_json_bytes_mean": round(statistics.mean(sizes)),
+        "document_bson_bytes_mean": round(statistics.mean(bson_sizes)),
+        "identical_texts_checked": identical,
         "baseline_us_per_document": round(base_s * 1e6, 2),
+        "baseline_strict_us_per_document": round(median["baseline_strict"] * 1e6, 2),
+        "encoder_us_per_document": round(median["encoder"] * 1e6, 2),
+        "encoder_speedup_vs_json_util_strict": round(median["baseline_strict"] / median["encoder"], 2),
         "build_us_per_event": round(build_s * 1e6, 2),
         "ratio": round(build_s / base_s, 3),
+        "ratio_vs_strict_json_util": round(build_s / median["baseline_strict"], 3),
         "ratio_by_operation": per_kind,
-        "events_per_second": round(1 / build_s),
+        "events_per_cpu_second": round(1 / build_s),
         "goal_ratio": GOAL,
         "meets_goal": build_s / base_s <= GOAL,
     }
+
+
+def report(figures: dict[str, Any]) -> list[str]:
+    """Human-readable lines of :func:`run`'s figures."""
+    return [
+        f"documents: {figures['events']} changes mixed ({', '.join(f'{k} {w}%' for k, w in MIX)}), "
+        f"~{figures['document_bson_bytes_mean']} bytes BSON, "
+        f"~{figures['document_json_bytes_mean']} bytes JSON",
+        f"encoder output identical to json_util.dumps: {figures['identical_texts_checked']} texts "
+        "compared (4 modes)",
+        f"bson.json_util.dumps(document):                 {figures['baseline_us_per_document']} us CPU",
+        f"bson.json_util.dumps(document, strict options): "
+        f"{figures['baseline_strict_us_per_document']} us CPU",
+        f"connector encoder (strict):                     {figures['encoder_us_per_document']} us CPU "
+        f"(x{figures['encoder_speedup_vs_json_util_strict']} faster than json_util.dumps)",
+        f"EventBuilder (key + envelope + schema):         {figures['build_us_per_event']} us CPU per "
+        f"event ({figures['events_per_cpu_second']} events per CPU second)",
+        f"(a) ratio build / json_util.dumps: {figures['ratio']} (goal <= {GOAL}: "
+        f"{'met' if figures['meets_goal'] else 'NOT met'}); vs strict-mode json_util.dumps: "
+        f"{figures['ratio_vs_strict_json_util']}",
+        "ratio by operation: " + ", ".join(f"{k} {v}" for k, v in figures["ratio_by_operation"].items()),
+    ]
 
 
 def main() -> None:
@@ -167,18 +222,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     figures = run(args.events, args.rounds)
-    if args.json:
-        print(json.dumps(figures))
-        return
-    print(f"events: {figures['events']} mixed ({', '.join(f'{k} {w}%' for k, w in MIX)}), "
-          f"document JSON ~{figures['document_json_bytes_mean']} bytes")
-    print(f"baseline bson.json_util.dumps(document): {figures['baseline_us_per_document']} us")
-    print(f"EventBuilder (key + envelope + schema):  {figures['build_us_per_event']} us per event")
-    print(f"ratio: {figures['ratio']} (goal <= {GOAL}: "
-          f"{'met' if figures['meets_goal'] else 'NOT met'})")
-    print("ratio by operation: " + ", ".join(f"{k} {v}" for k, v in
-                                             figures["ratio_by_operation"].items()))
-    print(f"events/s: {figures['events_per_second']}")
+    print(json.dumps(figures) if args.json else "\n".join(report(figures)))
 
 
 if __name__ == "__main__":

@@ -31,18 +31,43 @@ Modes (``extended.json.mode``):
 Separators are ``","`` between members and ``": "`` after names: the layout the Java driver writes
 for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so the keys of ObjectId, 32-bit integer
 and string ``_id`` values are byte-identical to Debezium's.
+
+How the text is produced (the output is exactly ``json_util.dumps(value, json_options=...)``'s):
+``json_util.dumps`` first copies the whole document in Python (``_json_convert`` visits every
+value), then runs ``json.dumps``. Here one reused ``json.JSONEncoder`` (C accelerated) writes the
+document directly and calls ``json_util.default`` only for the BSON values it cannot write itself
+(ObjectId, datetime, Binary, ...). A value the C encoder would write differently from
+``json_util`` (``Int64`` in strict mode, every number in canonical mode, ``Code``, tuples, mapping
+types other than ``dict``, subclasses) is converted first by ``json_util._json_convert``; the
+containers on its path are copied, everything else is used as it is. ``Decimal128`` text comes
+from its public ``bid`` bytes with the IEEE 754 decimal128 context
+(:func:`bson.decimal128.create_decimal128_context`), which gives the text ``str(Decimal128)``
+gives at a fraction of the cost; NaN, infinities and non-canonical encodings are left to
+``str(Decimal128)``.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
+import re
+import uuid
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
 from bson import json_util
-from bson.binary import UuidRepresentation
+from bson.binary import Binary, UuidRepresentation
+from bson.datetime_ms import DatetimeMS
+from bson.decimal128 import Decimal128, create_decimal128_context
+from bson.int64 import Int64
 from bson.json_util import DatetimeRepresentation, JSONMode, JSONOptions
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
+from bson.objectid import ObjectId
+from bson.regex import Regex
+from bson.timestamp import Timestamp
 
 SEPARATORS = (",", ": ")
 
@@ -73,16 +98,56 @@ def decode_options(mode: str) -> JSONOptions:
                        uuid_representation=UuidRepresentation.UNSPECIFIED)
 
 
+# Values the C JSON encoder writes exactly as json_util does, by itself (str, bool, None, and the
+# numbers of the non-canonical modes) or through json_util.default (types it cannot write).
+_AS_IS = frozenset({str, bool, type(None), ObjectId, datetime.datetime, DatetimeMS, Decimal128,
+                    Binary, bytes, Timestamp, uuid.UUID, Regex, re.Pattern, MinKey, MaxKey})
+_NUMBERS = {"strict": (int, float), "legacy": (int, float, Int64), "relaxed": (int, float, Int64),
+            "canonical": ()}
+
+_DECIMAL128_CONTEXT = create_decimal128_context()
+_COEFFICIENT_BITS = (1 << 113) - 1
+_MAX_COEFFICIENT = 10**34 - 1
+_SPECIAL_BITS = 0x6000000000000000  # combination field 11...: infinity, NaN or non-canonical
+
+
+def decimal128_text(value: Decimal128) -> str:
+    """``str(value)``, computed from the value's BID bytes (see the module documentation)."""
+    bits = int.from_bytes(value.bid, "little")
+    high = bits >> 64
+    coefficient = bits & _COEFFICIENT_BITS
+    if (high & _SPECIAL_BITS) == _SPECIAL_BITS or coefficient > _MAX_COEFFICIENT:
+        return str(value)
+    exponent = ((high >> 49) & 0x3FFF) - 6176
+    sign = "-" if high >> 63 else ""
+    return str(_DECIMAL128_CONTEXT.create_decimal(f"{sign}{coefficient}E{exponent}"))
+
+
 class Encoder:
     """Serialises BSON values and documents to extended JSON text in one mode."""
 
-    __slots__ = ("mode", "options", "_lenient")
+    __slots__ = ("mode", "options", "_lenient", "_as_is", "_encode", "_convert", "_default")
 
     def __init__(self, mode: str = "strict"):
         self.mode = mode
         self.options = json_options(mode)
         # Non-finite doubles need a rewrite only where json_util leaves floats untouched.
         self._lenient = self.options.json_mode == JSONMode.LEGACY
+        self._as_is = _AS_IS.union(_NUMBERS[mode])
+        options = self.options
+        convert = json_util._json_convert
+        default = json_util.default
+        self._convert = lambda value: convert(value, options)
+
+        def encode_default(value: Any) -> Any:
+            if type(value) is Decimal128:
+                return {"$numberDecimal": decimal128_text(value)}
+            return default(value, options)
+
+        self._default = encode_default
+        self._encode = json.JSONEncoder(separators=SEPARATORS, ensure_ascii=False,
+                                        allow_nan=False, check_circular=False,
+                                        default=encode_default).encode
 
     def __reduce__(self):  # JSONOptions cannot be unpickled: rebuild from the mode
         return (Encoder, (self.mode,))
@@ -90,8 +155,7 @@ class Encoder:
     def dumps(self, value: Any) -> str:
         """Extended JSON text of ``value`` (a document, an array or a single BSON value)."""
         try:
-            return json_util.dumps(value, json_options=self.options, separators=SEPARATORS,
-                                   ensure_ascii=False, allow_nan=False)
+            return self._encode(self._prepared(value))
         except ValueError:
             # A NaN or infinity in legacy/strict mode (json_util would write invalid JSON).
             return json_util.dumps(_portable(value, self._lenient), json_options=self.options,
@@ -100,6 +164,35 @@ class Encoder:
     def loads(self, text: str) -> Any:
         """Parse text written by :meth:`dumps` back to BSON values."""
         return json_util.loads(text, json_options=decode_options(self.mode))
+
+    def _prepared(self, value: Any) -> Any:
+        """``value`` with every part the C encoder would write differently from json_util already
+        converted by json_util; unchanged containers are not copied."""
+        kind = type(value)
+        if kind is dict:
+            items = value.values()
+        elif kind is list:
+            items = value
+        elif kind in self._as_is:
+            return value
+        else:
+            return self._convert(value)
+        as_is = self._as_is
+        kinds = set(map(type, items))
+        if kinds <= as_is:
+            return value
+        copy = None
+        for key, item in (value.items() if kind is dict else enumerate(value)):
+            item_kind = type(item)
+            if item_kind in as_is or (item_kind is dict and set(map(type, item.values())) <= as_is) \
+                    or (item_kind is list and set(map(type, item)) <= as_is):
+                continue
+            converted = self._prepared(item)
+            if converted is not item:
+                if copy is None:
+                    copy = dict(value) if kind is dict else list(value)
+                copy[key] = converted
+        return value if copy is None else copy
 
 
 def _portable(value: Any, lenient: bool) -> Any:

@@ -190,6 +190,7 @@ class TransactionalWriter:
                  queue_full_timeout_s: float = 300.0):
         self.transactional_id = transactional_id
         self._config = producer_config(kafka_config, transactional_id, overrides)
+        self._max_message_bytes = int(self._config.get("message.max.bytes", 1_000_000))
         self._queue_full_timeout_s = queue_full_timeout_s
         self._fatal: KafkaError | None = None
         self._in_transaction = False
@@ -203,6 +204,7 @@ class TransactionalWriter:
             raise ConfigError("The Kafka producer configuration is invalid",
                               cause=str(_unwrap(error) or error),
                               fix="correct the Kafka connection's librdkafka config") from None
+        self._delivery_callback = self._on_delivery  # bound once: produce() runs per record
         log.info("Kafka writer %s: initialising transactions (config %s)", transactional_id,
                  redact_config(self._config))
         self._retrying("initialise transactions", self._producer.init_transactions, init_timeout_s)
@@ -215,7 +217,7 @@ class TransactionalWriter:
 
     @property
     def max_message_bytes(self) -> int:
-        return int(self._config.get("message.max.bytes", 1_000_000))
+        return self._max_message_bytes
 
     @property
     def in_transaction(self) -> bool:
@@ -385,37 +387,48 @@ class TransactionalWriter:
                                 fix="call begin() first (or use `with writer.transaction():`)")
 
     def _produce(self, record: RecordLike) -> None:
+        # Runs once per record: no work beyond what delivery and the statistics need.
         topic = record.topic
-        key = _as_bytes(record.key)
-        value = _as_bytes(record.value)
-        size = len(value or b"") + len(key or b"")
-        if size > self.max_message_bytes:
+        key = record.key
+        value = record.value
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key)
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value)
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self._max_message_bytes:
             self._abort_quietly()
             raise self._oversize(topic, key, size, "the producer's message.max.bytes")
-        deadline = time.monotonic() + self._queue_full_timeout_s
+        deadline = None
         while True:
             try:
-                _kafka_call(self._producer.produce, topic, value=value, key=key,
-                            on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._delivery_callback)
                 break
             except BufferError:
                 # The local queue is full: serve delivery reports until there is room.
-                if time.monotonic() >= deadline:
+                if deadline is None:
+                    deadline = time.monotonic() + self._queue_full_timeout_s
+                elif time.monotonic() >= deadline:
                     self._abort_quietly()
                     raise DeliveryError(
                         "The Kafka producer queue stayed full; the transaction was aborted",
                         cause=f"no room for new events within {self._queue_full_timeout_s:g} s",
                         fix="check that the Kafka brokers are reachable and keep up, then re-run") from None
                 self._poll(0.5)
-            except KafkaException as error:
+            except (KafkaException, SystemError) as error:
+                # As _kafka_call: confluent-kafka reports some fatal errors as SystemError.
                 kafka_error = _unwrap(error)
+                if kafka_error is None and isinstance(error, SystemError):
+                    kafka_error = KafkaError(KafkaError._FAIL, f"librdkafka call failed: {error}")
                 if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                     self._abort_quietly()
                     raise self._oversize(topic, key, size, "the producer's message.max.bytes") from None
                 raise self._aborted(f"queue an event for topic {topic!r}", kafka_error) from None
-        self.stats.produced += 1
-        self.stats.bytes += size
-        self.stats.topics[topic] = self.stats.topics.get(topic, 0) + 1
+        stats = self.stats
+        stats.produced += 1
+        stats.bytes += size
+        topics = stats.topics
+        topics[topic] = topics.get(topic, 0) + 1
 
     def _poll(self, timeout: float) -> None:
         try:

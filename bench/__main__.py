@@ -1,0 +1,159 @@
+"""``python -m bench``: the project's benchmarks, each ratio measured within one run.
+
+    python -m bench                       # everything (about 10 minutes on 2 cores)
+    python -m bench events produce        # a subset (names or letters, see --list)
+    python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
+    python -m bench --json results.json   # also write every figure as JSON
+
+A Kafka broker (devtools/kafka) and a MongoDB simulator (devtools/mongosim) are started when a
+selected benchmark needs them and stopped at the end; ``MONGOCDC_TEST_KAFKA_BOOTSTRAP`` and
+``MONGOCDC_TEST_MONGODB_URI`` use external servers instead. Timing goals are reported here and
+never asserted by the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench import events, machine, produce, spark, window
+from bench.services import Services
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    letter: str
+    title: str
+    run: Callable[[Services, bool], dict[str, Any]]
+    report: Callable[[dict[str, Any]], list[str]]
+
+
+def _events(services: Services, quick: bool) -> dict[str, Any]:
+    return events.run(count=1000 if quick else 2000, rounds=5 if quick else 9)
+
+
+def _produce(services: Services, quick: bool) -> dict[str, Any]:
+    return produce.run_build_and_produce(services, count=4000 if quick else 10000,
+                                         rounds=2 if quick else 3)
+
+
+def _producer(services: Services, quick: bool) -> dict[str, Any]:
+    return produce.run_producer_settings(services, count=3000 if quick else 10000,
+                                         rounds=1 if quick else 2)
+
+
+def _window(services: Services, quick: bool) -> dict[str, Any]:
+    return window.run_eos(services, changes=2000 if quick else 10000, rounds=2 if quick else 3)
+
+
+def _scaling(services: Services, quick: bool) -> dict[str, Any]:
+    if quick:
+        return window.run_scaling(services, sizes=[1000, 10000], counts=[250, 500, 1000],
+                                  fixed_changes=500, fixed_size=10000, rounds=1)
+    return window.run_scaling(services, sizes=[1000, 10000, 50000], counts=[250, 500, 1000, 2000],
+                              fixed_changes=500, fixed_size=10000, rounds=2)
+
+
+def _spark_window(services: Services, quick: bool) -> dict[str, Any]:
+    return spark.run_empty_window(services, rounds=1 if quick else 2)
+
+
+def _snapshot(services: Services, quick: bool) -> dict[str, Any]:
+    return spark.run_snapshot(services, documents=5000 if quick else 20000, threads=[1, 2],
+                              rounds=1)
+
+
+BENCHES = [
+    Bench("events", "a", "event build cost vs bson.json_util.dumps", _events, events.report),
+    Bench("window", "b", "window throughput: exactly-once vs without transactions", _window,
+          window.report_eos),
+    Bench("produce", "c", "build + exactly-once produce per core", _produce,
+          produce.report_build_and_produce),
+    Bench("spark-window", "d", "spark-submit overhead of an empty window", _spark_window,
+          spark.report_empty_window),
+    Bench("scaling", "e", "window cost vs collection size and number of changes", _scaling,
+          window.report_scaling),
+    Bench("snapshot", "f", "snapshot docs/s with snapshot.max.threads 1 and 2", _snapshot,
+          spark.report_snapshot),
+    Bench("producer", "p", "producer settings and max.batch.size", _producer,
+          produce.report_producer_settings),
+]
+
+
+def _select(names: list[str]) -> list[Bench]:
+    if not names:
+        return list(BENCHES)
+    chosen = []
+    for name in names:
+        matches = [bench for bench in BENCHES if name in (bench.name, bench.letter)]
+        if not matches:
+            raise SystemExit(f"unknown benchmark {name!r}; choose from "
+                             + ", ".join(f"{b.name} ({b.letter})" for b in BENCHES))
+        chosen.extend(bench for bench in matches if bench not in chosen)
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    parser.add_argument("--json", metavar="PATH", help="write every figure to this JSON file")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for bench in BENCHES:
+            print(f"{bench.letter}  {bench.name:13} {bench.title}")
+        return 0
+    selected = _select(args.names)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_provider_mongocdc.librdkafka").setLevel(logging.ERROR)
+
+    info = machine.describe()
+    print(f"mongocdc benchmarks {'(quick) ' if args.quick else ''}{info['date']}")
+    print(f"machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; Python "
+          f"{info['python']}, {info['java']}; pymongo {info['pymongo']}, librdkafka "
+          f"{info['librdkafka']}")
+    print(f"load average {info['load_at_start']}; reference json.dumps of 1 KB: "
+          f"{info['reference_us']} us CPU (smaller = faster machine / less contention)")
+    results: dict[str, Any] = {"machine": info, "quick": args.quick, "benchmarks": {}}
+    failed = False
+    with Services() as services:
+        for bench in selected:
+            print(f"\n[{bench.letter}] {bench.name}: {bench.title}", flush=True)
+            began, load_before = time.perf_counter(), machine.load()
+            try:
+                figures = bench.run(services, args.quick)
+            except Exception as error:  # report and go on with the other benchmarks
+                failed = True
+                print(f"  FAILED: {error}")
+                traceback.print_exc(file=sys.stderr)
+                results["benchmarks"][bench.name] = {"error": str(error)}
+                continue
+            figures["load_before"] = load_before
+            figures["load_after"] = machine.load()
+            figures["seconds"] = round(time.perf_counter() - began, 1)
+            results["benchmarks"][bench.name] = figures
+            for line in bench.report(figures):
+                print(f"  {line}")
+            print(f"  (load {load_before[0]} -> {figures['load_after'][0]}, {figures['seconds']} s)",
+                  flush=True)
+        results["servers"] = services.started
+    for line in services.started:
+        print(f"started and stopped: {line}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2, default=str)
+        print(f"figures written to {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
