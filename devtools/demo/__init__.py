@@ -24,6 +24,7 @@ yet, and the demo drops it at the end).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -308,9 +309,8 @@ def _raise_interrupted(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv or (argv is None and sys.argv[1:]):
-        say(__doc__)
-        return 0 if set(argv or sys.argv[1:]) & {"-h", "--help"} else 2
+    argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     began = time.monotonic()
     work_dir = Path(tempfile.mkdtemp(prefix="mongocdc-demo-"))
     log_fd, log_name = tempfile.mkstemp(prefix="mongocdc-demo-", suffix=".log")
