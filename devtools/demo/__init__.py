@@ -18,8 +18,8 @@ output go to a log file whose path is printed. Everything the demo starts is sto
 also on failure and Ctrl-C; the exit code is 0 only when every step worked and the check is OK.
 
 Environment: ``MONGOCDC_MONGODB_URI`` (use your MongoDB replica set or sharded cluster),
-``MONGOCDC_DEMO_DATABASE`` (database name, default ``shop``; on your MongoDB it must not exist
-yet, and the demo drops it at the end).
+``MONGOCDC_DEMO_DATABASE`` (database name, default ``shop``; on your MongoDB its collections
+customers, products and orders must not exist yet, and the demo drops them at the end).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Demo:
         self.mongod: LocalMongod | None = None
         self.mongo: MongoServer | None = None
         self.database_name = os.environ.get(DATABASE_ENV) or "shop"
-        self.database_created = False
+        self.collections_created = False
         self.airflow_commands: list[AirflowCommand] = []
         self.env: dict[str, str] = {}
         self.step_times: list[tuple[str, float]] = []
@@ -126,7 +126,8 @@ class Demo:
         home = self.work_dir / "airflow"
         home.mkdir()
         config = {"topic.prefix": TOPIC_PREFIX,
-                  "collection.include.list": f"{re.escape(self.database_name)}\\..*",
+                  "collection.include.list": ",".join(f"{re.escape(self.database_name)}\\.{name}"
+                                                      for name in sample.COLLECTIONS),
                   "provide.transaction.metadata": "true",
                   "snapshot.max.threads": "2",
                   "snapshot.chunk.size": "100"}
@@ -186,7 +187,7 @@ class Demo:
                         f"The database {self.database_name!r} on your MongoDB already has the collections "
                         f"{sorted(existing)}; the demo does not write into existing data. Fix: set "
                         f"{DATABASE_ENV} to a database name that does not exist yet.")
-            self.database_created = True
+            self.collections_created = True
             counts = sample.load(database, sample.generate())
         say("      " + ", ".join(f"{self.database_name}.{name}: {n} documents" for name, n in counts.items())
             + f" ({sum(counts.values())} in all)")
@@ -266,13 +267,15 @@ class Demo:
             if command.stop():
                 stopped.append(f"airflow {command.args[0]} {command.args[1]} (pid {command.process.pid}, "
                                "with its Spark application if any)")
-        if self.mongo is not None and self.mongo.kind == "yours" and self.database_created:
+        if self.mongo is not None and self.mongo.kind == "yours" and self.collections_created:
+            names = ", ".join(f"{self.database_name}.{name}" for name in sample.COLLECTIONS)
             try:
                 with self.mongo.client() as client:
-                    client.drop_database(self.database_name)
-                stopped.append(f"database {self.database_name!r} dropped on your MongoDB")
+                    for name in sample.COLLECTIONS:
+                        client[self.database_name].drop_collection(name)
+                stopped.append(f"the demo's collections dropped on your MongoDB ({names})")
             except PyMongoError as error:
-                stopped.append(f"database {self.database_name!r} NOT dropped on your MongoDB: {error}")
+                stopped.append(f"the demo's collections ({names}) NOT dropped on your MongoDB: {error}")
         if self.mongod is not None:
             pid = self.mongod.process.pid if self.mongod.process else None
             self.mongod.stop()
