@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 10 minutes on 2 cores)
+    python -m bench                       # everything (about 12 minutes on 2 cores)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -59,7 +59,7 @@ def _scaling(services: Services, quick: bool) -> dict[str, Any]:
         return window.run_scaling(services, sizes=[1000, 10000], counts=[250, 500, 1000],
                                   fixed_changes=500, fixed_size=10000, rounds=1)
     return window.run_scaling(services, sizes=[1000, 10000, 50000], counts=[250, 500, 1000, 2000],
-                              fixed_changes=500, fixed_size=10000, rounds=2)
+                              fixed_changes=500, fixed_size=10000, rounds=3)
 
 
 def _spark_window(services: Services, quick: bool) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def _spark_window(services: Services, quick: bool) -> dict[str, Any]:
 
 def _snapshot(services: Services, quick: bool) -> dict[str, Any]:
     return spark.run_snapshot(services, documents=5000 if quick else 20000, threads=[1, 2],
-                              rounds=1)
+                              rounds=1 if quick else 2)
 
 
 BENCHES = [
