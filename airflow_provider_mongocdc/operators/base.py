@@ -113,8 +113,6 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
-        self._conn_id = self.spark_conn_id  # templated: SparkSubmitOperator reads _conn_id
-        self._hook = None
         config = parse_connector_config(self.connector_config)
         return self.submit(context, config, self.build_spec(context, config))
 
@@ -137,6 +135,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             archive = build_code_archive(tmp)
             self.py_files = ",".join(p for p in (self.py_files, archive) if p)
             self.conf = {"spark.ui.showConsoleProgress": "false", **(self.conf or {})}
+            self._conn_id = self.spark_conn_id  # templated here; SparkSubmitOperator reads _conn_id
             self._hook = None  # rebuild the hook with the arguments set above
             self.log.info("Running %s for connector %s: %s", self.application_name, config.topic_prefix,
                           {k: v for k, v in spec.redacted().items() if k != "connector"})

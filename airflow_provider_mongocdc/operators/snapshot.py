@@ -69,18 +69,18 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         lease = ConnectorLease.for_config(self.kafka_config(), config)
         owner = task_owner(context) if context and "ti" in context else \
             owner_for_task(self.dag_id, self.task_id, "manual")
-        spec = self.build_spec(context, config)
-        if not spec.params.get("force"):
-            # Most scheduled runs find nothing to do: decide here, without a spark-submit.
-            from airflow_provider_mongocdc.spark_apps.snapshot import nothing_to_do
-
-            try:
-                summary = nothing_to_do(spec)
-            except MongoCdcError as error:  # the same one-line error the application would give
-                raise AirflowException(str(error)) from None
-            if summary is not None:
-                return self.summarize(context, summary | {"submitted": False})
         with lease.hold(owner, SNAPSHOT, ttl):
+            spec = self.build_spec(context, config)
+            if not spec.params.get("force"):
+                # Most scheduled runs find nothing to do: decide here, without a spark-submit.
+                from airflow_provider_mongocdc.spark_apps.snapshot import nothing_to_do
+
+                try:
+                    summary = nothing_to_do(spec)
+                except MongoCdcError as error:  # the same one-line error the application gives
+                    raise AirflowException(str(error)) from None
+                if summary is not None:
+                    return self.summarize(context, summary | {"submitted": False})
             return self.submit(context, config, spec)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
