@@ -164,7 +164,7 @@ class KafkaBroker:
         config = self._write_config()
         classpath = f"{jars}/*"
         java = _java()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         fmt = subprocess.run(
             [java, "-Xmx256m", f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}", "-cp",
              classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
@@ -172,6 +172,42 @@ class KafkaBroker:
         )
         if fmt.returncode != 0:
             raise KafkaLaunchError(f"Formatting the KRaft log directory failed: {fmt.stdout}{fmt.stderr}")
+        self._launch(config, began, classpath)
+        return self
+
+    def restart(self) -> "KafkaBroker":
+        """Start this broker again after :meth:`kill` or ``stop(keep_data=True)``: the same ports,
+        the same data directory and cluster id (the KRaft log directory is already formatted), so
+        clients configured with :attr:`bootstrap_servers` reconnect and find their topics,
+        committed records and transaction state again."""
+        if self.pid is not None and _alive(self.pid):
+            raise KafkaLaunchError(f"The Kafka broker (pid {self.pid}) is still running; kill or stop it first")
+        if not self.port or not (self.data_dir / "logs" / "meta.properties").exists():
+            raise KafkaLaunchError(
+                f"No formatted KRaft log directory under {self.data_dir} to restart from; "
+                "call start() first (and stop(keep_data=True) rather than stop())")
+        jars = ensure_jars()
+        began = time.monotonic()
+        self._wait_ports_free(began + START_TIMEOUT_S)
+        self._launch(self._write_config(), began, classpath=f"{jars}/*", keep_data=True)
+        return self
+
+    def _wait_ports_free(self, deadline: float) -> None:
+        """The killed broker's listening sockets are gone with it; wait until both ports bind."""
+        while True:
+            try:
+                for port in (self.port, self.controller_port):
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        sock.bind(("127.0.0.1", port))
+                return
+            except OSError as error:
+                if time.monotonic() >= deadline:
+                    raise KafkaLaunchError(f"Cannot restart the Kafka broker: port {port} stays busy ({error})")
+                time.sleep(0.25)
+
+    def _launch(self, config: Path, began: float, classpath: str, keep_data: bool = False) -> None:
+        java = _java()
         log = open(self.log_path, "ab")
         cmd = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}",
@@ -185,10 +221,9 @@ class KafkaBroker:
         try:
             self._wait_ready(began)
         except BaseException:
-            self.stop()
+            self.stop(keep_data=keep_data)
             raise
         self.start_seconds = time.monotonic() - began
-        return self
 
     def _wait_ready(self, began: float) -> None:
         from confluent_kafka.admin import AdminClient
@@ -226,12 +261,19 @@ class KafkaBroker:
             return "(no broker log)"
 
     def kill(self) -> None:
-        """Kill -9 the broker (fault tests); data stays so that start_again() can reuse it."""
+        """Kill -9 the broker (fault tests); data and ports stay so that restart() can reuse them."""
         if self.pid:
             _signal_group(self.pid, signal.SIGKILL)
             _wait_gone(self.pid, 10)
+            if self.process is not None:
+                try:
+                    self.process.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
 
-    def stop(self) -> None:
+    def stop(self, keep_data: bool = False) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL). Its temporary data directory is removed unless
+        ``keep_data`` is true (then :meth:`restart` can start it again)."""
         if self.pid:
             stop_pid(self.pid)
             if self.process is not None:
@@ -241,7 +283,7 @@ class KafkaBroker:
                     pass
             self.pid = None
             self.process = None
-        if self._own_dir:
+        if self._own_dir and not keep_data:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> "KafkaBroker":
@@ -249,6 +291,15 @@ class KafkaBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id. One starting with "-" would be read as an option by
+    kafka-storage's argument parser (1 in 32 of them), so those are drawn again."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _quiet_logger():
