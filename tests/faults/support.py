@@ -1,0 +1,260 @@
+"""What the fault tests share: seeded trial counts, spark-submit runs that can be killed with
+their whole process group, measuring a run's span, and reading topics as a consumer would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_provider_mongocdc.core.jobspec import read_result
+from airflow_provider_mongocdc.operators.base import application_path
+from devtools.kafka.reading import read_topic
+
+# Trials per kill test: a few in the default run, more in the long run
+# (MONGOCDC_FAULT_TRIALS=20 python -m pytest tests/faults -m faults). Trials past the default
+# count also carry the ``slow`` marker.
+TRIALS_ENV = "MONGOCDC_FAULT_TRIALS"
+DEFAULT_TRIALS = 2
+SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.ui.enabled=false",
+              "--conf", "spark.ui.showConsoleProgress=false"]
+RUN_TIMEOUT_S = 300.0
+
+
+def trial_count() -> int:
+    value = os.environ.get(TRIALS_ENV, "").strip()
+    if not value:
+        return DEFAULT_TRIALS
+    try:
+        count = int(value)
+    except ValueError:
+        raise pytest.UsageError(f"{TRIALS_ENV}={value!r} is not a whole number of trials") from None
+    if count < 1:
+        raise pytest.UsageError(f"{TRIALS_ENV} must be at least 1, not {count}")
+    return count
+
+
+def trial_params() -> list:
+    """``seed`` parameters 0..n-1; the ones past the default count are marked ``slow``."""
+    return [pytest.param(seed, id=f"seed{seed}",
+                         marks=[pytest.mark.slow] if seed >= DEFAULT_TRIALS else [])
+            for seed in range(trial_count())]
+
+
+def spark_env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def spark_command(spark_submit: str, application: str, spec: Path, result: Path) -> list[str]:
+    return [spark_submit, *SPARK_ARGS, application_path(application), "--job-spec", str(spec),
+            "--result", str(result)]
+
+
+@dataclass
+class AppRun:
+    """A spark-submit run of a mongocdc application."""
+
+    returncode: int | None
+    output: str
+    result: dict[str, Any] | None
+    seconds: float
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        assert self.returncode == 0 and self.result and self.result.get("status") == "ok", self.describe()
+        return self.result["summary"]
+
+    @property
+    def failed(self) -> bool:
+        return self.returncode not in (0, None) and bool(self.result) and self.result.get("status") == "failed"
+
+    def describe(self) -> str:
+        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
+
+
+def run_app(spark_submit: str, application: str, spec: Path, result: Path, *,
+            timeout: float = RUN_TIMEOUT_S) -> AppRun:
+    began = time.monotonic()
+    done = subprocess.run(spark_command(spark_submit, application, spec, result), capture_output=True,
+                          text=True, timeout=timeout, env=spark_env())
+    return AppRun(done.returncode, done.stdout + done.stderr, read_result(result), time.monotonic() - began)
+
+
+class Submitted:
+    """spark-submit started in its own session, so that SIGKILL reaches the launcher, the JVM and
+    every Python process of the application at once (a kill -9 of the whole Spark app)."""
+
+    def __init__(self, spark_submit: str, application: str, spec: Path, result: Path, log: Path):
+        self.result_path = result
+        self.log_path = log
+        self.began = time.monotonic()
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(spark_command(spark_submit, application, spec, result),
+                                            stdout=out, stderr=subprocess.STDOUT, env=spark_env(),
+                                            start_new_session=True)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> bool:
+        """SIGKILL the process group; True when it was still running. Waits until every process
+        of the group is gone (a surviving Python worker could otherwise still write)."""
+        alive = self.process.poll() is None
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.process.pid, 0)
+            except ProcessLookupError:
+                return alive
+            time.sleep(0.1)
+        raise AssertionError(f"processes of the killed Spark application (group {self.process.pid}) survived")
+
+    def wait(self, timeout: float = RUN_TIMEOUT_S) -> AppRun:
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.kill()
+        return AppRun(self.process.returncode, self.log_path.read_text(errors="replace"),
+                      read_result(self.result_path), self.elapsed)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Watermark:
+    """The end offset (high watermark, open transactions included) of a one-partition topic: it
+    moves with the first record an application writes, committed or not."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex}",
+                                  "enable.auto.commit": False, "allow.auto.create.topics": False})
+
+    def high(self) -> int:
+        try:
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=5,
+                                                              cached=False)
+        except Exception:  # the topic does not exist yet
+            return -1
+        return high
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class Span:
+    """When a run first wrote to its offsets topic and when it ended (seconds from its start)."""
+
+    first_write: float
+    end: float
+
+    def kill_delay(self, seed: int) -> float:
+        """A kill delay chosen by ``random.Random(seed)``, uniform over the measured span: from a
+        little before the first write (the last seconds of Spark's start) to the end."""
+        import random
+
+        low = max(0.5, 0.8 * self.first_write)
+        return random.Random(seed).uniform(low, max(low + 0.5, self.end))
+
+
+def measure(submitted: Submitted, watermark: Watermark, *, interval: float = 0.1) -> tuple[Span, AppRun]:
+    """Wait for an uninterrupted run to end, noting when it first wrote to the offsets topic."""
+    start = max(watermark.high(), 0)  # -1: the topic does not exist yet (creating it is no write)
+    first_write = None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while submitted.running() and time.monotonic() < deadline:
+        if first_write is None and watermark.high() > start:
+            first_write = submitted.elapsed
+        time.sleep(interval)
+    run = submitted.wait()
+    assert first_write is not None, "the calibration run never wrote its offsets: " + run.describe()
+    return Span(first_write, run.seconds), run
+
+
+# -- topic content ---------------------------------------------------------------------------------
+@dataclass
+class Change:
+    """One record of a data topic as a read_committed consumer sees it."""
+
+    key: str
+    payload: dict[str, Any] | None  # None: tombstone
+
+    @property
+    def op(self) -> str | None:
+        return self.payload["op"] if self.payload else None
+
+    @property
+    def after(self) -> dict[str, Any] | None:
+        if not self.payload or self.payload.get("after") is None:
+            return None
+        from bson import json_util
+
+        return json_util.loads(self.payload["after"])
+
+
+def changes(bootstrap: str, topic: str) -> list[Change]:
+    out = []
+    for record in read_topic(bootstrap, topic):
+        key = json.loads(record.key)
+        key = key.get("payload", key)
+        value = json.loads(record.value) if record.value is not None else None
+        out.append(Change(key["id"], value.get("payload", value) if value is not None else None))
+    return out
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1,
+             message: str = "condition not met") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, message
+        time.sleep(interval)
+
+
+@dataclass
+class Connections:
+    """Airflow connections given as AIRFLOW_CONN_* environment variables (monkeypatched)."""
+
+    monkeypatch: Any
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def add(self, conn_id: str, fields: dict[str, Any]) -> str:
+        self.monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+        self.ids[conn_id] = conn_id
+        return conn_id
+
+    def mongo(self, conn_id: str, uri: str, login: str | None = None, password: str | None = None) -> str:
+        fields: dict[str, Any] = {"conn_type": "mongocdc", "host": uri}
+        if login:
+            fields.update(login=login, password=password)
+        return self.add(conn_id, fields)
+
+    def kafka(self, conn_id: str, config: dict[str, Any], login: str | None = None,
+              password: str | None = None) -> str:
+        fields: dict[str, Any] = {"conn_type": "mongocdc_kafka", "extra": dict(config)}
+        if login:
+            fields.update(login=login, password=password)
+        return self.add(conn_id, fields)
+
+    def spark(self, conn_id: str = "faults_spark") -> str:
+        return self.add(conn_id, {"conn_type": "spark", "host": "local[2]"})
