@@ -286,17 +286,20 @@ def run_eos(services: Services, changes: int, rounds: int) -> dict[str, Any]:
 
 
 def writer_comparison(services: Services, records, rounds: int, max_batch: int) -> dict[str, Any]:
-    """The same prebuilt records: exactly-once writer versus a plain idempotent producer."""
+    """The same prebuilt records: exactly-once writer (commit with an offset record every
+    ``max.batch.size``: the configured one, and 512 / 2048 / 8192) versus a plain idempotent
+    producer; the sides take turns in every round."""
     kafka = services.kafka
-    eos, plain = [], []
+    sides = ["plain", *sorted({max_batch, *BATCH_SIZES})]
+    times: dict[Any, list[float]] = {side: [] for side in sides}
     for round_number in range(rounds):
-        for side in (("eos", "plain") if round_number % 2 == 0 else ("plain", "eos")):
+        for side in (sides if round_number % 2 == 0 else list(reversed(sides))):
             prefix = f"benchw{uuid.uuid4().hex[:8]}"
             topic = f"{prefix}.shop.customers"
             ensure_topics(kafka, [TopicSpec(topic)])
             batch = [record._replace(topic=topic) for record in records]
-            if side == "eos":
-                batches = _Batches(kafka, prefix, max_batch)
+            if side != "plain":
+                batches = _Batches(kafka, prefix, side)
                 try:
                     batches.send([batch[0]])  # warm up: connection, partition in the transaction
                     batches.commit()
@@ -304,7 +307,7 @@ def writer_comparison(services: Services, records, rounds: int, max_batch: int) 
                     for record in batch:
                         batches.send([record])
                     batches.commit()
-                    eos.append(time.perf_counter() - started)
+                    times[side].append(time.perf_counter() - started)
                 finally:
                     batches.close()
             else:
@@ -314,14 +317,17 @@ def writer_comparison(services: Services, records, rounds: int, max_batch: int) 
                 started = time.perf_counter()
                 produce_all(producer, batch)
                 remaining = producer.flush(60)
-                plain.append(time.perf_counter() - started)
+                times[side].append(time.perf_counter() - started)
                 if remaining or counters[1]:
                     raise RuntimeError("the plain producer lost records")
-    eos_s, plain_s = statistics.median(eos), statistics.median(plain)
-    return {"records": len(records), "max_batch_size": max_batch,
+    plain_s = statistics.median(times["plain"])
+    eos_s = statistics.median(times[max_batch])
+    return {"records": len(records), "max_batch_size": max_batch, "rounds": rounds,
             "eos_records_per_s": round(len(records) / eos_s),
             "plain_records_per_s": round(len(records) / plain_s),
-            "ratio": round(plain_s / eos_s, 3)}
+            "ratio": round(plain_s / eos_s, 3),
+            "ratio_by_max_batch_size": {side: round(plain_s / statistics.median(values), 3)
+                                        for side, values in times.items() if side != "plain"}}
 
 
 # -- (e) ---------------------------------------------------------------------------------------------
@@ -425,7 +431,8 @@ def report_eos(figures: dict[str, Any]) -> list[str]:
         f"(b) writer only, {writer['records']} prebuilt records: exactly-once "
         f"{writer['eos_records_per_s']} records/s vs plain {writer['plain_records_per_s']} records/s, "
         f"ratio {writer['ratio']} (goal >= {figures['goal_ratio']}: "
-        f"{'met' if figures['meets_goal_writer'] else 'NOT met'})",
+        f"{'met' if figures['meets_goal_writer'] else 'NOT met'}); by max.batch.size: " + ", ".join(
+            f"{size}: {ratio}" for size, ratio in writer["ratio_by_max_batch_size"].items()),
         "exactly-once window events/s by max.batch.size: " + ", ".join(
             f"{size}: {rate}" for size, rate in figures["eos_events_per_s_by_max_batch_size"].items()),
         f"fixed cost of a window (same end, nothing to read): {figures['empty_window_s']} s, of which "
