@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine.describe()
     print(f"mongocdc benchmarks {'(quick) ' if args.quick else ''}{info['date']}")
     print(f"machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; Python "
-          f"{info['python']}, {info['java']}; pymongo {info['pymongo']}, librdkafka "
-          f"{info['librdkafka']}")
+          f"{info['python']}, {info['java']}; pymongo {info['pymongo']}, confluent-kafka "
+          f"{info['confluent_kafka']} (librdkafka {info['librdkafka']})")
     print(f"load average {info['load_at_start']}; reference json.dumps of 1 KB: "
           f"{info['reference_us']} us CPU (smaller = faster machine / less contention)")
     results: dict[str, Any] = {"machine": info, "quick": args.quick, "benchmarks": {}}

@@ -75,7 +75,7 @@ def describe() -> dict[str, Any]:
         "java": _java_version(),
         "pymongo": pymongo.version,
         "bson_c_extension": bson.has_c(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "load_at_start": load(),
         "reference_us": reference_us(),
