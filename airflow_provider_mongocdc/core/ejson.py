@@ -126,7 +126,7 @@ def decimal128_text(value: Decimal128) -> str:
 class Encoder:
     """Serialises BSON values and documents to extended JSON text in one mode."""
 
-    __slots__ = ("mode", "options", "_lenient", "_as_is", "_encode", "_convert", "_default")
+    __slots__ = ("mode", "options", "_lenient", "_as_is", "_encode", "_convert")
 
     def __init__(self, mode: str = "strict"):
         self.mode = mode
@@ -144,7 +144,6 @@ class Encoder:
                 return {"$numberDecimal": decimal128_text(value)}
             return default(value, options)
 
-        self._default = encode_default
         self._encode = json.JSONEncoder(separators=SEPARATORS, ensure_ascii=False,
                                         allow_nan=False, check_circular=False,
                                         default=encode_default).encode
