@@ -6,7 +6,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 
 @dataclass(frozen=True)
@@ -18,13 +19,45 @@ class ReadRecord:
     value: bytes | None
 
 
+def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
+    """Wait until no transaction holds ``topic`` back (last stable offset == high watermark).
+
+    A producer's commit returns before the broker has written the commit markers into the
+    partitions; until it has, read_committed readers stop short of the committed records. Returns
+    False when a transaction is still open after ``timeout`` (then readers see up to it).
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic, timeout=10)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return True
+    partitions = [TopicPartition(topic, pid) for pid in info.partitions]
+    deadline = time.monotonic() + timeout
+    while True:
+        ends = {}
+        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in partitions},
+                                         isolation_level=level, request_timeout=10)
+            ends[level] = {tp.partition: future.result().offset for tp, future in futures.items()}
+        if ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed",
-               timeout: float = 30.0, extra_config: dict | None = None) -> list[ReadRecord]:
+               timeout: float = 30.0, extra_config: dict | None = None,
+               settle: float = 5.0) -> list[ReadRecord]:
     """Every record of ``topic`` from the beginning to the end offsets seen at the call.
 
     With ``read_committed`` (the default) the end is the last stable offset, so records of
-    aborted or still-open transactions are not returned. A missing topic reads as empty.
+    aborted or still-open transactions are not returned; the read first waits up to ``settle``
+    seconds for the commit markers of just-committed transactions (:func:`wait_stable`). A
+    missing topic reads as empty.
     """
+    if isolation == "read_committed" and settle > 0:
+        wait_stable(bootstrap, topic, settle)
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": f"mongocdc-reader-{uuid.uuid4().hex}",

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from airflow_provider_mongocdc.core.errors import ConfigError, DeliveryError, OversizeEventError
+from devtools.kafka.reading import wait_stable
 from airflow_provider_mongocdc.core.writer import (
     TopicSpec,
     TransactionalWriter,
@@ -30,7 +31,10 @@ class Rec(NamedTuple):
 
 
 def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[bytes, bytes]]:
-    """(key, value) of every record of partition 0 up to its end (the LSO when read_committed)."""
+    """(key, value) of every record of partition 0 up to its end (the LSO when read_committed,
+    once the markers of just-committed transactions are written)."""
+    if isolation == "read_committed":
+        wait_stable(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": isolation,
                          "enable.partition.eof": True})
