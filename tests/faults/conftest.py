@@ -55,7 +55,12 @@ def run_in_jvm(spark_jvm, tmp_path):
         counter[0] += 1
         spec = JobSpec(application, connector, mongo, kafka, params).write(tmp_path / f"jvm-spec-{counter[0]}.json")
         result = Path(tmp_path / f"jvm-result-{counter[0]}.json")
-        code = runtime.run(application, jobs[application], ["--job-spec", str(spec), "--result", str(result)])
+        package_logger = logging.getLogger("airflow_provider_mongocdc")
+        saved = package_logger.handlers[:], package_logger.level, package_logger.propagate
+        try:  # the runtime points the package's logger at stderr, as in a Spark driver
+            code = runtime.run(application, jobs[application], ["--job-spec", str(spec), "--result", str(result)])
+        finally:
+            package_logger.handlers[:], package_logger.level, package_logger.propagate = saved
         outcome = json.loads(result.read_text())
         assert (code == 0) == (outcome["status"] == "ok"), (code, outcome)
         return outcome

@@ -164,32 +164,63 @@ class Watermark:
 
 @dataclass
 class Span:
-    """When a run first wrote to its offsets topic and when it ended (seconds from its start)."""
+    """When an uninterrupted run first and last wrote to its offsets topic, and when it ended
+    (seconds from its launch)."""
 
     first_write: float
+    last_write: float
     end: float
 
-    def kill_delay(self, seed: int) -> float:
-        """A kill delay chosen by ``random.Random(seed)``, uniform over the measured span: from a
-        little before the first write (the last seconds of Spark's start) to the end."""
+    def kill_point(self, seed: int, trials: int) -> tuple[str, float]:
+        """Where trial ``seed`` of ``trials`` kills its run, drawn by ``random.Random(seed)``.
+
+        The span runs from the last part of Spark's start (60 % of the time to the first write to
+        the offsets topic) to a little after the last write. It is stratified: trial ``i`` draws
+        its point uniformly within the ``i``-th of ``trials`` equal slices, so even two trials
+        fall early and late, and twenty cover the span evenly. A point before the first write is
+        ``("start", t)``: ``t`` seconds after the launch. A later one is ``("write", t)``: ``t``
+        seconds after the trial's own first write, so that Spark's start-up time, which the
+        machine's load stretches, does not move the point out of the work.
+        """
         import random
 
-        low = max(0.5, 0.8 * self.first_write)
-        return random.Random(seed).uniform(low, max(low + 0.5, self.end))
+        low = 0.6 * self.first_write
+        high = self.first_write + 1.1 * (self.last_write - self.first_write) + 0.2
+        point = low + (high - low) * (seed + random.Random(seed).random()) / trials
+        if point < self.first_write:
+            return "start", point
+        return "write", point - self.first_write
+
+
+def kill_at(submitted: "Submitted", watermark: "Watermark", point: tuple[str, float]) -> tuple[bool, float]:
+    """Kill ``submitted`` at ``point`` (see :meth:`Span.kill_point`); returns whether it was still
+    running and when the kill fell (seconds after the launch)."""
+    anchor, delay = point
+    if anchor == "write":
+        start = max(watermark.high(), 0)
+        while submitted.running() and watermark.high() <= start and submitted.elapsed < RUN_TIMEOUT_S:
+            time.sleep(0.05)
+        delay += submitted.elapsed
+    while submitted.running() and submitted.elapsed < delay:
+        time.sleep(0.05)
+    when = submitted.elapsed
+    return submitted.kill(), when
 
 
 def measure(submitted: Submitted, watermark: Watermark, *, interval: float = 0.1) -> tuple[Span, AppRun]:
     """Wait for an uninterrupted run to end, noting when it first wrote to the offsets topic."""
-    start = max(watermark.high(), 0)  # -1: the topic does not exist yet (creating it is no write)
-    first_write = None
+    last = max(watermark.high(), 0)  # -1: the topic does not exist yet (creating it is no write)
+    first_write = last_write = None
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while submitted.running() and time.monotonic() < deadline:
-        if first_write is None and watermark.high() > start:
-            first_write = submitted.elapsed
+        high = watermark.high()
+        if high > last:
+            last, last_write = high, submitted.elapsed
+            first_write = last_write if first_write is None else first_write
         time.sleep(interval)
     run = submitted.wait()
     assert first_write is not None, "the calibration run never wrote its offsets: " + run.describe()
-    return Span(first_write, run.seconds), run
+    return Span(first_write, last_write, run.seconds), run
 
 
 # -- topic content ---------------------------------------------------------------------------------

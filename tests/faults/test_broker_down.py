@@ -30,7 +30,7 @@ pytestmark = pytest.mark.faults
 PRODUCER_TIMEOUTS = {"message.timeout.ms": 5000, "transaction.timeout.ms": 10000, "socket.timeout.ms": 5000}
 # How long the window may take to fail once the broker is gone: the delivery timeout above, the
 # abort of the open transaction and the Spark task's end, with room for a loaded machine.
-FAILURE_BOUND_S = 90.0
+FAILURE_BOUND_S = 60.0
 CHANGES = 1500
 
 

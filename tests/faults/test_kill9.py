@@ -3,10 +3,12 @@ snapshot and of a stream window, then a re-run to completion: a read_committed c
 document / change exactly once and the offsets end where they must.
 
 Each trial is seeded: ``random.Random(seed)`` picks the kill delay over the span measured on an
-uninterrupted calibration run of the same application and data (from a little before its first
-write to the offsets topic to its end), so trials hit Spark's start, the copy or the stream, the
-commits, and the very end. The default run has a few trials per test; the long run sets
-``MONGOCDC_FAULT_TRIALS`` (see README.md).
+uninterrupted calibration run of the same application and data, from the last part of Spark's
+start to just after the last write to the offsets topic; the span is stratified over the trials
+(trial ``i`` of ``n`` draws within the ``i``-th slice), and delays past the first write count from
+the trial's own first write (see ``Span.kill_point``). So trials hit Spark's start, the copy or
+the stream, the commits and the very end. The default run has two trials per test; the long run
+sets ``MONGOCDC_FAULT_TRIALS`` (see README.md).
 """
 
 from __future__ import annotations
@@ -29,7 +31,16 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.offsets import SNAPSHOT_COMPLETED, OffsetPartition, OffsetStore
 from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
-from tests.faults.support import Span, Submitted, Watermark, changes, measure, trial_params
+from tests.faults.support import (
+    Span,
+    Submitted,
+    Watermark,
+    changes,
+    kill_at,
+    measure,
+    trial_count,
+    trial_params,
+)
 from tests.integration.snapshot_helpers import mongo_details, seed
 from tests.integration.snapshot_helpers import write_spec as write_snapshot_spec
 from tests.integration.window_helpers import connector as window_connector
@@ -48,13 +59,6 @@ def _canonical(value) -> str:
 
 def _key_value(key_id: str):
     return json_util.loads(key_id, json_options=_DECODE)
-
-
-def _kill_at(submitted: Submitted, delay: float) -> bool:
-    """Kill the application ``delay`` seconds after its start; True when it was still running."""
-    while submitted.running() and submitted.elapsed < delay:
-        time.sleep(0.05)
-    return submitted.kill()
 
 
 # -- snapshot --------------------------------------------------------------------------------------
@@ -117,7 +121,7 @@ def snapshot_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) 
         ids = seed(client, database, SNAPSHOT_SIZES)
         rs = client.admin.command("hello")["setName"]
     data = SnapshotData(mongodb_uri, {"bootstrap.servers": kafka_bootstrap}, database, rs, ids,
-                        Span(0, 0), tmp)
+                        Span(0, 0, 0), tmp)
     prefix = f"fsnap_calib_{uuid.uuid4().hex[:6]}"
     spec, result = data.spec(prefix)
     watermark = Watermark(kafka_bootstrap, f"{prefix}.offsets")
@@ -137,16 +141,20 @@ def test_snapshot_killed_at_a_random_point_then_rerun_reads_each_document_once(
         snapshot_data, spark_submit, run_in_jvm, seed):
     data = snapshot_data
     prefix = f"fsnap{seed}_{uuid.uuid4().hex[:6]}"
-    delay = data.span.kill_delay(seed)
+    point = data.span.kill_point(seed, trial_count())
     spec, result = data.spec(prefix)
-    killed = Submitted(spark_submit, "snapshot", spec, result, data.tmp / f"{prefix}-killed.log")
-    was_running = _kill_at(killed, delay)
+    watermark = Watermark(data.kafka["bootstrap.servers"], f"{prefix}.offsets")
+    try:
+        killed = Submitted(spark_submit, "snapshot", spec, result, data.tmp / f"{prefix}-killed.log")
+        was_running, when = kill_at(killed, watermark, point)
+    finally:
+        watermark.close()
     store = OffsetStore(data.kafka, f"{prefix}.offsets", read_timeout_s=30)
     partition = OffsetPartition(prefix, data.rs)
     interrupted = store.read(partition)
-    print(f"seed {seed}: killed after {delay:.1f} s of a {data.span.end:.1f} s run "
-          f"(first write at {data.span.first_write:.1f} s); running={was_running}; offset then: "
-          f"{interrupted.snapshot.status if interrupted else 'none'}")
+    print(f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
+          f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
+          f"running={was_running}; offset then: {interrupted.snapshot.status if interrupted else 'none'}")
 
     # The re-run: the snapshot application again (in this process's Spark JVM).
     outcome = run_in_jvm("snapshot", data.connector(prefix), mongo_details(data.uri), data.kafka)
@@ -177,7 +185,7 @@ class WindowData:
     tmp: Path
 
     def props(self, prefix: str) -> dict:
-        return window_connector(prefix, self.database, {"max.batch.size": 5})
+        return window_connector(prefix, self.database, {"max.batch.size": 3})
 
     def spec(self, prefix: str):
         return write_window_spec(self.tmp, prefix, self.props(prefix), self.uri, self.kafka, self.end)
@@ -276,7 +284,7 @@ def window_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
     kafka = {"bootstrap.servers": kafka_bootstrap}
     stamp = uuid.uuid4().hex[:6]
     prefixes = [f"fwin_calib_{stamp}"] + [f"fwin{seed.values[0]}_{stamp}" for seed in trial_params()]
-    data = WindowData(mongodb_uri, kafka, database, None, {}, [], prefixes, Span(0, 0), tmp)
+    data = WindowData(mongodb_uri, kafka, database, None, {}, [], prefixes, Span(0, 0, 0), tmp)
     for prefix in prefixes:
         seed_offset(mongodb_uri, kafka, data.props(prefix))
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
@@ -301,16 +309,21 @@ def window_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
 def test_window_killed_at_a_random_point_then_rerun_emits_each_change_once(window_data, spark_submit, seed):
     data = window_data
     prefix = data.prefixes[seed + 1]
-    delay = data.span.kill_delay(seed)
+    point = data.span.kill_point(seed, trial_count())
     spec, result = data.spec(prefix)
-    killed = Submitted(spark_submit, "stream_window", spec, result, data.tmp / f"{prefix}-killed.log")
-    was_running = _kill_at(killed, delay)
     config = ConnectorConfig.from_properties(data.props(prefix))
+    watermark = Watermark(data.kafka["bootstrap.servers"], config.offsets_topic)
+    try:
+        killed = Submitted(spark_submit, "stream_window", spec, result, data.tmp / f"{prefix}-killed.log")
+        was_running, when = kill_at(killed, watermark, point)
+    finally:
+        watermark.close()
     store = OffsetStore(data.kafka, config.offsets_topic, read_timeout_s=30)
     partition = OffsetPartition(prefix, _partition(data.uri, config))
     committed = store.read(partition)
-    print(f"seed {seed}: killed after {delay:.1f} s of a {data.span.end:.1f} s run (first write at "
-          f"{data.span.first_write:.1f} s); running={was_running}; {committed.events} events committed")
+    print(f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
+          f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
+          f"running={was_running}; {committed.events} events committed")
     # What the killed run committed is visible; its open transaction is not: the topic holds
     # exactly the committed events, a prefix of every key's changes.
     visible = [event for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items")
