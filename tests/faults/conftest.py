@@ -31,12 +31,13 @@ def spark_jvm():
         yield
     finally:
         package_logger.handlers[:], package_logger.level, package_logger.propagate = handlers, level, propagate
-        if SparkContext._active_spark_context is not None:
-            SparkContext._active_spark_context.stop()
-        gateway.shutdown()
+        if SparkContext._gateway is gateway:  # (another suite's fixture may have reused and ended it)
+            if SparkContext._active_spark_context is not None:
+                SparkContext._active_spark_context.stop()
+            gateway.shutdown()
+            SparkContext._gateway = SparkContext._jvm = None
         gateway.proc.stdin.close()  # the JVM exits when its stdin closes
         gateway.proc.wait(timeout=60)
-        SparkContext._gateway = SparkContext._jvm = None
 
 
 @pytest.fixture

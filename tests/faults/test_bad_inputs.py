@@ -23,6 +23,7 @@ from bson.timestamp import Timestamp
 from confluent_kafka.admin import AdminClient
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_COMPLETED,
     SNAPSHOT_IN_PROGRESS,
@@ -94,7 +95,7 @@ def test_invalid_values_and_unknown_properties_are_refused_by_every_operator_bef
              "heartbeat.interval.ms": -5}
     context = {"data_interval_end": datetime.now(timezone.utc)}
     for operator in _operators(unique_name, props, mongo):
-        with pytest.raises(AirflowException) as info:
+        with pytest.raises((AirflowException, MongoCdcError)) as info:
             operator.execute(context)
         message = str(info.value)
         # Every problem at once, each naming the property; the fix.

@@ -15,7 +15,6 @@ from airflow.providers.common.compat.sdk import AirflowException
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from devtools.kafka import KafkaBroker
