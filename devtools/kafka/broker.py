@@ -295,7 +295,7 @@ class KafkaBroker:
 
 def _cluster_id() -> str:
     """A random KRaft cluster id. One starting with "-" would be read as an option by
-    kafka-storage's argument parser (1 in 32 of them), so those are drawn again."""
+    kafka-storage's argument parser (1 in 64 of them), so those are drawn again."""
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
