@@ -36,6 +36,7 @@ from airflow_provider_mongocdc.core.errors import (
     ConfigError,
     ConnectionFailedError,
     DeliveryError,
+    MongoCdcError,
     OversizeEventError,
 )
 
@@ -327,14 +328,22 @@ class TransactionalWriter:
         self._in_transaction = False
         if self._fatal is not None:
             return  # the broker aborts it when the fencing producer initialised, or on timeout
+        # Bounded by the transaction timeout: past it the broker aborts the transaction itself.
+        timeout = min(30.0, max(1.0, int(self._config["transaction.timeout.ms"]) / 1000.0))
         # Deliver what was sent first: an abort racing the registration of the transaction's
         # partitions can fail fatally with INVALID_TXN_STATE (confluentinc/librdkafka#4849).
-        self._producer.flush(30.0)
+        self._producer.flush(timeout)
         try:
-            self._retrying("abort the transaction", self._producer.abort_transaction, 30.0)
-        except DeliveryError:
-            if self._fatal is None:
-                raise
+            _kafka_call(self._producer.abort_transaction, timeout)
+        except KafkaException as error:
+            # One attempt only (the brokers may be gone): nothing of the transaction becomes
+            # visible either way, since the broker aborts it after transaction.timeout.ms and the
+            # next writer with this transactional.id fences it. This producer is not reused.
+            kafka_error = _unwrap(error)
+            self._fatal = kafka_error if kafka_error is not None else KafkaError(KafkaError._FAIL)
+            log.warning("Kafka writer %s: could not abort the transaction (%s); the broker aborts it "
+                        "after transaction.timeout.ms", self.transactional_id,
+                        kafka_error.str() if kafka_error is not None else error)
 
     @contextmanager
     def transaction(self) -> Iterator["TransactionalWriter"]:
@@ -359,7 +368,10 @@ class TransactionalWriter:
                     # close() tries to abort an open transaction and warns when it cannot (fenced).
                     warnings.simplefilter("ignore", RuntimeWarning)
                     producer.purge()
-                    producer.close()
+                    if self._fatal is None:
+                        # close() aborts an open transaction without a time limit; a producer in
+                        # a fatal state (fenced, or its abort failed) is dropped instead.
+                        producer.close()
             except (KafkaException, SystemError, RuntimeError):
                 pass
 
@@ -461,7 +473,7 @@ class TransactionalWriter:
             return
         try:
             self.abort()
-        except DeliveryError as error:
+        except MongoCdcError as error:  # the error that led here is the one to report
             log.warning("Kafka writer %s: abort failed: %s", self.transactional_id, error)
 
     def _retrying(self, what: str, function, timeout: float) -> None:
