@@ -111,6 +111,17 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
         return KafkaConfigHook(kafka_conn_id=self.kafka_conn_id).get_kafka_config()
 
+    # -- the connector's lease ----------------------------------------------------------------------
+    def hold_lease(self, context, config: ConnectorConfig, kind: str):
+        """Hold the connector's lease (core/lease.py) for this task while the block runs."""
+        from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, ConnectorLease, owner_for_task, task_owner
+
+        ttl = getattr(self, "lease_ttl", None) or self.execution_timeout or DEFAULT_TTL
+        lease = ConnectorLease.for_config(self.kafka_config(), config)
+        owner = task_owner(context) if context and "ti" in context else \
+            owner_for_task(self.dag_id, self.task_id, "manual")
+        return lease.hold(owner, kind, ttl)
+
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)

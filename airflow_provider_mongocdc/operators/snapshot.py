@@ -10,7 +10,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import MongoCdcError
-from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, SNAPSHOT, ConnectorLease, owner_for_task, task_owner
+from airflow_provider_mongocdc.core.lease import SNAPSHOT
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
@@ -65,11 +65,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
 
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
-        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
-        lease = ConnectorLease.for_config(self.kafka_config(), config)
-        owner = task_owner(context) if context and "ti" in context else \
-            owner_for_task(self.dag_id, self.task_id, "manual")
-        with lease.hold(owner, SNAPSHOT, ttl):
+        with self.hold_lease(context, config, SNAPSHOT):
             spec = self.build_spec(context, config)
             if not spec.params.get("force"):
                 # Most scheduled runs find nothing to do: decide here, without a spark-submit.

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, WINDOW, ConnectorLease, owner_for_task, task_owner
+from airflow_provider_mongocdc.core.lease import WINDOW
 from airflow_provider_mongocdc.core.window import WindowParams, iso, parse_time
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
@@ -57,11 +57,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
 
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
-        ttl = self.lease_ttl or self.execution_timeout or DEFAULT_TTL
-        lease = ConnectorLease.for_config(self.kafka_config(), config)
-        owner = task_owner(context) if context and "ti" in context else \
-            owner_for_task(self.dag_id, self.task_id, "manual")
-        with lease.hold(owner, WINDOW, ttl):
+        with self.hold_lease(context, config, WINDOW):
             return super().execute(context)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
