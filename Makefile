@@ -1,6 +1,6 @@
 # The two commands of the README:
-#   make test   creates .venv, installs the project with the pinned constraints, fetches the
-#               Kafka broker jars with Maven, and runs the test suite (real Kafka, spark-submit,
+#   make test   creates .venv, installs the project with the pinned constraints, checks the code
+#               with ruff (lint and format), fetches the Kafka broker jars with Maven, and runs the test suite (real Kafka, spark-submit,
 #               Airflow, MongoDB simulator or MONGOCDC_TEST_MONGODB_URI).
 #   make demo   the main job: the CDC pipeline end to end on this machine.
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo install kafka-jars bench clean
+.PHONY: test lint demo install kafka-jars bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,11 @@ install: $(VENV)/.installed
 kafka-jars: install
 	$(BIN)/python -m devtools.kafka fetch
 
-test: install kafka-jars
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install lint kafka-jars
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: install kafka-jars

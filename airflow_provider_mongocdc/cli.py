@@ -32,26 +32,47 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mongocdc", description="MongoDB CDC for Apache Airflow: operator commands.")
+    parser = argparse.ArgumentParser(
+        prog="mongocdc", description="MongoDB CDC for Apache Airflow: operator commands."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    offsets = commands.add_parser("offsets", help="show, reset or move a connector's offsets",
-                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    offsets = commands.add_parser(
+        "offsets",
+        help="show, reset or move a connector's offsets",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = offsets.add_subparsers(dest="action", required=True)
 
     def common(sub: argparse.ArgumentParser, partition_required: bool) -> None:
         kafka = sub.add_mutually_exclusive_group(required=True)
-        kafka.add_argument("--kafka-config", metavar="FILE",
-                           help="librdkafka configuration as a JSON file (bootstrap.servers, security.*, sasl.* ...)")
-        kafka.add_argument("--kafka-conn-id", metavar="ID",
-                           help="Airflow connection (type mongocdc_kafka or kafka) holding that configuration")
-        kafka.add_argument("--bootstrap-servers", metavar="HOSTS", help="host1:9092,host2:9092 (no authentication)")
+        kafka.add_argument(
+            "--kafka-config",
+            metavar="FILE",
+            help="librdkafka configuration as a JSON file (bootstrap.servers, security.*, sasl.* ...)",
+        )
+        kafka.add_argument(
+            "--kafka-conn-id",
+            metavar="ID",
+            help="Airflow connection (type mongocdc_kafka or kafka) holding that configuration",
+        )
+        kafka.add_argument(
+            "--bootstrap-servers", metavar="HOSTS", help="host1:9092,host2:9092 (no authentication)"
+        )
         sub.add_argument("--topic-prefix", required=True, help="the connector's topic.prefix")
-        sub.add_argument("--offsets-topic",
-                         help="the connector's offset.storage.topic (default <topic prefix>.offsets)")
+        sub.add_argument(
+            "--offsets-topic", help="the connector's offset.storage.topic (default <topic prefix>.offsets)"
+        )
         sub.add_argument("--connector", help="connector name in the offset keys (default: the topic prefix)")
-        sub.add_argument("--partition", required=partition_required, metavar="RS",
-                         help="replica set name, or 'cluster' for a whole-cluster stream")
-        sub.add_argument("--timeout", type=float, default=60.0, help="seconds to read the offsets topic (default 60)")
+        sub.add_argument(
+            "--partition",
+            required=partition_required,
+            metavar="RS",
+            help="replica set name, or 'cluster' for a whole-cluster stream",
+        )
+        sub.add_argument(
+            "--timeout", type=float, default=60.0, help="seconds to read the offsets topic (default 60)"
+        )
 
     show = actions.add_parser("show", help="print the committed offsets as JSON")
     common(show, partition_required=False)
@@ -61,11 +82,17 @@ def _parser() -> argparse.ArgumentParser:
     move = actions.add_parser("set", help="move a partition to a resume token or cluster time")
     common(move, partition_required=True)
     target = move.add_mutually_exclusive_group(required=True)
-    target.add_argument("--resume-token", metavar="JSON",
-                        help='resume token as JSON ({"_data": "8263..."}) or its _data string')
-    target.add_argument("--cluster-time", metavar="SEC:INC|ISO",
-                        help="cluster time as seconds:increment (1714557600:1) or an ISO time "
-                             "(2024-05-01T10:00:00Z); streaming starts at that operation time")
+    target.add_argument(
+        "--resume-token",
+        metavar="JSON",
+        help='resume token as JSON ({"_data": "8263..."}) or its _data string',
+    )
+    target.add_argument(
+        "--cluster-time",
+        metavar="SEC:INC|ISO",
+        help="cluster time as seconds:increment (1714557600:1) or an ISO time "
+        "(2024-05-01T10:00:00Z); streaming starts at that operation time",
+    )
     move.add_argument("--yes", action="store_true", help="confirm the change")
     return parser
 
@@ -76,14 +103,22 @@ def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
         try:
             config = json.loads(path.read_text())
         except OSError as error:
-            raise ConfigError(f"Cannot read the Kafka configuration file {str(path)!r}", cause=str(error),
-                              fix="give the path of a readable JSON file") from None
+            raise ConfigError(
+                f"Cannot read the Kafka configuration file {str(path)!r}",
+                cause=str(error),
+                fix="give the path of a readable JSON file",
+            ) from None
         except ValueError as error:
-            raise ConfigError(f"The Kafka configuration file {str(path)!r} is not JSON", cause=str(error),
-                              fix='write a JSON object such as {"bootstrap.servers": "host:9092"}') from None
+            raise ConfigError(
+                f"The Kafka configuration file {str(path)!r} is not JSON",
+                cause=str(error),
+                fix='write a JSON object such as {"bootstrap.servers": "host:9092"}',
+            ) from None
         if not isinstance(config, dict):
-            raise ConfigError(f"The Kafka configuration file {str(path)!r} does not hold a JSON object",
-                              fix='write a JSON object such as {"bootstrap.servers": "host:9092"}')
+            raise ConfigError(
+                f"The Kafka configuration file {str(path)!r} does not hold a JSON object",
+                fix='write a JSON object such as {"bootstrap.servers": "host:9092"}',
+            )
         return config
     if args.kafka_conn_id:
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
@@ -103,8 +138,10 @@ def parse_cluster_time(text: str) -> Timestamp:
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"Cannot read cluster time {text!r}",
-                          fix="give seconds:increment (1714557600:1) or an ISO time (2024-05-01T10:00:00Z)") from None
+        raise ConfigError(
+            f"Cannot read cluster time {text!r}",
+            fix="give seconds:increment (1714557600:1) or an ISO time (2024-05-01T10:00:00Z)",
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return Timestamp(int(moment.timestamp()), 0)
@@ -114,17 +151,25 @@ def parse_resume_token(text: str) -> dict[str, Any]:
     value = text.strip()
     if not value.startswith("{"):
         if not value or any(c not in "0123456789abcdefABCDEF" for c in value):
-            raise ConfigError(f"Cannot read resume token {text!r}",
-                              fix='give the token as JSON ({"_data": "8263..."}) or its hexadecimal _data string')
+            raise ConfigError(
+                f"Cannot read resume token {text!r}",
+                fix='give the token as JSON ({"_data": "8263..."}) or its hexadecimal _data string',
+            )
         return {"_data": value}
     try:
         token = json_util.loads(value)
     except ValueError as error:
-        raise ConfigError("The resume token is not valid JSON", cause=str(error),
-                          fix='give the token as JSON, e.g. {"_data": "8263..."}') from None
+        raise ConfigError(
+            "The resume token is not valid JSON",
+            cause=str(error),
+            fix='give the token as JSON, e.g. {"_data": "8263..."}',
+        ) from None
     if not isinstance(token, dict) or "_data" not in token:
-        raise ConfigError("The resume token has no _data field", cause=f"got {text!r}",
-                          fix='give the token as the change stream returned it, e.g. {"_data": "8263..."}')
+        raise ConfigError(
+            "The resume token has no _data field",
+            cause=f"got {text!r}",
+            fix='give the token as the change stream returned it, e.g. {"_data": "8263..."}',
+        )
     return token
 
 
@@ -143,18 +188,24 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.action in ("reset", "set") and not args.yes:
         what = "delete" if args.action == "reset" else "move"
-        print(f"mongocdc: refusing to {what} the offset of partition {args.partition!r} of "
-              f"{args.topic_prefix!r} without --yes. Stop the connector's DAGs first, check the "
-              f"current offset with 'mongocdc offsets show', then repeat the command with --yes.",
-              file=sys.stderr)
+        print(
+            f"mongocdc: refusing to {what} the offset of partition {args.partition!r} of "
+            f"{args.topic_prefix!r} without --yes. Stop the connector's DAGs first, check the "
+            f"current offset with 'mongocdc offsets show', then repeat the command with --yes.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     target = None
     if args.action == "set":
-        target = Position(resume_token=parse_resume_token(args.resume_token)) if args.resume_token else \
-            Position(cluster_time=parse_cluster_time(args.cluster_time))
+        target = (
+            Position(resume_token=parse_resume_token(args.resume_token))
+            if args.resume_token
+            else Position(cluster_time=parse_cluster_time(args.cluster_time))
+        )
 
-    store = OffsetStore(_kafka_config(args), args.offsets_topic or f"{args.topic_prefix}.offsets",
-                        read_timeout_s=args.timeout)
+    store = OffsetStore(
+        _kafka_config(args), args.offsets_topic or f"{args.topic_prefix}.offsets", read_timeout_s=args.timeout
+    )
     if args.action == "show":
         shown = store.show(args.topic_prefix, args.partition, args.connector)
         shown["topic_prefix"] = args.topic_prefix
@@ -163,13 +214,28 @@ def run(argv: list[str] | None = None) -> int:
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
     if args.action == "reset":
         before = store.reset(partition)
-        _print({"action": "reset", "topic": store.topic, "partition": partition.to_dict(),
-                "before": _state(before), "after": None,
-                "changed": before is not None})
+        _print(
+            {
+                "action": "reset",
+                "topic": store.topic,
+                "partition": partition.to_dict(),
+                "before": _state(before),
+                "after": None,
+                "changed": before is not None,
+            }
+        )
         return EXIT_OK
     before, after = store.set_position(partition, target)
-    _print({"action": "set", "topic": store.topic, "partition": partition.to_dict(),
-            "before": _state(before), "after": _state(after), "changed": True})
+    _print(
+        {
+            "action": "set",
+            "topic": store.topic,
+            "partition": partition.to_dict(),
+            "before": _state(before),
+            "after": _state(after),
+            "changed": True,
+        }
+    )
     return EXIT_OK
 
 

@@ -41,13 +41,11 @@ def _events(services: Services, quick: bool) -> dict[str, Any]:
 
 
 def _produce(services: Services, quick: bool) -> dict[str, Any]:
-    return produce.run_build_and_produce(services, count=4000 if quick else 10000,
-                                         rounds=2 if quick else 3)
+    return produce.run_build_and_produce(services, count=4000 if quick else 10000, rounds=2 if quick else 3)
 
 
 def _producer(services: Services, quick: bool) -> dict[str, Any]:
-    return produce.run_producer_settings(services, count=3000 if quick else 10000,
-                                         rounds=1 if quick else 2)
+    return produce.run_producer_settings(services, count=3000 if quick else 10000, rounds=1 if quick else 2)
 
 
 def _window(services: Services, quick: bool) -> dict[str, Any]:
@@ -56,10 +54,22 @@ def _window(services: Services, quick: bool) -> dict[str, Any]:
 
 def _scaling(services: Services, quick: bool) -> dict[str, Any]:
     if quick:
-        return window.run_scaling(services, sizes=[1000, 10000], counts=[250, 500, 1000],
-                                  fixed_changes=500, fixed_size=10000, rounds=1)
-    return window.run_scaling(services, sizes=[1000, 10000, 50000], counts=[250, 500, 1000, 2000],
-                              fixed_changes=500, fixed_size=10000, rounds=3)
+        return window.run_scaling(
+            services,
+            sizes=[1000, 10000],
+            counts=[250, 500, 1000],
+            fixed_changes=500,
+            fixed_size=10000,
+            rounds=1,
+        )
+    return window.run_scaling(
+        services,
+        sizes=[1000, 10000, 50000],
+        counts=[250, 500, 1000, 2000],
+        fixed_changes=500,
+        fixed_size=10000,
+        rounds=3,
+    )
 
 
 def _spark_window(services: Services, quick: bool) -> dict[str, Any]:
@@ -67,24 +77,39 @@ def _spark_window(services: Services, quick: bool) -> dict[str, Any]:
 
 
 def _snapshot(services: Services, quick: bool) -> dict[str, Any]:
-    return spark.run_snapshot(services, documents=5000 if quick else 20000, threads=[1, 2],
-                              rounds=1 if quick else 2)
+    return spark.run_snapshot(
+        services, documents=5000 if quick else 20000, threads=[1, 2], rounds=1 if quick else 2
+    )
 
 
 BENCHES = [
     Bench("events", "a", "event build cost vs bson.json_util.dumps", _events, events.report),
-    Bench("window", "b", "window throughput: exactly-once vs without transactions", _window,
-          window.report_eos),
-    Bench("produce", "c", "build + exactly-once produce per core", _produce,
-          produce.report_build_and_produce),
-    Bench("spark-window", "d", "spark-submit overhead of an empty window", _spark_window,
-          spark.report_empty_window),
-    Bench("scaling", "e", "window cost vs collection size and number of changes", _scaling,
-          window.report_scaling),
-    Bench("snapshot", "f", "snapshot docs/s with snapshot.max.threads 1 and 2", _snapshot,
-          spark.report_snapshot),
-    Bench("producer", "p", "producer settings and max.batch.size", _producer,
-          produce.report_producer_settings),
+    Bench(
+        "window", "b", "window throughput: exactly-once vs without transactions", _window, window.report_eos
+    ),
+    Bench(
+        "produce", "c", "build + exactly-once produce per core", _produce, produce.report_build_and_produce
+    ),
+    Bench(
+        "spark-window",
+        "d",
+        "spark-submit overhead of an empty window",
+        _spark_window,
+        spark.report_empty_window,
+    ),
+    Bench(
+        "scaling",
+        "e",
+        "window cost vs collection size and number of changes",
+        _scaling,
+        window.report_scaling,
+    ),
+    Bench(
+        "snapshot", "f", "snapshot docs/s with snapshot.max.threads 1 and 2", _snapshot, spark.report_snapshot
+    ),
+    Bench(
+        "producer", "p", "producer settings and max.batch.size", _producer, produce.report_producer_settings
+    ),
 ]
 
 
@@ -95,8 +120,10 @@ def _select(names: list[str]) -> list[Bench]:
     for name in names:
         matches = [bench for bench in BENCHES if name in (bench.name, bench.letter)]
         if not matches:
-            raise SystemExit(f"unknown benchmark {name!r}; choose from "
-                             + ", ".join(f"{b.name} ({b.letter})" for b in BENCHES))
+            raise SystemExit(
+                f"unknown benchmark {name!r}; choose from "
+                + ", ".join(f"{b.name} ({b.letter})" for b in BENCHES)
+            )
         chosen.extend(bench for bench in matches if bench not in chosen)
     return chosen
 
@@ -118,11 +145,15 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine.describe()
     print(f"mongocdc benchmarks {'(quick) ' if args.quick else ''}{info['date']}")
-    print(f"machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; Python "
-          f"{info['python']}, {info['java']}; pymongo {info['pymongo']}, confluent-kafka "
-          f"{info['confluent_kafka']} (librdkafka {info['librdkafka']})")
-    print(f"load average {info['load_at_start']}; reference json.dumps of 1 KB: "
-          f"{info['reference_us']} us CPU (smaller = faster machine / less contention)")
+    print(
+        f"machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; Python "
+        f"{info['python']}, {info['java']}; pymongo {info['pymongo']}, confluent-kafka "
+        f"{info['confluent_kafka']} (librdkafka {info['librdkafka']})"
+    )
+    print(
+        f"load average {info['load_at_start']}; reference json.dumps of 1 KB: "
+        f"{info['reference_us']} us CPU (smaller = faster machine / less contention)"
+    )
     results: dict[str, Any] = {"machine": info, "quick": args.quick, "benchmarks": {}}
     failed = False
     with Services() as services:
@@ -143,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             results["benchmarks"][bench.name] = figures
             for line in bench.report(figures):
                 print(f"  {line}")
-            print(f"  (load {load_before[0]} -> {figures['load_after'][0]}, {figures['seconds']} s)",
-                  flush=True)
+            print(
+                f"  (load {load_before[0]} -> {figures['load_after'][0]}, {figures['seconds']} s)", flush=True
+            )
         results["servers"] = services.started
     for line in services.started:
         print(f"started and stopped: {line}")

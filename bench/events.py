@@ -46,15 +46,29 @@ def make_document(rng: random.Random, index: int) -> dict[str, Any]:
         "balance": Decimal128(f"{rng.randrange(0, 10**7)}.{rng.randrange(0, 100):02d}"),
         "created": datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=rng.randrange(10**8)),
         "tags": [f"tag{rng.randrange(50)}" for _ in range(6)],
-        "address": {"street": f"{rng.randrange(1, 999)} Main Street", "city": "Springfield",
-                    "zip": f"{rng.randrange(10000, 99999)}",
-                    "geo": {"lat": rng.uniform(-90, 90), "lon": rng.uniform(-180, 180)}},
-        "orders": [{"order_id": ObjectId(), "total": Decimal128(f"{rng.randrange(1, 999)}.99"),
-                    "items": [{"sku": f"SKU-{rng.randrange(10**6)}", "qty": rng.randrange(1, 9),
-                               "price": rng.random() * 50} for _ in range(2)]}
-                   for _ in range(3)],
+        "address": {
+            "street": f"{rng.randrange(1, 999)} Main Street",
+            "city": "Springfield",
+            "zip": f"{rng.randrange(10000, 99999)}",
+            "geo": {"lat": rng.uniform(-90, 90), "lon": rng.uniform(-180, 180)},
+        },
+        "orders": [
+            {
+                "order_id": ObjectId(),
+                "total": Decimal128(f"{rng.randrange(1, 999)}.99"),
+                "items": [
+                    {
+                        "sku": f"SKU-{rng.randrange(10**6)}",
+                        "qty": rng.randrange(1, 9),
+                        "price": rng.random() * 50,
+                    }
+                    for _ in range(2)
+                ],
+            }
+            for _ in range(3)
+        ],
         "avatar": Binary(bytes(rng.randrange(256) for _ in range(48)), 0),
-        "notes": "Lorem ipsum dolor sit amet, \"quoted\" text with a backslash \\ and a tab\t.",
+        "notes": 'Lorem ipsum dolor sit amet, "quoted" text with a backslash \\ and a tab\t.',
     }
 
 
@@ -66,17 +80,26 @@ def make_changes(count: int, seed: int = 7) -> list[tuple[str, dict[str, Any], d
     for index in range(count):
         kind = kinds[index % len(kinds)]
         doc = make_document(rng, index)
-        base = {"_id": {"_data": f"8263{index:016X}"},
-                "clusterTime": Timestamp(1_700_000_000 + index, 1),
-                "wallTime": datetime.datetime(2024, 1, 1),
-                "ns": {"db": "shop", "coll": "customers"}, "documentKey": {"_id": doc["_id"]}}
+        base = {
+            "_id": {"_data": f"8263{index:016X}"},
+            "clusterTime": Timestamp(1_700_000_000 + index, 1),
+            "wallTime": datetime.datetime(2024, 1, 1),
+            "ns": {"db": "shop", "coll": "customers"},
+            "documentKey": {"_id": doc["_id"]},
+        }
         if kind == "insert":
             change = {**base, "operationType": "insert", "fullDocument": doc}
         elif kind == "update":
-            change = {**base, "operationType": "update", "fullDocument": doc,
-                      "updateDescription": {"updatedFields": {"score": doc["score"],
-                                                              "address.city": "Shelbyville"},
-                                            "removedFields": ["legacy"], "truncatedArrays": []}}
+            change = {
+                **base,
+                "operationType": "update",
+                "fullDocument": doc,
+                "updateDescription": {
+                    "updatedFields": {"score": doc["score"], "address.city": "Shelbyville"},
+                    "removedFields": ["legacy"],
+                    "truncatedArrays": [],
+                },
+            }
         elif kind == "replace":
             change = {**base, "operationType": "replace", "fullDocument": doc}
         elif kind == "delete":
@@ -109,21 +132,54 @@ def edge_values() -> list[Any]:
     from bson.raw_bson import RawBSONDocument
 
     values: list[Any] = [
-        1, -2**40, Int64(5), Int64(-2**62), 1.5, float("nan"), float("inf"), -0.0, True, None,
-        "é\"\\\t\u2603", ObjectId(), datetime.datetime(2024, 1, 1, 12, 0, 0, 123456),
-        datetime.datetime(1960, 1, 1), datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc),
-        DatetimeMS(-5), Decimal128("1.10"), Decimal128("NaN"), Decimal128("-Infinity"),
-        Decimal128("1E+6144"), Decimal128("-0.000"), Binary(b"\x00\x01", 0),
-        Binary(uuid.uuid4().bytes, 4), Binary(uuid.uuid4().bytes, 3), b"bytes", uuid.uuid4(),
-        Timestamp(5, 6), Regex("^a", "i"), re.compile("b.c", re.I | re.M), MinKey(), MaxKey(),
-        Code("function(){}"), Code("x", {"a": Int64(1)}), DBRef("c", ObjectId(), "db"),
-        (1, Int64(2)), [1, [2, [Int64(3)]]], SON([("b", 1), ("a", Int64(2))]),
-        collections.OrderedDict(z=1, y=Int64(2)), {1: "int key"}, [], {}, {"e": {}},
+        1,
+        -(2**40),
+        Int64(5),
+        Int64(-(2**62)),
+        1.5,
+        float("nan"),
+        float("inf"),
+        -0.0,
+        True,
+        None,
+        'é"\\\t\u2603',
+        ObjectId(),
+        datetime.datetime(2024, 1, 1, 12, 0, 0, 123456),
+        datetime.datetime(1960, 1, 1),
+        datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc),
+        DatetimeMS(-5),
+        Decimal128("1.10"),
+        Decimal128("NaN"),
+        Decimal128("-Infinity"),
+        Decimal128("1E+6144"),
+        Decimal128("-0.000"),
+        Binary(b"\x00\x01", 0),
+        Binary(uuid.uuid4().bytes, 4),
+        Binary(uuid.uuid4().bytes, 3),
+        b"bytes",
+        uuid.uuid4(),
+        Timestamp(5, 6),
+        Regex("^a", "i"),
+        re.compile("b.c", re.I | re.M),
+        MinKey(),
+        MaxKey(),
+        Code("function(){}"),
+        Code("x", {"a": Int64(1)}),
+        DBRef("c", ObjectId(), "db"),
+        (1, Int64(2)),
+        [1, [2, [Int64(3)]]],
+        SON([("b", 1), ("a", Int64(2))]),
+        collections.OrderedDict(z=1, y=Int64(2)),
+        {1: "int key"},
+        [],
+        {},
+        {"e": {}},
         RawBSONDocument(bson.encode({"a": 1, "b": {"c": Int64(2)}})),
         {"deep": [{"a": [{"b": Int64(1)}]}, {"c": 1.25}]},
     ]
-    return values + [{"_id": index, "v": value, "n": [value, {"w": value}]}
-                     for index, value in enumerate(values)]
+    return values + [
+        {"_id": index, "v": value, "n": [value, {"w": value}]} for index, value in enumerate(values)
+    ]
 
 
 def check_identical(documents: list[Any]) -> int:
@@ -137,12 +193,17 @@ def check_identical(documents: list[Any]) -> int:
         lenient = options.json_mode == json_util.JSONMode.LEGACY
         for document in documents:
             try:
-                expected = json_util.dumps(document, json_options=options, separators=SEPARATORS,
-                                           ensure_ascii=False, allow_nan=False)
+                expected = json_util.dumps(
+                    document, json_options=options, separators=SEPARATORS, ensure_ascii=False, allow_nan=False
+                )
             except ValueError:
-                expected = json_util.dumps(_portable(document, lenient), json_options=options,
-                                           separators=SEPARATORS, ensure_ascii=False,
-                                           allow_nan=False)
+                expected = json_util.dumps(
+                    _portable(document, lenient),
+                    json_options=options,
+                    separators=SEPARATORS,
+                    ensure_ascii=False,
+                    allow_nan=False,
+                )
             assert encoder.dumps(document) == expected, (mode, document)
             compared += 1
     return compared
@@ -184,12 +245,14 @@ def run(count: int = 2000, rounds: int = 7) -> dict[str, Any]:
             else:
                 builder.build_change(change)
 
-    records = sum(len(builder.build_snapshot(doc, "shop", "customers", position=position))
-                  if kind == "snapshot" else len(builder.build_change(change))
-                  for kind, doc, change in changes)  # also warms caches (schemas, topic names)
+    records = sum(
+        len(builder.build_snapshot(doc, "shop", "customers", position=position))
+        if kind == "snapshot"
+        else len(builder.build_change(change))
+        for kind, doc, change in changes
+    )  # also warms caches (schemas, topic names)
     identical = check_identical(documents[:200] + edge_values())
-    times: dict[str, list[float]] = {"baseline": [], "baseline_strict": [], "encoder": [],
-                                     "build": []}
+    times: dict[str, list[float]] = {"baseline": [], "baseline_strict": [], "encoder": [], "build": []}
     for _ in range(rounds):
         times["baseline"] += _cpu_per_item(baseline, documents, 1)
         times["build"] += _cpu_per_item(build, changes, 1)

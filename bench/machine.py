@@ -49,8 +49,12 @@ def load() -> list[float]:
 def reference_us(rounds: int = 7) -> float:
     """CPU microseconds of ``json.dumps`` of a fixed 1 KB document: compares machines and loads
     (smaller is faster)."""
-    document = {"name": "reference", "values": list(range(60)), "text": "x" * 400,
-                "nested": [{"a": index, "b": index / 3, "c": None, "d": True} for index in range(12)]}
+    document = {
+        "name": "reference",
+        "values": list(range(60)),
+        "text": "x" * 400,
+        "nested": [{"a": index, "b": index / 3, "c": None, "d": True} for index in range(12)],
+    }
     best = float("inf")
     for _ in range(rounds):
         started = time.process_time()

@@ -28,8 +28,12 @@ from bson import Timestamp
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.events import EventBuilder, Record
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.writer import (DEFAULT_PRODUCER_CONFIG, TopicSpec,
-                                                   TransactionalWriter, ensure_topics)
+from airflow_provider_mongocdc.core.writer import (
+    DEFAULT_PRODUCER_CONFIG,
+    TopicSpec,
+    TransactionalWriter,
+    ensure_topics,
+)
 from bench.events import make_changes
 from bench.services import Services
 
@@ -39,7 +43,7 @@ GOAL_EVENTS_PER_CORE = 25_000
 def insert_changes(count: int, seed: int = 11) -> list[dict[str, Any]]:
     """``count`` insert change documents of ~1 KB documents (40% of make_changes are inserts)."""
     out = []
-    for kind, document, change in make_changes(count * 3, seed=seed):
+    for kind, _document, change in make_changes(count * 3, seed=seed):
         if kind == "insert":
             out.append(change)
         if len(out) == count:
@@ -120,7 +124,9 @@ def run_build_and_produce(services: Services, count: int, rounds: int) -> dict[s
     build_only = statistics.median(build_cpu)
     per_core = count / cpu
     return {
-        "events": count, "rounds": rounds, "max_batch_size": max_batch,
+        "events": count,
+        "rounds": rounds,
+        "max_batch_size": max_batch,
         "event_bytes_mean": round(statistics.mean(sizes)),
         "cpu_us_per_event": round(cpu / count * 1e6, 2),
         "build_cpu_us_per_event": round(build_only / count * 1e6, 2),
@@ -158,8 +164,9 @@ def _settled(wire: _WireBytes, batches: _Batches) -> int:
     return wire.txbytes
 
 
-def _produce_prebuilt(kafka: dict[str, Any], records: list[Record], *, max_batch: int,
-                      overrides: dict[str, Any]) -> dict[str, float]:
+def _produce_prebuilt(
+    kafka: dict[str, Any], records: list[Record], *, max_batch: int, overrides: dict[str, Any]
+) -> dict[str, float]:
     prefix = f"benchp{uuid.uuid4().hex[:8]}"
     wire = _WireBytes()
     settings = {**overrides, "statistics.interval.ms": 100, "stats_cb": wire}
@@ -182,8 +189,11 @@ def _produce_prebuilt(kafka: dict[str, Any], records: list[Record], *, max_batch
     finally:
         batches.close()
     count = len(records)
-    return {"cpu_us_per_record": cpu / count * 1e6, "records_per_wall_second": count / wall,
-            "wire_bytes_per_record": (wire_after - wire_before) / count}
+    return {
+        "cpu_us_per_record": cpu / count * 1e6,
+        "records_per_wall_second": count / wall,
+        "wire_bytes_per_record": (wire_after - wire_before) / count,
+    }
 
 
 def run_producer_settings(services: Services, count: int, rounds: int) -> dict[str, Any]:
@@ -195,8 +205,7 @@ def run_producer_settings(services: Services, count: int, rounds: int) -> dict[s
     default_batch = ConnectorConfig.from_properties({"topic.prefix": "x"}).max_batch_size
     variants: list[tuple[str, dict[str, Any], int]] = []
     for compression in ("none", "lz4", "zstd", "snappy", "gzip"):
-        variants.append((f"compression.type={compression}", {"compression.type": compression},
-                         default_batch))
+        variants.append((f"compression.type={compression}", {"compression.type": compression}, default_batch))
     for linger in (0, 5, 20, 100):
         variants.append((f"linger.ms={linger}", {"linger.ms": linger}, default_batch))
     for size in (16_384, 131_072, 1_000_000):
@@ -207,17 +216,21 @@ def run_producer_settings(services: Services, count: int, rounds: int) -> dict[s
     for round_number in range(rounds):
         order = variants if round_number % 2 == 0 else list(reversed(variants))
         for name, overrides, batch in order:
-            results[name].append(_produce_prebuilt(kafka, records, max_batch=batch,
-                                                   overrides=overrides))
+            results[name].append(_produce_prebuilt(kafka, records, max_batch=batch, overrides=overrides))
     table = {}
     for name, _, _ in variants:
         runs = results[name]
-        table[name] = {key: round(statistics.median(run[key] for run in runs), 1)
-                       for key in runs[0]}
-    return {"records": count, "rounds": rounds, "record_bytes_mean": round(payload_bytes),
-            "defaults": {key: DEFAULT_PRODUCER_CONFIG[key]
-                         for key in ("compression.type", "linger.ms", "batch.size")},
-            "default_max_batch_size": default_batch, "variants": table}
+        table[name] = {key: round(statistics.median(run[key] for run in runs), 1) for key in runs[0]}
+    return {
+        "records": count,
+        "rounds": rounds,
+        "record_bytes_mean": round(payload_bytes),
+        "defaults": {
+            key: DEFAULT_PRODUCER_CONFIG[key] for key in ("compression.type", "linger.ms", "batch.size")
+        },
+        "default_max_batch_size": default_batch,
+        "variants": table,
+    }
 
 
 def report_build_and_produce(figures: dict[str, Any]) -> list[str]:
@@ -235,11 +248,15 @@ def report_build_and_produce(figures: dict[str, Any]) -> list[str]:
 
 
 def report_producer_settings(figures: dict[str, Any]) -> list[str]:
-    lines = [f"{figures['records']} prebuilt records (~{figures['record_bytes_mean']} bytes), "
-             f"exactly-once writer; defaults {figures['defaults']}, max.batch.size "
-             f"{figures['default_max_batch_size']}; median of {figures['rounds']} rounds",
-             f"{'setting':28} {'CPU us/record':>14} {'records/s wall':>15} {'wire bytes/record':>18}"]
+    lines = [
+        f"{figures['records']} prebuilt records (~{figures['record_bytes_mean']} bytes), "
+        f"exactly-once writer; defaults {figures['defaults']}, max.batch.size "
+        f"{figures['default_max_batch_size']}; median of {figures['rounds']} rounds",
+        f"{'setting':28} {'CPU us/record':>14} {'records/s wall':>15} {'wire bytes/record':>18}",
+    ]
     for name, row in figures["variants"].items():
-        lines.append(f"{name:28} {row['cpu_us_per_record']:>14} {row['records_per_wall_second']:>15.0f} "
-                     f"{row['wire_bytes_per_record']:>18.0f}")
+        lines.append(
+            f"{name:28} {row['cpu_us_per_record']:>14} {row['records_per_wall_second']:>15.0f} "
+            f"{row['wire_bytes_per_record']:>18.0f}"
+        )
     return lines

@@ -40,8 +40,10 @@ class Services:
             began = time.monotonic()
             self._broker = KafkaBroker().start()
             self._bootstrap = self._broker.bootstrap_servers
-            self.started.append(f"Kafka broker {self._bootstrap} (pid {self._broker.pid}, "
-                                f"{time.monotonic() - began:.1f} s to start)")
+            self.started.append(
+                f"Kafka broker {self._bootstrap} (pid {self._broker.pid}, "
+                f"{time.monotonic() - began:.1f} s to start)"
+            )
         return self._bootstrap
 
     @property
@@ -55,14 +57,18 @@ class Services:
 
             self._sim = MongoSim(mode="replset").start()
             self._uri = self._sim.uri
-            self.started.append(f"MongoDB simulator {self._uri} (pid {self._sim.pid}, "
-                                f"{self._sim.start_seconds:.1f} s to start)")
+            self.started.append(
+                f"MongoDB simulator {self._uri} (pid {self._sim.pid}, "
+                f"{self._sim.start_seconds:.1f} s to start)"
+            )
         return self._uri
 
     @property
     def external(self) -> dict[str, bool]:
-        return {"kafka": bool(os.environ.get("MONGOCDC_TEST_KAFKA_BOOTSTRAP")),
-                "mongodb": bool(os.environ.get("MONGOCDC_TEST_MONGODB_URI"))}
+        return {
+            "kafka": bool(os.environ.get("MONGOCDC_TEST_KAFKA_BOOTSTRAP")),
+            "mongodb": bool(os.environ.get("MONGOCDC_TEST_MONGODB_URI")),
+        }
 
     def client(self) -> MongoClient:
         return MongoClient(self.mongodb_uri, serverSelectionTimeoutMS=20000)
@@ -95,8 +101,9 @@ def pass_second(client: MongoClient, end: Timestamp, marker_db: str, timeout_s: 
     window ending at ``end`` can close)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        ts = operation_time(client, lambda s: client[marker_db]["markers"].insert_one(
-            {"at": time.time()}, session=s))
+        ts = operation_time(
+            client, lambda s: client[marker_db]["markers"].insert_one({"at": time.time()}, session=s)
+        )
         if ts >= end:
             return
         if time.monotonic() >= deadline:
@@ -107,29 +114,46 @@ def pass_second(client: MongoClient, end: Timestamp, marker_db: str, timeout_s: 
 def spark_env() -> dict[str, str]:
     """The environment of a spark-submit run (the venv's Python on both sides, local IP)."""
     env = dict(os.environ)
-    env.update({
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
-    })
+    env.update(
+        {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
+        }
+    )
     return env
 
 
-SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.ui.enabled=false",
-              "--conf", "spark.ui.showConsoleProgress=false"]
+SPARK_ARGS = [
+    "--master",
+    "local[2]",
+    "--conf",
+    "spark.ui.enabled=false",
+    "--conf",
+    "spark.ui.showConsoleProgress=false",
+]
 
 
-def spark_submit(application: str, spec: Path, result: Path,
-                 timeout_s: float = 600.0) -> tuple[int, str, float]:
+def spark_submit(
+    application: str, spec: Path, result: Path, timeout_s: float = 600.0
+) -> tuple[int, str, float]:
     """Run ``spark-submit`` (local[2]); returns (exit code, output tail, wall seconds). The run's
     process group is killed when it outlives ``timeout_s``."""
-    command = [str(VENV_BIN / "spark-submit"), *SPARK_ARGS, application,
-               "--job-spec", str(spec), "--result", str(result)]
+    command = [
+        str(VENV_BIN / "spark-submit"),
+        *SPARK_ARGS,
+        application,
+        "--job-spec",
+        str(spec),
+        "--result",
+        str(result),
+    ]
     began = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=spark_env(), start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=spark_env(), start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -30,14 +30,19 @@ from typing import Any
 from bson.timestamp import Timestamp
 from confluent_kafka import Producer
 
-from airflow_provider_mongocdc.core.change_stream import current_position, open_stream, token_cluster_time
 import airflow_provider_mongocdc.core.window as window_module
+from airflow_provider_mongocdc.core.change_stream import current_position, open_stream, token_cluster_time
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.events import EventBuilder
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.window import (StreamTarget, WindowParams, connection_details,
-                                                   plan_streams, run_window)
-from airflow_provider_mongocdc.core.writer import (DEFAULT_PRODUCER_CONFIG, TopicSpec, ensure_topics)
+from airflow_provider_mongocdc.core.window import (
+    StreamTarget,
+    WindowParams,
+    connection_details,
+    plan_streams,
+    run_window,
+)
+from airflow_provider_mongocdc.core.writer import DEFAULT_PRODUCER_CONFIG, TopicSpec, ensure_topics
 from bench.events import make_document
 from bench.produce import _Batches
 from bench.services import Services, operation_time, pass_second
@@ -99,21 +104,32 @@ def _writer_start_timer(spent: list[float]):
         window_module.TransactionalWriter = original
 
 
-def timed_window(services: Services, config: ConnectorConfig, target: StreamTarget,
-                 window_end: datetime.datetime) -> dict[str, Any]:
+def timed_window(
+    services: Services, config: ConnectorConfig, target: StreamTarget, window_end: datetime.datetime
+) -> dict[str, Any]:
     writer_start: list[float] = []
     started_cpu, started = time.process_time(), time.perf_counter()
     with _writer_start_timer(writer_start):
         summary = run_window(target, config, services.kafka, params(window_end))
     wall = time.perf_counter() - started
-    return {"wall_s": wall, "cpu_s": time.process_time() - started_cpu,
-            "writer_start_s": sum(writer_start), "net_s": wall - sum(writer_start),
-            "events": summary["events"], "batches": summary["batches_committed"],
-            "stop_reason": summary["stop_reason"]}
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - started_cpu,
+        "writer_start_s": sum(writer_start),
+        "net_s": wall - sum(writer_start),
+        "events": summary["events"],
+        "batches": summary["batches_committed"],
+        "stop_reason": summary["stop_reason"],
+    }
 
 
-def read_range(services: Services, config: ConnectorConfig, start: Position,
-               window_end: datetime.datetime, on_change: Callable[[Any], None]) -> int:
+def read_range(
+    services: Services,
+    config: ConnectorConfig,
+    start: Position,
+    window_end: datetime.datetime,
+    on_change: Callable[[Any], None],
+) -> int:
     """Read the change stream from ``start`` up to ``window_end`` (exclusive) as a window does."""
     end = Timestamp(int(window_end.timestamp()), 0)
     count = 0
@@ -140,8 +156,9 @@ def plain_producer(kafka: dict[str, Any]) -> tuple[Producer, list[int]]:
     def delivered(error, _message) -> None:
         counters[0 if error is None else 1] += 1
 
-    settings = {key: value for key, value in DEFAULT_PRODUCER_CONFIG.items()
-                if key != "transaction.timeout.ms"}
+    settings = {
+        key: value for key, value in DEFAULT_PRODUCER_CONFIG.items() if key != "transaction.timeout.ms"
+    }
     settings.update(kafka)
     settings.update({"enable.idempotence": True, "acks": "all", "on_delivery": delivered})
     return Producer(settings), counters
@@ -159,8 +176,9 @@ def produce_all(producer: Producer, records) -> None:
     producer.poll(0)
 
 
-def timed_plain_window(services: Services, config: ConnectorConfig, start: Position,
-                       window_end: datetime.datetime) -> dict[str, Any]:
+def timed_plain_window(
+    services: Services, config: ConnectorConfig, start: Position, window_end: datetime.datetime
+) -> dict[str, Any]:
     """The same change range, built and produced without transactions or offsets."""
     started_cpu, started = time.process_time(), time.perf_counter()
     builder = EventBuilder(config, replica_set="rs0")
@@ -180,17 +198,23 @@ def timed_plain_window(services: Services, config: ConnectorConfig, start: Posit
     remaining = producer.flush(60)
     if remaining or counters[1]:
         raise RuntimeError(f"the plain producer lost events ({remaining} pending, {counters[1]} failed)")
-    return {"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - started_cpu,
-            "events": events}
+    return {
+        "wall_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - started_cpu,
+        "events": events,
+    }
 
 
-def insert_documents(client, database: str, collection: str, documents: list[dict[str, Any]],
-                     batch: int = 500) -> Timestamp:
+def insert_documents(
+    client, database: str, collection: str, documents: list[dict[str, Any]], batch: int = 500
+) -> Timestamp:
     last = None
     for index in range(0, len(documents), batch):
-        chunk = documents[index:index + batch]
-        last = operation_time(client, lambda s, chunk=chunk: client[database][collection].insert_many(
-            chunk, ordered=True, session=s))
+        chunk = documents[index : index + batch]
+        last = operation_time(
+            client,
+            lambda s, chunk=chunk: client[database][collection].insert_many(chunk, ordered=True, session=s),
+        )
     return last
 
 
@@ -251,14 +275,16 @@ def run_eos(services: Services, changes: int, rounds: int) -> dict[str, Any]:
         records = [record for change in captured for record in builder.build_change(change)]
         build_cpu.append(time.process_time() - started_cpu)
 
-    writer = writer_comparison(services, records, max(rounds, 5),
-                               connector(f"{database}w", database).max_batch_size)
+    writer = writer_comparison(
+        services, records, max(rounds, 5), connector(f"{database}w", database).max_batch_size
+    )
     eos_wall = statistics.median(run["wall_s"] for run in eos)
     plain_wall = statistics.median(run["wall_s"] for run in plain)
     read_s = statistics.median(read_wall)
     empty_s = statistics.median(run["wall_s"] for run in empty)
     return {
-        "changes": changes, "rounds": rounds,
+        "changes": changes,
+        "rounds": rounds,
         "eos_window_s": round(eos_wall, 3),
         "eos_window_events_per_s": round(changes / eos_wall),
         "eos_window_cpu_s": round(statistics.median(run["cpu_s"] for run in eos), 3),
@@ -267,8 +293,9 @@ def run_eos(services: Services, changes: int, rounds: int) -> dict[str, Any]:
         "plain_events_per_s": round(changes / plain_wall),
         "plain_cpu_s": round(statistics.median(run["cpu_s"] for run in plain), 3),
         "ratio_end_to_end": round(plain_wall / eos_wall, 3),
-        "eos_events_per_s_by_max_batch_size": {size: round(changes / statistics.median(times))
-                                               for size, times in by_batch.items()},
+        "eos_events_per_s_by_max_batch_size": {
+            size: round(changes / statistics.median(times)) for size, times in by_batch.items()
+        },
         "empty_window_s": round(empty_s, 3),
         "empty_window_writer_start_s": round(statistics.median(run["writer_start_s"] for run in empty), 3),
         "eos_writer_start_s": round(statistics.median(run["writer_start_s"] for run in eos), 3),
@@ -293,7 +320,7 @@ def writer_comparison(services: Services, records, rounds: int, max_batch: int) 
     sides = ["plain", *sorted({max_batch, *BATCH_SIZES})]
     times: dict[Any, list[float]] = {side: [] for side in sides}
     for round_number in range(rounds):
-        for side in (sides if round_number % 2 == 0 else list(reversed(sides))):
+        for side in sides if round_number % 2 == 0 else list(reversed(sides)):
             prefix = f"benchw{uuid.uuid4().hex[:8]}"
             topic = f"{prefix}.shop.customers"
             ensure_topics(kafka, [TopicSpec(topic)])
@@ -322,12 +349,19 @@ def writer_comparison(services: Services, records, rounds: int, max_batch: int) 
                     raise RuntimeError("the plain producer lost records")
     plain_s = statistics.median(times["plain"])
     eos_s = statistics.median(times[max_batch])
-    return {"records": len(records), "max_batch_size": max_batch, "rounds": rounds,
-            "eos_records_per_s": round(len(records) / eos_s),
-            "plain_records_per_s": round(len(records) / plain_s),
-            "ratio": round(plain_s / eos_s, 3),
-            "ratio_by_max_batch_size": {side: round(plain_s / statistics.median(values), 3)
-                                        for side, values in times.items() if side != "plain"}}
+    return {
+        "records": len(records),
+        "max_batch_size": max_batch,
+        "rounds": rounds,
+        "eos_records_per_s": round(len(records) / eos_s),
+        "plain_records_per_s": round(len(records) / plain_s),
+        "ratio": round(plain_s / eos_s, 3),
+        "ratio_by_max_batch_size": {
+            side: round(plain_s / statistics.median(values), 3)
+            for side, values in times.items()
+            if side != "plain"
+        },
+    }
 
 
 # -- (e) ---------------------------------------------------------------------------------------------
@@ -337,8 +371,9 @@ def _updates(client, database: str, collection: str, size: int, count: int, seed
     last = None
     with client.start_session() as session:
         for number in range(count):
-            coll.update_one({"_id": rng.randrange(size)}, {"$set": {"v": number, "at": time.time()}},
-                            session=session)
+            coll.update_one(
+                {"_id": rng.randrange(size)}, {"$set": {"v": number, "at": time.time()}}, session=session
+            )
         last = session.operation_time
     return last
 
@@ -351,12 +386,16 @@ def _fit(points: list[tuple[int, float]]) -> dict[str, float]:
     intercept = mean_y - slope * mean_x
     total = sum((y - mean_y) ** 2 for y in ys)
     residual = sum((y - (intercept + slope * x)) ** 2 for x, y in points)
-    return {"ms_per_change": round(slope * 1000, 3), "fixed_s": round(intercept, 3),
-            "r2": round(1 - residual / total, 4) if total else 1.0}
+    return {
+        "ms_per_change": round(slope * 1000, 3),
+        "fixed_s": round(intercept, 3),
+        "r2": round(1 - residual / total, 4) if total else 1.0,
+    }
 
 
-def _scaled_window(services: Services, client, database: str, size: int, changes: int,
-                   seed_value: int) -> dict[str, Any]:
+def _scaled_window(
+    services: Services, client, database: str, size: int, changes: int, seed_value: int
+) -> dict[str, Any]:
     config = connector(f"{database}s{size}c{changes}r{seed_value}", database)
     start = current_position(client, config)
     last = _updates(client, database, "items", size, changes, seed_value)
@@ -371,8 +410,9 @@ def _scaled_window(services: Services, client, database: str, size: int, changes
     return run
 
 
-def run_scaling(services: Services, sizes: list[int], counts: list[int], fixed_changes: int,
-                fixed_size: int, rounds: int) -> dict[str, Any]:
+def run_scaling(
+    services: Services, sizes: list[int], counts: list[int], fixed_changes: int, fixed_size: int, rounds: int
+) -> dict[str, Any]:
     database = f"benche{uuid.uuid4().hex[:8]}"
     by_size: dict[int, list[dict[str, Any]]] = {}
     by_count: dict[int, list[dict[str, Any]]] = {}
@@ -380,31 +420,44 @@ def run_scaling(services: Services, sizes: list[int], counts: list[int], fixed_c
         loaded = 0
         for size in sorted(set(sizes) | {fixed_size}):
             # One collection grows; windows run at each size (documents of ~150 bytes).
-            insert_documents(client, database, "items",
-                             [{"_id": index, "v": 0, "name": f"item {index}", "pad": "x" * 100}
-                              for index in range(loaded, size)], batch=1000)
+            insert_documents(
+                client,
+                database,
+                "items",
+                [
+                    {"_id": index, "v": 0, "name": f"item {index}", "pad": "x" * 100}
+                    for index in range(loaded, size)
+                ],
+                batch=1000,
+            )
             loaded = size
             for round_number in range(rounds):
                 if size in sizes:
-                    by_size.setdefault(size, []).append(_scaled_window(
-                        services, client, database, size, fixed_changes, 100 + round_number))
+                    by_size.setdefault(size, []).append(
+                        _scaled_window(services, client, database, size, fixed_changes, 100 + round_number)
+                    )
                 if size == fixed_size:
                     for count in counts:
-                        by_count.setdefault(count, []).append(_scaled_window(
-                            services, client, database, size, count, 200 + round_number))
+                        by_count.setdefault(count, []).append(
+                            _scaled_window(services, client, database, size, count, 200 + round_number)
+                        )
 
     def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
-        return {"window_s": round(statistics.median(run["wall_s"] for run in runs), 3),
-                "net_s": round(statistics.median(run["net_s"] for run in runs), 3),
-                "read_only_s": round(statistics.median(run["read_only_s"] for run in runs), 3),
-                "cpu_s": round(statistics.median(run["cpu_s"] for run in runs), 3)}
+        return {
+            "window_s": round(statistics.median(run["wall_s"] for run in runs), 3),
+            "net_s": round(statistics.median(run["net_s"] for run in runs), 3),
+            "read_only_s": round(statistics.median(run["read_only_s"] for run in runs), 3),
+            "cpu_s": round(statistics.median(run["cpu_s"] for run in runs), 3),
+        }
 
     size_table = {size: summary(runs) for size, runs in sorted(by_size.items())}
     count_table = {count: summary(runs) for count, runs in sorted(by_count.items())}
     windows = [row["window_s"] for row in size_table.values()]
     nets = [row["net_s"] for row in size_table.values()]
     return {
-        "rounds": rounds, "fixed_changes": fixed_changes, "fixed_size": fixed_size,
+        "rounds": rounds,
+        "fixed_changes": fixed_changes,
+        "fixed_size": fixed_size,
         "by_collection_size": size_table,
         "size_spread": round(max(windows) / min(windows), 3),
         "net_size_spread": round(max(nets) / min(nets), 3) if min(nets) > 0 else None,
@@ -419,8 +472,7 @@ def run_scaling(services: Services, sizes: list[int], counts: list[int], fixed_c
 def report_eos(figures: dict[str, Any]) -> list[str]:
     writer = figures["writer"]
     return [
-        f"{figures['changes']} inserts of ~1 KB documents, median of {figures['rounds']} alternating "
-        "rounds",
+        f"{figures['changes']} inserts of ~1 KB documents, median of {figures['rounds']} alternating rounds",
         f"exactly-once window (run_window): {figures['eos_window_s']} s = "
         f"{figures['eos_window_events_per_s']} events/s ({figures['eos_batches']} transactions, "
         f"{figures['eos_window_cpu_s']} s CPU in this process)",
@@ -431,10 +483,12 @@ def report_eos(figures: dict[str, Any]) -> list[str]:
         f"(b) writer only, {writer['records']} prebuilt records: exactly-once "
         f"{writer['eos_records_per_s']} records/s vs plain {writer['plain_records_per_s']} records/s, "
         f"ratio {writer['ratio']} (goal >= {figures['goal_ratio']}: "
-        f"{'met' if figures['meets_goal_writer'] else 'NOT met'}); by max.batch.size: " + ", ".join(
-            f"{size}: {ratio}" for size, ratio in writer["ratio_by_max_batch_size"].items()),
-        "exactly-once window events/s by max.batch.size: " + ", ".join(
-            f"{size}: {rate}" for size, rate in figures["eos_events_per_s_by_max_batch_size"].items()),
+        f"{'met' if figures['meets_goal_writer'] else 'NOT met'}); by max.batch.size: "
+        + ", ".join(f"{size}: {ratio}" for size, ratio in writer["ratio_by_max_batch_size"].items()),
+        "exactly-once window events/s by max.batch.size: "
+        + ", ".join(
+            f"{size}: {rate}" for size, rate in figures["eos_events_per_s_by_max_batch_size"].items()
+        ),
         f"fixed cost of a window (same end, nothing to read): {figures['empty_window_s']} s, of which "
         f"the writer's start (init_transactions) {figures['empty_window_writer_start_s']} s; "
         f"exactly-once throughput past it: {figures['eos_events_per_s_after_fixed_cost']} events/s",
@@ -446,23 +500,35 @@ def report_eos(figures: dict[str, Any]) -> list[str]:
 
 
 def report_scaling(figures: dict[str, Any]) -> list[str]:
-    lines = [f"window wall time vs collection size, {figures['fixed_changes']} updates "
-             f"(full document looked up), median of {figures['rounds']}:"]
+    lines = [
+        f"window wall time vs collection size, {figures['fixed_changes']} updates "
+        f"(full document looked up), median of {figures['rounds']}:"
+    ]
     for size, row in figures["by_collection_size"].items():
-        lines.append(f"  {size:>7} documents: window {row['window_s']} s, without the writer's start "
-                     f"{row['net_s']} s, reading only {row['read_only_s']} s, CPU {row['cpu_s']} s")
-    lines.append(f"  spread (slowest / fastest): window {figures['size_spread']}, without the "
-                 f"writer's start {figures['net_size_spread']}")
+        lines.append(
+            f"  {size:>7} documents: window {row['window_s']} s, without the writer's start "
+            f"{row['net_s']} s, reading only {row['read_only_s']} s, CPU {row['cpu_s']} s"
+        )
+    lines.append(
+        f"  spread (slowest / fastest): window {figures['size_spread']}, without the "
+        f"writer's start {figures['net_size_spread']}"
+    )
     lines.append(f"window wall time vs number of changes, {figures['fixed_size']} documents:")
     for count, row in figures["by_changes"].items():
-        lines.append(f"  {count:>7} changes: window {row['window_s']} s, without the writer's "
-                     f"start {row['net_s']} s, CPU {row['cpu_s']} s, reading only {row['read_only_s']} s")
+        lines.append(
+            f"  {count:>7} changes: window {row['window_s']} s, without the writer's "
+            f"start {row['net_s']} s, CPU {row['cpu_s']} s, reading only {row['read_only_s']} s"
+        )
     fit, net = figures["fit_window"], figures["fit_net"]
     read, cpu = figures["fit_read_only"], figures["fit_cpu"]
-    lines.append(f"  linear fit, window wall: {fit['fixed_s']} s fixed + {fit['ms_per_change']} ms per "
-                 f"change (R^2 {fit['r2']}); without the writer's start: {net['fixed_s']} s + "
-                 f"{net['ms_per_change']} ms per change (R^2 {net['r2']})")
-    lines.append(f"  window CPU in this process: {cpu['fixed_s']} s + "
-                 f"{cpu['ms_per_change']} ms per change (R^2 {cpu['r2']}); reading only: "
-                 f"{read['fixed_s']} s + {read['ms_per_change']} ms per change (R^2 {read['r2']})")
+    lines.append(
+        f"  linear fit, window wall: {fit['fixed_s']} s fixed + {fit['ms_per_change']} ms per "
+        f"change (R^2 {fit['r2']}); without the writer's start: {net['fixed_s']} s + "
+        f"{net['ms_per_change']} ms per change (R^2 {net['r2']})"
+    )
+    lines.append(
+        f"  window CPU in this process: {cpu['fixed_s']} s + "
+        f"{cpu['ms_per_change']} ms per change (R^2 {cpu['r2']}); reading only: "
+        f"{read['fixed_s']} s + {read['ms_per_change']} ms per change (R^2 {read['r2']})"
+    )
     return lines

@@ -44,18 +44,30 @@ with DAG(
     tags=TAGS,
     params={
         "collections": Param(
-            [], type="array", items={"type": "string", "pattern": "^[^.]+\\..+$"},
+            [],
+            type="array",
+            items={"type": "string", "pattern": "^[^.]+\\..+$"},
             title="Collections",
             description="Collections to copy again, one <database>.<collection> per line. Empty: "
-                        "every captured collection.",
+            "every captured collection.",
         ),
-        "reason": Param("", type="string", title="Reason",
-                        description="Why the re-snapshot runs (kept in the run's summary)."),
-        "mode": Param("manual", type="string", enum=["manual", "gap"], title="Mode",
-                      values_display={"manual": "manual: chosen collections, the offset stays",
-                                      "gap": "gap: every collection, the offset resets"},
-                      description="gap after an oplog gap (every collection, offset reset); manual "
-                                  "otherwise."),
+        "reason": Param(
+            "",
+            type="string",
+            title="Reason",
+            description="Why the re-snapshot runs (kept in the run's summary).",
+        ),
+        "mode": Param(
+            "manual",
+            type="string",
+            enum=["manual", "gap"],
+            title="Mode",
+            values_display={
+                "manual": "manual: chosen collections, the offset stays",
+                "gap": "gap: every collection, the offset resets",
+            },
+            description="gap after an oplog gap (every collection, offset reset); manual otherwise.",
+        ),
     },
 ):
     MongoResnapshotOperator(

@@ -56,9 +56,10 @@ def connector_config() -> str:
         raise ConfigError(
             "The example DAGs have no connector configuration",
             cause=f"neither the Airflow Variable {CONNECTOR_CONFIG_VARIABLE!r} nor the environment "
-                  f"variable {CONNECTOR_CONFIG_ENV} is set",
+            f"variable {CONNECTOR_CONFIG_ENV} is set",
             fix=f"airflow variables set {CONNECTOR_CONFIG_VARIABLE} "
-                "'{\"topic.prefix\": \"shop\", \"collection.include.list\": \"shop\\\\..*\"}'")
+            '\'{"topic.prefix": "shop", "collection.include.list": "shop\\\\..*"}\'',
+        )
     return value if isinstance(value, str) else json.dumps(value)
 
 

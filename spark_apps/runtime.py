@@ -97,7 +97,9 @@ def configure_logging() -> None:
     log.propagate = False
 
 
-def run(application: str, job: Callable[[Any, JobSpec], dict[str, Any]], argv: list[str] | None = None) -> int:
+def run(
+    application: str, job: Callable[[Any, JobSpec], dict[str, Any]], argv: list[str] | None = None
+) -> int:
     """Run ``job(spark, spec)`` and record its summary or its error; return the exit code."""
     parser = argparse.ArgumentParser(prog=f"{application}.py")
     parser.add_argument("--job-spec", required=True, help="path of the job spec JSON file")

@@ -56,8 +56,9 @@ def _bool_param(params: dict[str, Any], name: str, default: bool) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ConfigError(f"The snapshot parameter {name}={value!r} is not a boolean",
-                      fix=f"pass {name} as true or false")
+    raise ConfigError(
+        f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false"
+    )
 
 
 # -- the tasks ----------------------------------------------------------------------------------------
@@ -67,13 +68,13 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     Chunks already committed (by an earlier attempt of this task or an earlier run) are skipped,
     as read from the offsets topic when the task starts.
     """
+    from pyspark import TaskContext
+
     from airflow_provider_mongocdc.core.config import ConnectorConfig
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
     from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
     from airflow_provider_mongocdc.spark_apps.snapshot import connection_details
-
-    from pyspark import TaskContext
 
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
@@ -86,8 +87,14 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
         # A retried task: an earlier attempt may have committed the chunk after this one started.
         return chunk_id in store.finished_chunks(partition, task["snapshot_id"])
 
-    copier = ChunkCopier(config, task["kafka"], task["snapshot_id"], Position.from_json(task["start"]),
-                         partition, task["replica_set"])
+    copier = ChunkCopier(
+        config,
+        task["kafka"],
+        task["snapshot_id"],
+        Position.from_json(task["start"]),
+        partition,
+        task["replica_set"],
+    )
     chunks = [Chunk.from_json(document) for document in chunk_documents]
     results = []
     client = None
@@ -117,7 +124,12 @@ class Assessment:
     def __init__(self, spec: JobSpec, before_read=None):
         from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
         from airflow_provider_mongocdc.core.snapshot import decide, parse_namespaces
-        from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
+        from airflow_provider_mongocdc.core.topology import (
+            CLUSTER_PARTITION,
+            REPLICA_SET,
+            ShardAddress,
+            discover,
+        )
 
         self.started = time.monotonic()
         self.spec = spec
@@ -132,10 +144,19 @@ class Assessment:
         topology = discover(self.details, policy=self.policy)  # refuses a standalone server (TopologyError)
         partition_names = topology.partitions(config.mongodb_connection_mode)
         self.partitions = [OffsetPartition(config.topic_prefix, name) for name in partition_names]
-        self.replica_set = topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
-        self._shards = {shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards}
-        log.info("Snapshot of %s (%s): partitions %s, snapshot.mode=%s", self.details.describe(), topology.kind,
-                 ", ".join(partition_names), config.snapshot_mode)
+        self.replica_set = (
+            topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
+        )
+        self._shards = {
+            shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards
+        }
+        log.info(
+            "Snapshot of %s (%s): partitions %s, snapshot.mode=%s",
+            self.details.describe(),
+            topology.kind,
+            ", ".join(partition_names),
+            config.snapshot_mode,
+        )
 
         self.store = OffsetStore(spec.kafka, config.offsets_topic)
         self.store.ensure_topic()
@@ -158,8 +179,10 @@ class Assessment:
 
         key = partition_name if partition_name in self._shards else None
         if key not in self._clients:
-            self._clients[key] = connect(self.details if key is None else
-                                         self.details.for_replica_set(key, self._shards[key].hosts), self.policy)
+            self._clients[key] = connect(
+                self.details if key is None else self.details.for_replica_set(key, self._shards[key].hosts),
+                self.policy,
+            )
         return self._clients[key]
 
     def _purged(self, partition, position) -> bool:
@@ -187,8 +210,9 @@ def nothing_to_do(spec: JobSpec) -> dict[str, Any] | None:
     assessment.close()
     if assessment.decision.action != NOTHING:
         return None
-    return SnapshotRun.nothing_summary(assessment.config, assessment.decision, assessment.partitions,
-                                       assessment.states)
+    return SnapshotRun.nothing_summary(
+        assessment.config, assessment.decision, assessment.partitions, assessment.states
+    )
 
 
 # -- the job ------------------------------------------------------------------------------------------
@@ -197,14 +221,27 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
     from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
     config = ConnectorConfig.from_properties(spec.connector)
-    assessment = Assessment(spec, before_read=lambda: TransactionalWriter(
-        spec.kafka, control_transactional_id(config.topic_prefix)))
+    assessment = Assessment(
+        spec,
+        before_read=lambda: TransactionalWriter(spec.kafka, control_transactional_id(config.topic_prefix)),
+    )
     control = assessment.extra
     try:
-        run = SnapshotRun(spark, spec, assessment.config, assessment.store, control, assessment.partitions,
-                          assessment.states, assessment.everything, assessment.replica_set,
-                          assessment.client_for, assessment.collections, assessment.reset_offset,
-                          assessment.started)
+        run = SnapshotRun(
+            spark,
+            spec,
+            assessment.config,
+            assessment.store,
+            control,
+            assessment.partitions,
+            assessment.states,
+            assessment.everything,
+            assessment.replica_set,
+            assessment.client_for,
+            assessment.collections,
+            assessment.reset_offset,
+            assessment.started,
+        )
         return run.execute(assessment.decision)
     finally:
         control.close()
@@ -214,8 +251,22 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
 class SnapshotRun:
     """One run of the snapshot application after the decision."""
 
-    def __init__(self, spark, spec, config, store, control, partitions, states, everything,
-                 replica_set, client_for, collections, reset_offset, started):
+    def __init__(
+        self,
+        spark,
+        spec,
+        config,
+        store,
+        control,
+        partitions,
+        states,
+        everything,
+        replica_set,
+        client_for,
+        collections,
+        reset_offset,
+        started,
+    ):
         self.spark = spark
         self.spec = spec
         self.config = config
@@ -263,14 +314,21 @@ class SnapshotRun:
             after[partition] = state
             records.append(self.store.offset_record(partition, state))
         self._control_commit(records)
-        log.info("snapshot.mode=no_data: recorded the stream position without copying data (%s)",
-                 "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items()))
-        return {"snapshot_id": snapshot_id, "documents": 0, "chunks": 0,
-                "duration_s": round(time.monotonic() - self.started, 3),
-                "offsets": self._offsets_summary(after)}
+        log.info(
+            "snapshot.mode=no_data: recorded the stream position without copying data (%s)",
+            "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items()),
+        )
+        return {
+            "snapshot_id": snapshot_id,
+            "documents": 0,
+            "chunks": 0,
+            "duration_s": round(time.monotonic() - self.started, 3),
+            "offsets": self._offsets_summary(after),
+        }
 
     def _new_snapshot(self) -> dict[str, Any]:
         from airflow_provider_mongocdc.core.change_stream import current_position
+        from airflow_provider_mongocdc.core.filters import Filters
         from airflow_provider_mongocdc.core.offsets import OffsetState
         from airflow_provider_mongocdc.core.snapshot import (
             build_plan,
@@ -278,15 +336,17 @@ class SnapshotRun:
             plan_collection,
             snapshot_collections,
         )
-        from airflow_provider_mongocdc.core.filters import Filters
 
         snapshot_id = new_snapshot_id()
         # 1. The stream position, recorded BEFORE anything is read.
-        starts = {partition: current_position(self.client_for(partition.rs), self.config)
-                  for partition in self.partitions}
+        starts = {
+            partition: current_position(self.client_for(partition.rs), self.config)
+            for partition in self.partitions
+        }
         for partition, start in starts.items():
-            log.info("Snapshot %s: stream position of %s recorded: %s", snapshot_id, partition.rs,
-                     start.describe())
+            log.info(
+                "Snapshot %s: stream position of %s recorded: %s", snapshot_id, partition.rs, start.describe()
+            )
         # 2. The plan.
         client = self.client_for(None)
         namespaces = snapshot_collections(client, self.config, self.collections)
@@ -294,21 +354,36 @@ class SnapshotRun:
         ranges = {}
         for database, collection in namespaces:
             ranges[(database, collection)] = plan_collection(
-                client, database, collection, self.config.snapshot_chunk_size,
-                snapshot_filter=filters.snapshot_filter(database, collection))
-        plan = build_plan(snapshot_id, ranges, mode=self.config.snapshot_mode,
-                          reset_offset=self.reset_offset,
-                          collections=[f"{db}.{coll}" for db, coll in namespaces])
-        log.info("Snapshot %s: %d collections in %d chunks (about %d documents; snapshot.chunk.size=%d, "
-                 "snapshot.max.threads=%d)", snapshot_id, len(namespaces), plan.size,
-                 sum(chunk.estimated for chunk in plan.chunks), self.config.snapshot_chunk_size,
-                 self.config.snapshot_max_threads)
+                client,
+                database,
+                collection,
+                self.config.snapshot_chunk_size,
+                snapshot_filter=filters.snapshot_filter(database, collection),
+            )
+        plan = build_plan(
+            snapshot_id,
+            ranges,
+            mode=self.config.snapshot_mode,
+            reset_offset=self.reset_offset,
+            collections=[f"{db}.{coll}" for db, coll in namespaces],
+        )
+        log.info(
+            "Snapshot %s: %d collections in %d chunks (about %d documents; snapshot.chunk.size=%d, "
+            "snapshot.max.threads=%d)",
+            snapshot_id,
+            len(namespaces),
+            plan.size,
+            sum(chunk.estimated for chunk in plan.chunks),
+            self.config.snapshot_chunk_size,
+            self.config.snapshot_max_threads,
+        )
         # 3. Topics, then "snapshot started" with the plan, on their own in one transaction.
         self._ensure_data_topics(plan)
         records = []
         for partition in self.partitions:
             state = (self.states[partition] or OffsetState()).snapshot_started(
-                snapshot_id, starts[partition], plan.size)
+                snapshot_id, starts[partition], plan.size
+            )
             records.append(self.store.offset_record(partition, state))
         records.extend(plan.records(self.store, self.plan_partition))
         self._control_commit(records)
@@ -323,8 +398,9 @@ class SnapshotRun:
         if plan is not None:
             # Finish the transactions the interrupted run left open (they hide later commits
             # from read_committed readers), then read again which chunks committed.
-            unfinished = [chunk.chunk_id for chunk in plan.chunks
-                          if chunk.chunk_id not in data_chunks_finished(markers)]
+            unfinished = [
+                chunk.chunk_id for chunk in plan.chunks if chunk.chunk_id not in data_chunks_finished(markers)
+            ]
             fenced = fence_chunks(self.spec.kafka, self.config.topic_prefix, snapshot_id, unfinished)
             log.info("Snapshot %s: took over the transactions of %d unfinished chunks", snapshot_id, fenced)
             self.everything = self.store.read_everything()
@@ -332,16 +408,20 @@ class SnapshotRun:
         if plan is None:
             raise OffsetError(
                 f"Snapshot {snapshot_id} is in progress but its plan is not in the offsets topic",
-                cause="the plan records were deleted (the topic was compacted with tombstones or "
-                      "edited)",
-                fix="reset the connector's offsets (mongocdc offsets reset) and run the snapshot "
-                    "again")
+                cause="the plan records were deleted (the topic was compacted with tombstones or edited)",
+                fix="reset the connector's offsets (mongocdc offsets reset) and run the snapshot again",
+            )
         self.reset_offset = plan.reset_offset
-        if self.collections is not None and [f"{db}.{coll}" for db, coll in self.collections] != list(plan.collections):
-            log.warning("Snapshot %s was interrupted; it resumes with its own collections (%s), not the "
-                        "requested ones (%s). Run again after it completed for the requested ones.",
-                        snapshot_id, ", ".join(plan.collections),
-                        ", ".join(f"{db}.{coll}" for db, coll in self.collections))
+        if self.collections is not None and [f"{db}.{coll}" for db, coll in self.collections] != list(
+            plan.collections
+        ):
+            log.warning(
+                "Snapshot %s was interrupted; it resumes with its own collections (%s), not the "
+                "requested ones (%s). Run again after it completed for the requested ones.",
+                snapshot_id,
+                ", ".join(plan.collections),
+                ", ".join(f"{db}.{coll}" for db, coll in self.collections),
+            )
         starts = {}
         for partition in self.partitions:
             state = self.states[partition]
@@ -349,12 +429,17 @@ class SnapshotRun:
                 raise OffsetError(
                     f"Snapshot {snapshot_id} is not in progress for partition {partition.describe()}",
                     cause="the partitions of the connector changed since the snapshot started "
-                          "(mongodb.connection.mode or the shards)",
-                    fix="reset the connector's offsets and run the snapshot again")
+                    "(mongodb.connection.mode or the shards)",
+                    fix="reset the connector's offsets and run the snapshot again",
+                )
             starts[partition] = state.snapshot.start
-        log.info("Snapshot %s resumes: %d of %d chunks already committed; recorded start %s",
-                 snapshot_id, len(data_chunks_finished(markers)), plan.size,
-                 "; ".join(f"{p.rs}: {s.describe()}" for p, s in starts.items()))
+        log.info(
+            "Snapshot %s resumes: %d of %d chunks already committed; recorded start %s",
+            snapshot_id,
+            len(data_chunks_finished(markers)),
+            plan.size,
+            "; ".join(f"{p.rs}: {s.describe()}" for p, s in starts.items()),
+        )
         self._ensure_data_topics(plan)
         return self._copy(plan, starts, markers=markers, resumed=True)
 
@@ -369,10 +454,16 @@ class SnapshotRun:
         final = plan.final_chunk
         regular = [chunk for chunk in pending if final is None or chunk.chunk_id != final.chunk_id]
         task = {
-            "connector": self.spec.connector, "mongo": self.spec.mongo, "kafka": self.spec.kafka,
-            "snapshot_id": plan.snapshot_id, "start": starts[self.plan_partition].to_json(),
-            "partition": {"server_id": self.plan_partition.server_id, "rs": self.plan_partition.rs,
-                          "connector": self.plan_partition.connector_name},
+            "connector": self.spec.connector,
+            "mongo": self.spec.mongo,
+            "kafka": self.spec.kafka,
+            "snapshot_id": plan.snapshot_id,
+            "start": starts[self.plan_partition].to_json(),
+            "partition": {
+                "server_id": self.plan_partition.server_id,
+                "rs": self.plan_partition.rs,
+                "connector": self.plan_partition.connector_name,
+            },
             "replica_set": self.replica_set,
         }
         if regular:
@@ -410,8 +501,7 @@ class SnapshotRun:
         try:
             markers = self.store.chunk_markers(self.plan_partition, snapshot_id)
         except Exception as error:  # progress is informative only; the copy goes on
-            log.warning("Snapshot %s: could not read progress from the offsets topic: %s",
-                        snapshot_id, error)
+            log.warning("Snapshot %s: could not read progress from the offsets topic: %s", snapshot_id, error)
             return
         for line in progress.update(markers):
             log.info("%s", line)
@@ -432,10 +522,11 @@ class SnapshotRun:
             if state is None:
                 from airflow_provider_mongocdc.core.errors import OffsetError
 
-                raise OffsetError(f"The offset of {partition.describe()} disappeared during snapshot "
-                                  f"{plan.snapshot_id}",
-                                  cause="it was reset while the snapshot ran",
-                                  fix="run the snapshot again")
+                raise OffsetError(
+                    f"The offset of {partition.describe()} disappeared during snapshot {plan.snapshot_id}",
+                    cause="it was reset while the snapshot ran",
+                    fix="run the snapshot again",
+                )
             previous = state.position
             completed = state.snapshot_completed(events=totals["events"])
             if not plan.reset_offset and previous is not None:
@@ -466,12 +557,18 @@ class SnapshotRun:
             "docs_per_s": round(progress.copied_documents / max(duration, 1e-6), 1),
             "offsets": self._offsets_summary(after),
         }
-        log.info("Snapshot %s completed in %.1f s: %d documents (%s) in %d chunks (%d skipped as "
-                 "already committed), %d bytes; streaming continues from %s", plan.snapshot_id,
-                 duration, totals["documents"],
-                 ", ".join(f"{ns}: {count}" for ns, count in totals["collections"].items()) or "none",
-                 plan.size, progress.skipped, totals["bytes"],
-                 "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items() if s.position))
+        log.info(
+            "Snapshot %s completed in %.1f s: %d documents (%s) in %d chunks (%d skipped as "
+            "already committed), %d bytes; streaming continues from %s",
+            plan.snapshot_id,
+            duration,
+            totals["documents"],
+            ", ".join(f"{ns}: {count}" for ns, count in totals["collections"].items()) or "none",
+            plan.size,
+            progress.skipped,
+            totals["bytes"],
+            "; ".join(f"{p.rs}: {s.position.describe()}" for p, s in after.items() if s.position),
+        )
         return summary
 
     # -- helpers --
@@ -493,8 +590,13 @@ class SnapshotRun:
 
     @staticmethod
     def _base_summary(config, decision, partitions) -> dict[str, Any]:
-        return {"connector": config.topic_prefix, "mode": config.snapshot_mode, "action": decision.action,
-                "reason": decision.reason, "partitions": [partition.rs for partition in partitions]}
+        return {
+            "connector": config.topic_prefix,
+            "mode": config.snapshot_mode,
+            "action": decision.action,
+            "reason": decision.reason,
+            "partitions": [partition.rs for partition in partitions],
+        }
 
     @classmethod
     def nothing_summary(cls, config, decision, partitions, states) -> dict[str, Any]:
@@ -502,8 +604,10 @@ class SnapshotRun:
 
     @staticmethod
     def _offsets_summary(states) -> dict[str, Any]:
-        return {partition.rs: (state.to_dict() if state is not None else None)
-                for partition, state in states.items()}
+        return {
+            partition.rs: (state.to_dict() if state is not None else None)
+            for partition, state in states.items()
+        }
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.window import (
     WindowParams,
     check_offsets,
-    empty_summary,
     connection_details,
+    empty_summary,
     iso,
     merge_summaries,
     plan_streams,
@@ -44,17 +44,27 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     started = time.monotonic()
     config = ConnectorConfig.from_properties(spec.connector)
     params = WindowParams.from_params(spec.params, config)
-    targets = plan_streams(connection_details(spec.mongo).with_config(config), config,
-                           policy=BackoffPolicy.from_config(config))
+    targets = plan_streams(
+        connection_details(spec.mongo).with_config(config), config, policy=BackoffPolicy.from_config(config)
+    )
     starts = check_offsets(config, spec.kafka, targets)
     if all(position is None for position in starts.values()):
         log.info("Streaming disabled by snapshot.mode=initial_only for %s", config.topic_prefix)
-        return merge_summaries([empty_summary(target.partition, params) for target in targets],
-                               params.window_end, time.monotonic() - started)
-    log.info("Window of %s up to %s over %d stream(s): %s", config.topic_prefix,
-             iso(params.window_end), len(targets), ", ".join(t.partition for t in targets))
-    task = functools.partial(run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka),
-                             params=params.to_params())
+        return merge_summaries(
+            [empty_summary(target.partition, params) for target in targets],
+            params.window_end,
+            time.monotonic() - started,
+        )
+    log.info(
+        "Window of %s up to %s over %d stream(s): %s",
+        config.topic_prefix,
+        iso(params.window_end),
+        len(targets),
+        ", ".join(t.partition for t in targets),
+    )
+    task = functools.partial(
+        run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
+    )
     rdd = spark.sparkContext.parallelize([target.to_json() for target in targets], len(targets))
     summaries = rdd.mapPartitions(task).collect()
     return merge_summaries(summaries, params.window_end, time.monotonic() - started)

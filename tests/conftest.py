@@ -19,21 +19,23 @@ REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="mongocdc-airflow-home-"))
-os.environ.update({
-    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
-    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-    "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_AIRFLOW_HOME / "logs"),
-    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
-    "AIRFLOW__API__HOST": "127.0.0.1",
-    "PYSPARK_PYTHON": sys.executable,
-    "PYSPARK_DRIVER_PYTHON": sys.executable,
-    "SPARK_LOCAL_IP": "127.0.0.1",
-    "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_AIRFLOW_HOME / "logs"),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
+)
 
 pytest_plugins = ["devtools.mongosim.pytest_plugin"]
 
@@ -77,8 +79,9 @@ def unique_name(request) -> str:
 def airflow_env() -> dict[str, str]:
     """Environment for Airflow subprocesses, with the metadata database migrated once."""
     env = dict(os.environ)
-    result = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, f"airflow db migrate failed:\n{result.stdout}\n{result.stderr}"
     return env
 

@@ -50,19 +50,24 @@ class BackoffPolicy:
                 raise ConfigError(
                     f"Invalid value {value!r} for {prop}",
                     cause="the property takes a whole number that is 0 or more",
-                    fix=f"set {prop} to a non-negative integer")
+                    fix=f"set {prop} to a non-negative integer",
+                )
         if self.max_delay_ms < self.initial_delay_ms:
             raise ConfigError(
                 f"connect.backoff.max.delay.ms ({self.max_delay_ms}) is smaller than "
                 f"connect.backoff.initial.delay.ms ({self.initial_delay_ms})",
                 cause="the longest delay cannot be shorter than the first one",
-                fix="raise connect.backoff.max.delay.ms or lower connect.backoff.initial.delay.ms")
+                fix="raise connect.backoff.max.delay.ms or lower connect.backoff.initial.delay.ms",
+            )
 
     @classmethod
-    def from_config(cls, config) -> "BackoffPolicy":
+    def from_config(cls, config) -> BackoffPolicy:
         """The policy of a ConnectorConfig (its connect.* properties)."""
-        return cls(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
-                   config.connect_max_attempts)
+        return cls(
+            config.connect_backoff_initial_delay_ms,
+            config.connect_backoff_max_delay_ms,
+            config.connect_max_attempts,
+        )
 
     def delay_ms(self, attempt: int) -> int:
         """Delay before reconnection attempt ``attempt`` (1-based)."""
@@ -91,9 +96,14 @@ class BackoffPolicy:
         """How often :meth:`call` runs the operation at most: the first contact plus the retries."""
         return 1 + self.max_attempts
 
-    def call(self, operation: Callable[[], T], *, retry_on: Callable[[BaseException], bool],
-             sleep: Callable[[float], None] = time.sleep,
-             on_retry: Callable[[int, int, BaseException], None] | None = None) -> T:
+    def call(
+        self,
+        operation: Callable[[], T],
+        *,
+        retry_on: Callable[[BaseException], bool],
+        sleep: Callable[[float], None] = time.sleep,
+        on_retry: Callable[[int, int, BaseException], None] | None = None,
+    ) -> T:
         """Run ``operation`` until it succeeds, waiting between failures.
 
         ``retry_on(error)`` says whether a failure may be retried; any other failure propagates at

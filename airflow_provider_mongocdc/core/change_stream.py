@@ -28,10 +28,16 @@ from airflow_provider_mongocdc.core.offsets import Position
 _TIMESTAMP_CTYPE = "82"
 
 # Errors that mean the resume point is gone from the oplog (seed 002).
-HISTORY_LOST_CODES = {286: "ChangeStreamHistoryLost", 280: "ChangeStreamFatalError",
-                      260: "InvalidResumeToken", 136: "CappedPositionLost"}
-HISTORY_LOST_MESSAGES = ("resume point may no longer be in the oplog",
-                         "resume of change stream was not possible")
+HISTORY_LOST_CODES = {
+    286: "ChangeStreamHistoryLost",
+    280: "ChangeStreamFatalError",
+    260: "InvalidResumeToken",
+    136: "CappedPositionLost",
+}
+HISTORY_LOST_MESSAGES = (
+    "resume point may no longer be in the oplog",
+    "resume of change stream was not possible",
+)
 
 
 def is_history_lost(error: BaseException) -> bool:
@@ -68,20 +74,30 @@ def watch_target(client: MongoClient, config: ConnectorConfig):
     if scope == "deployment":
         return client
     if not target:
-        raise ConfigError(f"capture.scope={scope} needs capture.target",
-                          fix="set capture.target to the database name (scope database) or to "
-                          "<database>.<collection> (scope collection)")
+        raise ConfigError(
+            f"capture.scope={scope} needs capture.target",
+            fix="set capture.target to the database name (scope database) or to "
+            "<database>.<collection> (scope collection)",
+        )
     if scope == "database":
         return client[target]
     database, _, collection = target.partition(".")
     if not collection:
-        raise ConfigError(f"capture.target={target!r} does not name a collection",
-                          fix="use <database>.<collection> with capture.scope=collection")
+        raise ConfigError(
+            f"capture.target={target!r} does not name a collection",
+            fix="use <database>.<collection> with capture.scope=collection",
+        )
     return client[database][collection]
 
 
-def open_stream(client: MongoClient, config: ConnectorConfig, position: Position | None = None,
-                *, max_await_time_ms: int | None = None, session=None) -> ChangeStream:
+def open_stream(
+    client: MongoClient,
+    config: ConnectorConfig,
+    position: Position | None = None,
+    *,
+    max_await_time_ms: int | None = None,
+    session=None,
+) -> ChangeStream:
     """Open the connector's change stream after ``position`` (or from now when None).
 
     A position with a resume token resumes after that token (``startAfter``, which also accepts

@@ -36,8 +36,12 @@ from airflow_provider_mongocdc.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # -- allowed values --------------------------------------------------------------------------------
-CAPTURE_MODES = ("change_streams", "change_streams_update_full", "change_streams_with_pre_image",
-                 "change_streams_update_full_with_pre_image")
+CAPTURE_MODES = (
+    "change_streams",
+    "change_streams_update_full",
+    "change_streams_with_pre_image",
+    "change_streams_update_full_with_pre_image",
+)
 CAPTURE_SCOPES = ("deployment", "database", "collection")
 SNAPSHOT_MODES = ("initial", "always", "initial_only", "no_data", "when_needed")
 FULL_UPDATE_TYPES = ("lookup", "post_image")
@@ -54,8 +58,16 @@ MONGODB_CONNECTOR_CLASS = "io.debezium.connector.mongodb.MongoDbConnector"
 FILTER_OVERRIDES = "snapshot.collection.filter.overrides"
 
 _TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_SECRET_WORDS = ("password", "secret", "connection.string", "keystore", "truststore", "jaas",
-                 "credential", "token")
+_SECRET_WORDS = (
+    "password",
+    "secret",
+    "connection.string",
+    "keystore",
+    "truststore",
+    "jaas",
+    "credential",
+    "token",
+)
 
 
 class _Invalid(Exception):
@@ -96,6 +108,7 @@ def _int_parser(minimum: int) -> Callable[[Any], int]:
         if value < minimum:
             raise _Invalid(f"is less than {minimum}", f"a whole number >= {minimum}")
         return value
+
     return parse
 
 
@@ -104,6 +117,7 @@ def _enum_parser(allowed: tuple[str, ...]) -> Callable[[Any], str]:
         if not isinstance(raw, str) or raw.strip().lower() not in allowed:
             raise _Invalid("is not one of the allowed values", "one of " + ", ".join(allowed))
         return raw.strip().lower()
+
     return parse
 
 
@@ -151,8 +165,10 @@ def _parse_regex_list(raw: Any) -> tuple[str, ...] | None:
         try:
             re.compile(pattern)
         except re.error as error:
-            raise _Invalid(f"contains the invalid regular expression {pattern!r} ({error})",
-                           "a comma-separated list of valid regular expressions") from None
+            raise _Invalid(
+                f"contains the invalid regular expression {pattern!r} ({error})",
+                "a comma-separated list of valid regular expressions",
+            ) from None
     return values
 
 
@@ -161,14 +177,16 @@ def _parse_skipped_operations(raw: Any) -> frozenset[str]:
     lowered = [value.lower() for value in values]
     if "none" in lowered:
         if len(lowered) > 1:
-            raise _Invalid("combines 'none' with operations",
-                           "'none' alone, or a comma-separated list of c, u, d, t")
+            raise _Invalid(
+                "combines 'none' with operations", "'none' alone, or a comma-separated list of c, u, d, t"
+            )
         return frozenset()
     bad = [value for value in lowered if value not in SKIPPABLE_OPERATIONS]
     if bad:
-        raise _Invalid(f"names unknown operation(s) {', '.join(bad)}",
-                       "'none' or a comma-separated list of c (create), u (update), d (delete), "
-                       "t (truncate)")
+        raise _Invalid(
+            f"names unknown operation(s) {', '.join(bad)}",
+            "'none' or a comma-separated list of c (create), u (update), d (delete), t (truncate)",
+        )
     return frozenset(lowered)
 
 
@@ -177,9 +195,11 @@ def _parse_field_paths(raw: Any) -> tuple[str, ...] | None:
     for value in values or ():
         parts = value.split(".")
         if len(parts) < 3 or any(not part for part in parts):
-            raise _Invalid(f"contains {value!r}, which is not <database>.<collection>.<field>",
-                           "a comma-separated list of <database>.<collection>.<field>[.<nested>] "
-                           "(* allowed in database and collection)")
+            raise _Invalid(
+                f"contains {value!r}, which is not <database>.<collection>.<field>",
+                "a comma-separated list of <database>.<collection>.<field>[.<nested>] "
+                "(* allowed in database and collection)",
+            )
     return values
 
 
@@ -190,12 +210,18 @@ def _parse_field_renames(raw: Any) -> tuple[tuple[str, str], ...] | None:
         separator = ":" if ":" in value else "="
         path, _, new_name = value.rpartition(separator)
         parts = path.split(".")
-        if (not path or len(parts) < 3 or any(not part for part in parts) or not new_name.strip()
-                or "." in new_name):
-            raise _Invalid(f"contains {value!r}, which is not "
-                           "<database>.<collection>.<field>:<new name>",
-                           "a comma-separated list of <database>.<collection>.<field>[.<nested>]"
-                           ":<new name> (* allowed in database and collection)")
+        if (
+            not path
+            or len(parts) < 3
+            or any(not part for part in parts)
+            or not new_name.strip()
+            or "." in new_name
+        ):
+            raise _Invalid(
+                f"contains {value!r}, which is not <database>.<collection>.<field>:<new name>",
+                "a comma-separated list of <database>.<collection>.<field>[.<nested>]"
+                ":<new name> (* allowed in database and collection)",
+            )
         renames.append((path, new_name.strip()))
     return tuple(renames) or None
 
@@ -205,20 +231,22 @@ def _parse_topic_prefix(raw: Any) -> str:
     if not value:
         raise _Invalid("is empty", "a non-empty name of letters, digits, '.', '_' and '-'")
     if not _TOPIC_PREFIX_RE.match(value):
-        raise _Invalid("contains characters other than letters, digits, '.', '_' and '-'",
-                       "a non-empty name of letters, digits, '.', '_' and '-' (Kafka topic "
-                       "characters)")
+        raise _Invalid(
+            "contains characters other than letters, digits, '.', '_' and '-'",
+            "a non-empty name of letters, digits, '.', '_' and '-' (Kafka topic characters)",
+        )
     if len(value) > 200:
-        raise _Invalid("is longer than 200 characters",
-                       "at most 200 characters, so that topic names stay under Kafka's 249")
+        raise _Invalid(
+            "is longer than 200 characters",
+            "at most 200 characters, so that topic names stay under Kafka's 249",
+        )
     return value
 
 
 def _parse_topic_name(raw: Any) -> str:
     value = _parse_str(raw)
     if not value or not _TOPIC_PREFIX_RE.match(value) or len(value) > 249:
-        raise _Invalid("is not a valid Kafka topic name",
-                       "1 to 249 letters, digits, '.', '_' or '-'")
+        raise _Invalid("is not a valid Kafka topic name", "1 to 249 letters, digits, '.', '_' or '-'")
     return value
 
 
@@ -236,10 +264,12 @@ def _parse_capture_target(raw: Any) -> str | None:
 def _parse_converter(raw: Any) -> str:
     value = _parse_str(raw)
     if value != JSON_CONVERTER:
-        raise _Invalid("is not the JSON converter",
-                       f"{JSON_CONVERTER} (this connector writes Kafka Connect JSON; set "
-                       "key/value.converter.schemas.enable to choose schema+payload or payload "
-                       "only)")
+        raise _Invalid(
+            "is not the JSON converter",
+            f"{JSON_CONVERTER} (this connector writes Kafka Connect JSON; set "
+            "key/value.converter.schemas.enable to choose schema+payload or payload "
+            "only)",
+        )
     return value
 
 
@@ -252,9 +282,10 @@ def _parse_connector_class(raw: Any) -> str:
 
 def _parse_capture_mode(raw: Any) -> str:
     if isinstance(raw, str) and raw.strip().lower() == "oplog":
-        raise _Invalid("names the oplog capture mode, removed in Debezium 2.0",
-                       "one of " + ", ".join(CAPTURE_MODES)
-                       + " (for Debezium 1.x event shapes set event.format=oplog)")
+        raise _Invalid(
+            "names the oplog capture mode, removed in Debezium 2.0",
+            "one of " + ", ".join(CAPTURE_MODES) + " (for Debezium 1.x event shapes set event.format=oplog)",
+        )
     return _enum_parser(CAPTURE_MODES)(raw)
 
 
@@ -262,8 +293,10 @@ def _parse_snapshot_mode(raw: Any) -> str:
     if isinstance(raw, str) and raw.strip().lower() == "never":
         return "never"  # deprecated spelling of no_data; normalised (with a warning) later
     if isinstance(raw, str) and raw.strip().lower() in ("configuration_based", "custom"):
-        raise _Invalid("needs Debezium's Java snapshotter SPI, which does not exist here",
-                       "one of " + ", ".join(SNAPSHOT_MODES))
+        raise _Invalid(
+            "needs Debezium's Java snapshotter SPI, which does not exist here",
+            "one of " + ", ".join(SNAPSHOT_MODES),
+        )
     return _enum_parser(SNAPSHOT_MODES)(raw)
 
 
@@ -296,12 +329,31 @@ class Property:
         return str(self.default)
 
 
-def _p(name: str, type_: str, default: Any, description: str, parse: Callable[[Any], Any], *,
-       allowed: tuple[str, ...] = (), origin: str = "debezium", required: bool = False,
-       default_text: str | None = None, attribute: str | None = None) -> Property:
-    return Property(name=name, attribute=attribute or name.replace(".", "_"), type=type_,
-                    default=default, description=description, parse=parse, allowed=allowed,
-                    origin=origin, required=required, default_text=default_text)
+def _p(
+    name: str,
+    type_: str,
+    default: Any,
+    description: str,
+    parse: Callable[[Any], Any],
+    *,
+    allowed: tuple[str, ...] = (),
+    origin: str = "debezium",
+    required: bool = False,
+    default_text: str | None = None,
+    attribute: str | None = None,
+) -> Property:
+    return Property(
+        name=name,
+        attribute=attribute or name.replace(".", "_"),
+        type=type_,
+        default=default,
+        description=description,
+        parse=parse,
+        allowed=allowed,
+        origin=origin,
+        required=required,
+        default_text=default_text,
+    )
 
 
 _nonneg = _int_parser(0)
@@ -309,183 +361,417 @@ _positive = _int_parser(1)
 
 PROPERTIES: tuple[Property, ...] = (
     # naming
-    _p("topic.prefix", "string", None,
-       "Logical name of the MongoDB replica set or sharded cluster: prefix of every topic "
-       "(`<topic.prefix>.<db>.<collection>`), `source.name` in events, and part of the offsets. "
-       "Letters, digits, `.`, `_`, `-`; start with a letter or `_` to keep schema names "
-       "Avro-compatible. Do not change it once events were written. Deprecated alias: "
-       "`mongodb.name`.", _parse_topic_prefix, required=True),
-    _p("topic.delimiter", "string", ".",
-       "Delimiter between the parts of topic names.", _parse_str),
-    _p("topic.transaction", "string", "transaction",
-       "Suffix of the transaction metadata topic `<topic.prefix><delimiter><topic.transaction>`.",
-       _parse_topic_name),
-    _p("topic.heartbeat.prefix", "string", "__debezium-heartbeat",
-       "Prefix of the heartbeat topic `<topic.heartbeat.prefix><delimiter><topic.prefix>`. "
-       "Deprecated alias: `heartbeat.topics.prefix`.", _parse_topic_name),
-    _p("topic.heartbeat.name", "string", None,
-       "Full name of the heartbeat topic; when set it replaces the prefix-based name.",
-       _parse_optional_topic_name),
+    _p(
+        "topic.prefix",
+        "string",
+        None,
+        "Logical name of the MongoDB replica set or sharded cluster: prefix of every topic "
+        "(`<topic.prefix>.<db>.<collection>`), `source.name` in events, and part of the offsets. "
+        "Letters, digits, `.`, `_`, `-`; start with a letter or `_` to keep schema names "
+        "Avro-compatible. Do not change it once events were written. Deprecated alias: "
+        "`mongodb.name`.",
+        _parse_topic_prefix,
+        required=True,
+    ),
+    _p("topic.delimiter", "string", ".", "Delimiter between the parts of topic names.", _parse_str),
+    _p(
+        "topic.transaction",
+        "string",
+        "transaction",
+        "Suffix of the transaction metadata topic `<topic.prefix><delimiter><topic.transaction>`.",
+        _parse_topic_name,
+    ),
+    _p(
+        "topic.heartbeat.prefix",
+        "string",
+        "__debezium-heartbeat",
+        "Prefix of the heartbeat topic `<topic.heartbeat.prefix><delimiter><topic.prefix>`. "
+        "Deprecated alias: `heartbeat.topics.prefix`.",
+        _parse_topic_name,
+    ),
+    _p(
+        "topic.heartbeat.name",
+        "string",
+        None,
+        "Full name of the heartbeat topic; when set it replaces the prefix-based name.",
+        _parse_optional_topic_name,
+    ),
     # filters
-    _p("filters.match.mode", "enum", "regex",
-       "How the include/exclude lists match names: `regex` (anchored, case-insensitive regular "
-       "expressions) or `literal` (exact names).", _enum_parser(MATCH_MODES), allowed=MATCH_MODES),
-    _p("database.include.list", "list", None,
-       "Comma-separated regular expressions (or literals) matched against whole database "
-       "names; only matching databases are captured. Not with `database.exclude.list`.",
-       _parse_regex_list, default_text="all databases"),
-    _p("database.exclude.list", "list", None,
-       "Comma-separated regular expressions (or literals) of databases not to capture. Not with "
-       "`database.include.list`.", _parse_regex_list),
-    _p("collection.include.list", "list", None,
-       "Comma-separated regular expressions (or literals) matched against whole namespaces "
-       "`<db>.<collection>`; only matching collections are captured. Not with "
-       "`collection.exclude.list`. `admin`, `config`, `local` and `system.*` collections are "
-       "never captured.", _parse_regex_list, default_text="all collections"),
-    _p("collection.exclude.list", "list", None,
-       "Comma-separated regular expressions (or literals) of namespaces `<db>.<collection>` not "
-       "to capture. Not with `collection.include.list`.", _parse_regex_list),
+    _p(
+        "filters.match.mode",
+        "enum",
+        "regex",
+        "How the include/exclude lists match names: `regex` (anchored, case-insensitive regular "
+        "expressions) or `literal` (exact names).",
+        _enum_parser(MATCH_MODES),
+        allowed=MATCH_MODES,
+    ),
+    _p(
+        "database.include.list",
+        "list",
+        None,
+        "Comma-separated regular expressions (or literals) matched against whole database "
+        "names; only matching databases are captured. Not with `database.exclude.list`.",
+        _parse_regex_list,
+        default_text="all databases",
+    ),
+    _p(
+        "database.exclude.list",
+        "list",
+        None,
+        "Comma-separated regular expressions (or literals) of databases not to capture. Not with "
+        "`database.include.list`.",
+        _parse_regex_list,
+    ),
+    _p(
+        "collection.include.list",
+        "list",
+        None,
+        "Comma-separated regular expressions (or literals) matched against whole namespaces "
+        "`<db>.<collection>`; only matching collections are captured. Not with "
+        "`collection.exclude.list`. `admin`, `config`, `local` and `system.*` collections are "
+        "never captured.",
+        _parse_regex_list,
+        default_text="all collections",
+    ),
+    _p(
+        "collection.exclude.list",
+        "list",
+        None,
+        "Comma-separated regular expressions (or literals) of namespaces `<db>.<collection>` not "
+        "to capture. Not with `collection.include.list`.",
+        _parse_regex_list,
+    ),
     # capture
-    _p("capture.mode", "enum", "change_streams_update_full",
-       "What update events carry: `change_streams` (updateDescription only), "
-       "`change_streams_update_full` (plus the full document in `after`), "
-       "`change_streams_with_pre_image` (plus the pre-image in `before`, MongoDB 6.0+ with "
-       "changeStreamPreAndPostImages), `change_streams_update_full_with_pre_image` (both).",
-       _parse_capture_mode, allowed=CAPTURE_MODES),
-    _p("capture.mode.full.update.type", "enum", "lookup",
-       "How the full document of an update is obtained in the `*_update_full*` modes: `lookup` "
-       "(change stream `updateLookup`; `after` is the document as read at lookup time, null if "
-       "it was deleted meanwhile) or `post_image` (MongoDB 6.0+ post-images).",
-       _enum_parser(FULL_UPDATE_TYPES), allowed=FULL_UPDATE_TYPES),
-    _p("capture.scope", "enum", "deployment",
-       "Scope of the change stream: `deployment` (all databases), `database` or `collection` "
-       "(named by `capture.target`).", _enum_parser(CAPTURE_SCOPES), allowed=CAPTURE_SCOPES),
-    _p("capture.target", "string", None,
-       "The database (`capture.scope=database`) or `<db>.<collection>` "
-       "(`capture.scope=collection`) to watch.", _parse_capture_target),
-    _p("skipped.operations", "list", frozenset({"t"}),
-       "Comma-separated operations not to emit while streaming: `c` (insert), `u` (update and "
-       "replace), `d` (delete), `t` (truncate; MongoDB has none), or `none`.",
-       _parse_skipped_operations, allowed=SKIPPABLE_OPERATIONS + ("none",), default_text="t"),
-    _p("cursor.max.await.time.ms", "int", 0,
-       "Longest time (ms) the change stream cursor waits on the server for new events per "
-       "batch; 0 uses the driver default.", _nonneg),
+    _p(
+        "capture.mode",
+        "enum",
+        "change_streams_update_full",
+        "What update events carry: `change_streams` (updateDescription only), "
+        "`change_streams_update_full` (plus the full document in `after`), "
+        "`change_streams_with_pre_image` (plus the pre-image in `before`, MongoDB 6.0+ with "
+        "changeStreamPreAndPostImages), `change_streams_update_full_with_pre_image` (both).",
+        _parse_capture_mode,
+        allowed=CAPTURE_MODES,
+    ),
+    _p(
+        "capture.mode.full.update.type",
+        "enum",
+        "lookup",
+        "How the full document of an update is obtained in the `*_update_full*` modes: `lookup` "
+        "(change stream `updateLookup`; `after` is the document as read at lookup time, null if "
+        "it was deleted meanwhile) or `post_image` (MongoDB 6.0+ post-images).",
+        _enum_parser(FULL_UPDATE_TYPES),
+        allowed=FULL_UPDATE_TYPES,
+    ),
+    _p(
+        "capture.scope",
+        "enum",
+        "deployment",
+        "Scope of the change stream: `deployment` (all databases), `database` or `collection` "
+        "(named by `capture.target`).",
+        _enum_parser(CAPTURE_SCOPES),
+        allowed=CAPTURE_SCOPES,
+    ),
+    _p(
+        "capture.target",
+        "string",
+        None,
+        "The database (`capture.scope=database`) or `<db>.<collection>` "
+        "(`capture.scope=collection`) to watch.",
+        _parse_capture_target,
+    ),
+    _p(
+        "skipped.operations",
+        "list",
+        frozenset({"t"}),
+        "Comma-separated operations not to emit while streaming: `c` (insert), `u` (update and "
+        "replace), `d` (delete), `t` (truncate; MongoDB has none), or `none`.",
+        _parse_skipped_operations,
+        allowed=SKIPPABLE_OPERATIONS + ("none",),
+        default_text="t",
+    ),
+    _p(
+        "cursor.max.await.time.ms",
+        "int",
+        0,
+        "Longest time (ms) the change stream cursor waits on the server for new events per "
+        "batch; 0 uses the driver default.",
+        _nonneg,
+    ),
     # snapshot
-    _p("snapshot.mode", "enum", "initial",
-       "When a snapshot runs: `initial` (when there is no offset), `always` (every start), "
-       "`initial_only` (snapshot, then stop), `no_data` (never copy data; `never` is a "
-       "deprecated spelling), `when_needed` (no offset, or the offset is no longer in the "
-       "oplog).", _parse_snapshot_mode, allowed=SNAPSHOT_MODES + ("never",)),
-    _p("snapshot.max.threads", "int", 1,
-       "Most collections copied in parallel during a snapshot (Spark tasks).", _positive),
-    _p("snapshot.fetch.size", "int", 0,
-       "Documents per cursor batch while copying; 0 lets the server choose.", _nonneg),
-    _p("snapshot.include.collection.list", "list", None,
-       "Comma-separated regular expressions of namespaces `<db>.<collection>` to snapshot; "
-       "they must also be captured.", _parse_regex_list,
-       default_text="all captured collections"),
-    _p(FILTER_OVERRIDES, "list", None,
-       "Comma-separated namespaces `<db>.<collection>` whose snapshot copies only the "
-       "documents matching a filter, given for each in "
-       "`snapshot.collection.filter.overrides.<db>.<collection>`.", _parse_list),
-    _p(FILTER_OVERRIDES + ".<db>.<collection>", "json", None,
-       "MongoDB query filter (extended JSON, e.g. `{\"status\": \"active\"}`) applied when "
-       "snapshotting that collection. Affects snapshots only.", _parse_str,
-       attribute="snapshot_collection_filter_overrides_by_namespace"),
-    _p("snapshot.chunk.size", "int", 10000,
-       "Documents per snapshot chunk. Each chunk is copied by one Spark task and committed with "
-       "its events; a restarted snapshot skips committed chunks.", _positive, origin="product"),
+    _p(
+        "snapshot.mode",
+        "enum",
+        "initial",
+        "When a snapshot runs: `initial` (when there is no offset), `always` (every start), "
+        "`initial_only` (snapshot, then stop), `no_data` (never copy data; `never` is a "
+        "deprecated spelling), `when_needed` (no offset, or the offset is no longer in the "
+        "oplog).",
+        _parse_snapshot_mode,
+        allowed=SNAPSHOT_MODES + ("never",),
+    ),
+    _p(
+        "snapshot.max.threads",
+        "int",
+        1,
+        "Most collections copied in parallel during a snapshot (Spark tasks).",
+        _positive,
+    ),
+    _p(
+        "snapshot.fetch.size",
+        "int",
+        0,
+        "Documents per cursor batch while copying; 0 lets the server choose.",
+        _nonneg,
+    ),
+    _p(
+        "snapshot.include.collection.list",
+        "list",
+        None,
+        "Comma-separated regular expressions of namespaces `<db>.<collection>` to snapshot; "
+        "they must also be captured.",
+        _parse_regex_list,
+        default_text="all captured collections",
+    ),
+    _p(
+        FILTER_OVERRIDES,
+        "list",
+        None,
+        "Comma-separated namespaces `<db>.<collection>` whose snapshot copies only the "
+        "documents matching a filter, given for each in "
+        "`snapshot.collection.filter.overrides.<db>.<collection>`.",
+        _parse_list,
+    ),
+    _p(
+        FILTER_OVERRIDES + ".<db>.<collection>",
+        "json",
+        None,
+        'MongoDB query filter (extended JSON, e.g. `{"status": "active"}`) applied when '
+        "snapshotting that collection. Affects snapshots only.",
+        _parse_str,
+        attribute="snapshot_collection_filter_overrides_by_namespace",
+    ),
+    _p(
+        "snapshot.chunk.size",
+        "int",
+        10000,
+        "Documents per snapshot chunk. Each chunk is copied by one Spark task and committed with "
+        "its events; a restarted snapshot skips committed chunks.",
+        _positive,
+        origin="product",
+    ),
     # event content
-    _p("field.exclude.list", "list", None,
-       "Comma-separated fields `<db>.<collection>.<field>[.<nested>]` removed from event values "
-       "(`before`, `after`, `updateDescription`, `patch`); `*` matches any database or "
-       "collection name.", _parse_field_paths),
-    _p("field.renames", "list", None,
-       "Comma-separated renames `<db>.<collection>.<field>[.<nested>]:<new name>` applied to "
-       "event values in order; `*` matches any database or collection name.",
-       _parse_field_renames),
-    _p("field.name.adjustment.mode", "enum", "none",
-       "Adjustment of document field names in event values: `none`, `avro` (invalid characters "
-       "become `_`) or `avro_unicode` (`_uXXXX`). Deprecated alias: `sanitize.field.names` "
-       "(true = avro).", _enum_parser(NAME_ADJUSTMENT_MODES), allowed=NAME_ADJUSTMENT_MODES),
-    _p("schema.name.adjustment.mode", "enum", "avro",
-       "Adjustment of Kafka Connect schema names (`<prefix>.<db>.<coll>.Key`/`.Envelope`): "
-       "`avro` (invalid characters become `_`, as the Debezium docs describe), `avro_unicode` "
-       "or `none`.", _enum_parser(NAME_ADJUSTMENT_MODES), allowed=NAME_ADJUSTMENT_MODES),
-    _p("tombstones.on.delete", "bool", True,
-       "Whether a delete event is followed by a tombstone (same key, null value) so log "
-       "compaction can drop the document's events.", _parse_bool),
-    _p("provide.transaction.metadata", "bool", False,
-       "Whether BEGIN/END events go to the transaction topic and data events carry a "
-       "`transaction` block.", _parse_bool),
-    _p("heartbeat.interval.ms", "int", 0,
-       "Interval (ms) between heartbeat events on the heartbeat topic; 0 disables them.",
-       _nonneg),
-    _p("max.batch.size", "int", 2048,
-       "Most change events read and sent per batch.", _positive),
-    _p("event.format", "enum", "change_streams",
-       "Event envelope: `change_streams` (Debezium 2.x: `before`, `after`, `updateDescription`) "
-       "or `oplog` (Debezium 1.x oplog shape: `after`, `patch`, `filter`; source with boolean "
-       "`snapshot` and `h`).", _enum_parser(EVENT_FORMATS), allowed=EVENT_FORMATS,
-       origin="product"),
-    _p("extended.json.mode", "enum", "strict",
-       "MongoDB extended JSON used for `before`, `after`, `updateDescription`, `patch`, "
-       "`filter` and the key's `id`: `strict` (what Debezium writes: "
-       "`$numberLong`, `$date` as epoch ms, `$binary`+`$type`), `relaxed` and `canonical` "
-       "(Extended JSON v2), `legacy` (strict without `$numberLong`).",
-       _enum_parser(JSON_MODES), allowed=JSON_MODES, origin="product"),
-    _p("key.converter.schemas.enable", "bool", True,
-       "Whether keys are written as Kafka Connect JSON `{\"schema\", \"payload\"}` (true) or "
-       "the payload only (false).", _parse_bool, origin="kafka-connect"),
-    _p("value.converter.schemas.enable", "bool", True,
-       "Whether values are written as Kafka Connect JSON `{\"schema\", \"payload\"}` (true) or "
-       "the payload only (false).", _parse_bool, origin="kafka-connect"),
-    _p("key.converter", "string", JSON_CONVERTER,
-       "Accepted for compatibility; only the JSON converter is available.", _parse_converter,
-       origin="kafka-connect"),
-    _p("value.converter", "string", JSON_CONVERTER,
-       "Accepted for compatibility; only the JSON converter is available.", _parse_converter,
-       origin="kafka-connect"),
-    _p("event.max.bytes", "int", 1_000_000,
-       "Largest event (key + value bytes) sent to Kafka. Keep it within the topic's "
-       "`max.message.bytes` and the producer's `message.max.bytes`.", _int_parser(1024),
-       origin="product"),
-    _p("event.oversize.handling.mode", "enum", "fail",
-       "What happens to a larger event: `fail` (the run stops with an error naming the document; "
-       "no offset moves past it) or `skip` (the event is dropped and logged with its key).",
-       _enum_parser(OVERSIZE_MODES), allowed=OVERSIZE_MODES, origin="product"),
+    _p(
+        "field.exclude.list",
+        "list",
+        None,
+        "Comma-separated fields `<db>.<collection>.<field>[.<nested>]` removed from event values "
+        "(`before`, `after`, `updateDescription`, `patch`); `*` matches any database or "
+        "collection name.",
+        _parse_field_paths,
+    ),
+    _p(
+        "field.renames",
+        "list",
+        None,
+        "Comma-separated renames `<db>.<collection>.<field>[.<nested>]:<new name>` applied to "
+        "event values in order; `*` matches any database or collection name.",
+        _parse_field_renames,
+    ),
+    _p(
+        "field.name.adjustment.mode",
+        "enum",
+        "none",
+        "Adjustment of document field names in event values: `none`, `avro` (invalid characters "
+        "become `_`) or `avro_unicode` (`_uXXXX`). Deprecated alias: `sanitize.field.names` "
+        "(true = avro).",
+        _enum_parser(NAME_ADJUSTMENT_MODES),
+        allowed=NAME_ADJUSTMENT_MODES,
+    ),
+    _p(
+        "schema.name.adjustment.mode",
+        "enum",
+        "avro",
+        "Adjustment of Kafka Connect schema names (`<prefix>.<db>.<coll>.Key`/`.Envelope`): "
+        "`avro` (invalid characters become `_`, as the Debezium docs describe), `avro_unicode` "
+        "or `none`.",
+        _enum_parser(NAME_ADJUSTMENT_MODES),
+        allowed=NAME_ADJUSTMENT_MODES,
+    ),
+    _p(
+        "tombstones.on.delete",
+        "bool",
+        True,
+        "Whether a delete event is followed by a tombstone (same key, null value) so log "
+        "compaction can drop the document's events.",
+        _parse_bool,
+    ),
+    _p(
+        "provide.transaction.metadata",
+        "bool",
+        False,
+        "Whether BEGIN/END events go to the transaction topic and data events carry a `transaction` block.",
+        _parse_bool,
+    ),
+    _p(
+        "heartbeat.interval.ms",
+        "int",
+        0,
+        "Interval (ms) between heartbeat events on the heartbeat topic; 0 disables them.",
+        _nonneg,
+    ),
+    _p("max.batch.size", "int", 2048, "Most change events read and sent per batch.", _positive),
+    _p(
+        "event.format",
+        "enum",
+        "change_streams",
+        "Event envelope: `change_streams` (Debezium 2.x: `before`, `after`, `updateDescription`) "
+        "or `oplog` (Debezium 1.x oplog shape: `after`, `patch`, `filter`; source with boolean "
+        "`snapshot` and `h`).",
+        _enum_parser(EVENT_FORMATS),
+        allowed=EVENT_FORMATS,
+        origin="product",
+    ),
+    _p(
+        "extended.json.mode",
+        "enum",
+        "strict",
+        "MongoDB extended JSON used for `before`, `after`, `updateDescription`, `patch`, "
+        "`filter` and the key's `id`: `strict` (what Debezium writes: "
+        "`$numberLong`, `$date` as epoch ms, `$binary`+`$type`), `relaxed` and `canonical` "
+        "(Extended JSON v2), `legacy` (strict without `$numberLong`).",
+        _enum_parser(JSON_MODES),
+        allowed=JSON_MODES,
+        origin="product",
+    ),
+    _p(
+        "key.converter.schemas.enable",
+        "bool",
+        True,
+        'Whether keys are written as Kafka Connect JSON `{"schema", "payload"}` (true) or '
+        "the payload only (false).",
+        _parse_bool,
+        origin="kafka-connect",
+    ),
+    _p(
+        "value.converter.schemas.enable",
+        "bool",
+        True,
+        'Whether values are written as Kafka Connect JSON `{"schema", "payload"}` (true) or '
+        "the payload only (false).",
+        _parse_bool,
+        origin="kafka-connect",
+    ),
+    _p(
+        "key.converter",
+        "string",
+        JSON_CONVERTER,
+        "Accepted for compatibility; only the JSON converter is available.",
+        _parse_converter,
+        origin="kafka-connect",
+    ),
+    _p(
+        "value.converter",
+        "string",
+        JSON_CONVERTER,
+        "Accepted for compatibility; only the JSON converter is available.",
+        _parse_converter,
+        origin="kafka-connect",
+    ),
+    _p(
+        "event.max.bytes",
+        "int",
+        1_000_000,
+        "Largest event (key + value bytes) sent to Kafka. Keep it within the topic's "
+        "`max.message.bytes` and the producer's `message.max.bytes`.",
+        _int_parser(1024),
+        origin="product",
+    ),
+    _p(
+        "event.oversize.handling.mode",
+        "enum",
+        "fail",
+        "What happens to a larger event: `fail` (the run stops with an error naming the document; "
+        "no offset moves past it) or `skip` (the event is dropped and logged with its key).",
+        _enum_parser(OVERSIZE_MODES),
+        allowed=OVERSIZE_MODES,
+        origin="product",
+    ),
     # offsets
-    _p("offset.storage.topic", "string", None,
-       "Compacted topic holding this connector's offsets, written in the same Kafka transaction "
-       "as the events they cover.", _parse_topic_name, origin="product",
-       default_text="`<topic.prefix>.offsets`"),
+    _p(
+        "offset.storage.topic",
+        "string",
+        None,
+        "Compacted topic holding this connector's offsets, written in the same Kafka transaction "
+        "as the events they cover.",
+        _parse_topic_name,
+        origin="product",
+        default_text="`<topic.prefix>.offsets`",
+    ),
     # connection behaviour (no addresses or credentials: those come from the Airflow connection)
-    _p("mongodb.connection.mode", "enum", "sharded",
-       "`sharded`: one change stream through mongos (or the replica set itself); "
-       "`replica_set`: one change stream per shard replica set, each with its own offset.",
-       _enum_parser(CONNECTION_MODES), allowed=CONNECTION_MODES),
-    _p("mongodb.members.auto.discover", "bool", True,
-       "Whether the seed addresses are used to discover all members (true), or used as given "
-       "(false, e.g. behind a proxy).", _parse_bool),
-    _p("connect.backoff.initial.delay.ms", "int", 1000,
-       "Delay (ms) before the first reconnection attempt; each next delay doubles.", _nonneg),
-    _p("connect.backoff.max.delay.ms", "int", 120000,
-       "Longest delay (ms) between reconnection attempts.", _nonneg),
-    _p("connect.max.attempts", "int", 16,
-       "Reconnection attempts before the run fails with an error.", _nonneg),
-    _p("mongodb.connect.timeout.ms", "int", 10000,
-       "Driver connect timeout (ms).", _nonneg),
-    _p("mongodb.socket.timeout.ms", "int", 0,
-       "Driver socket timeout (ms); 0 disables it.", _nonneg),
-    _p("mongodb.server.selection.timeout.ms", "int", 30000,
-       "Driver server selection timeout (ms).", _nonneg),
-    _p("mongodb.heartbeat.frequency.ms", "int", 10000,
-       "How often (ms) the driver checks each server.", _int_parser(500)),
-    _p("mongodb.poll.interval.ms", "int", 30000,
-       "How often (ms) the topology (shards, replica set members) is checked for changes.",
-       _positive),
-    _p("connector.class", "string", MONGODB_CONNECTOR_CLASS,
-       "Accepted so Debezium configurations can be reused unchanged.", _parse_connector_class),
+    _p(
+        "mongodb.connection.mode",
+        "enum",
+        "sharded",
+        "`sharded`: one change stream through mongos (or the replica set itself); "
+        "`replica_set`: one change stream per shard replica set, each with its own offset.",
+        _enum_parser(CONNECTION_MODES),
+        allowed=CONNECTION_MODES,
+    ),
+    _p(
+        "mongodb.members.auto.discover",
+        "bool",
+        True,
+        "Whether the seed addresses are used to discover all members (true), or used as given "
+        "(false, e.g. behind a proxy).",
+        _parse_bool,
+    ),
+    _p(
+        "connect.backoff.initial.delay.ms",
+        "int",
+        1000,
+        "Delay (ms) before the first reconnection attempt; each next delay doubles.",
+        _nonneg,
+    ),
+    _p(
+        "connect.backoff.max.delay.ms",
+        "int",
+        120000,
+        "Longest delay (ms) between reconnection attempts.",
+        _nonneg,
+    ),
+    _p(
+        "connect.max.attempts",
+        "int",
+        16,
+        "Reconnection attempts before the run fails with an error.",
+        _nonneg,
+    ),
+    _p("mongodb.connect.timeout.ms", "int", 10000, "Driver connect timeout (ms).", _nonneg),
+    _p("mongodb.socket.timeout.ms", "int", 0, "Driver socket timeout (ms); 0 disables it.", _nonneg),
+    _p("mongodb.server.selection.timeout.ms", "int", 30000, "Driver server selection timeout (ms).", _nonneg),
+    _p(
+        "mongodb.heartbeat.frequency.ms",
+        "int",
+        10000,
+        "How often (ms) the driver checks each server.",
+        _int_parser(500),
+    ),
+    _p(
+        "mongodb.poll.interval.ms",
+        "int",
+        30000,
+        "How often (ms) the topology (shards, replica set members) is checked for changes.",
+        _positive,
+    ),
+    _p(
+        "connector.class",
+        "string",
+        MONGODB_CONNECTOR_CLASS,
+        "Accepted so Debezium configurations can be reused unchanged.",
+        _parse_connector_class,
+    ),
 )
 
 PROPERTIES_BY_NAME: dict[str, Property] = {p.name: p for p in PROPERTIES}
@@ -500,19 +786,20 @@ ALIASES: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
     "collection.whitelist": ("collection.include.list", None),
     "collection.blacklist": ("collection.exclude.list", None),
     "field.blacklist": ("field.exclude.list", None),
-    "sanitize.field.names": ("field.name.adjustment.mode",
-                             lambda raw: "avro" if _parse_bool(raw) else "none"),
+    "sanitize.field.names": (
+        "field.name.adjustment.mode",
+        lambda raw: "avro" if _parse_bool(raw) else "none",
+    ),
 }
 
 # Kafka Connect / Debezium properties that cannot change the events here: accepted, ignored.
 IGNORED: dict[str, str] = {
     "name": "the connector is named by its Airflow DAG and topic.prefix",
-    "tasks.max": "parallelism comes from Spark (snapshot.max.threads) and one stream per "
-                 "replica set",
+    "tasks.max": "parallelism comes from Spark (snapshot.max.threads) and one stream per replica set",
     "max.queue.size": "events go straight from the change stream to the Kafka transaction; "
-                      "max.batch.size bounds a batch",
+    "max.batch.size bounds a batch",
     "max.queue.size.in.bytes": "events go straight from the change stream to the Kafka "
-                               "transaction; max.batch.size bounds a batch",
+    "transaction; max.batch.size bounds a batch",
     "poll.interval.ms": "windows are scheduled by Airflow",
     "retriable.restart.connector.wait.ms": "retries are Airflow task retries",
     "snapshot.delay.ms": "snapshots are scheduled by Airflow",
@@ -527,7 +814,7 @@ IGNORED: dict[str, str] = {
     "incremental.snapshot.chunk.size": "snapshots are Spark jobs sized by snapshot.chunk.size",
     "incremental.snapshot.watermarking.strategy": "there are no incremental (signal) snapshots",
     "internal.mongodb.allow.offset.invalidation": "offsets are stored by this connector, not "
-                                                   "by Kafka Connect",
+    "by Kafka Connect",
     "errors.log.enable": "errors are reported in Airflow task logs",
     "errors.log.include.messages": "errors are reported in Airflow task logs",
     "errors.max.retries": "retries are Airflow task retries",
@@ -542,30 +829,29 @@ IGNORED_PREFIXES: dict[str, str] = {
     "value.converter.": "only value.converter.schemas.enable applies to the JSON output",
 }
 
-_CONNECTION = ("set it in the Airflow MongoDB connection (mongo_conn_id) instead, so it never "
-               "travels in the connector properties")
+_CONNECTION = (
+    "set it in the Airflow MongoDB connection (mongo_conn_id) instead, so it never "
+    "travels in the connector properties"
+)
 # Properties whose meaning cannot be honoured: refused, with the reason and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "mongodb.connection.string": "addresses and credentials are not connector properties; "
-                                 + _CONNECTION,
+    "mongodb.connection.string": "addresses and credentials are not connector properties; " + _CONNECTION,
     "mongodb.hosts": "addresses are not connector properties; " + _CONNECTION,
     "mongodb.user": "credentials are not connector properties; " + _CONNECTION,
     "mongodb.password": "credentials are not connector properties; " + _CONNECTION,
     "mongodb.authsource": "credentials are not connector properties; " + _CONNECTION,
-    "mongodb.authentication.class": "authentication is configured in the Airflow MongoDB "
-                                    "connection",
+    "mongodb.authentication.class": "authentication is configured in the Airflow MongoDB connection",
     "transforms": "single message transforms are not available; transform downstream of Kafka",
     "predicates": "single message transforms are not available; transform downstream of Kafka",
     "signal.data.collection": "signals and incremental snapshots are not available; trigger a "
-                              "re-snapshot from Airflow",
+    "re-snapshot from Airflow",
     "signal.enabled.channels": "signals are not available; trigger a re-snapshot from Airflow",
-    "cursor.pipeline": "a user change stream pipeline is not available; use the include/exclude "
-                       "lists",
+    "cursor.pipeline": "a user change stream pipeline is not available; use the include/exclude lists",
     "cursor.pipeline.order": "a user change stream pipeline is not available",
     "cursor.oversize.handling.mode": "use event.oversize.handling.mode and event.max.bytes",
     "cursor.oversize.skip.threshold": "use event.oversize.handling.mode and event.max.bytes",
     "capture.start.op.time": "windows start from the stored offset; reset the offset or run a "
-                             "re-snapshot instead",
+    "re-snapshot instead",
     "snapshot.mode.custom.name": "custom snapshotters are not available",
     "schema.history.internal": "MongoDB has no schema history",
 }
@@ -664,8 +950,10 @@ class ConnectorConfig:
     @property
     def update_full(self) -> bool:
         """Whether update events carry the full document in ``after``."""
-        return self.capture_mode in ("change_streams_update_full",
-                                     "change_streams_update_full_with_pre_image")
+        return self.capture_mode in (
+            "change_streams_update_full",
+            "change_streams_update_full_with_pre_image",
+        )
 
     @property
     def pre_image(self) -> bool:
@@ -684,10 +972,11 @@ class ConnectorConfig:
         problem; warnings (deprecated or ignored properties) are logged and kept in
         :attr:`warnings`."""
         if not isinstance(props, Mapping):
-            raise ConfigError("The connector configuration is not a mapping of property names "
-                              "to values",
-                              cause=f"got {type(props).__name__}",
-                              fix='give a JSON object such as {"topic.prefix": "fulfillment"}')
+            raise ConfigError(
+                "The connector configuration is not a mapping of property names to values",
+                cause=f"got {type(props).__name__}",
+                fix='give a JSON object such as {"topic.prefix": "fulfillment"}',
+            )
         problems: list[str] = []
         warnings_: list[str] = []
         raw: dict[str, tuple[str, Any]] = {}  # canonical name -> (name as written, raw value)
@@ -708,7 +997,7 @@ class ConnectorConfig:
                         continue
                 _assign(raw, canonical, name, value, problems)
             elif name.startswith(FILTER_OVERRIDES + "."):
-                overrides[name[len(FILTER_OVERRIDES) + 1:]] = value
+                overrides[name[len(FILTER_OVERRIDES) + 1 :]] = value
             elif name in IGNORED or _prefix_match(name, IGNORED_PREFIXES):
                 reason = IGNORED.get(name) or _prefix_match(name, IGNORED_PREFIXES)
                 warnings_.append(f"Property '{name}' is ignored because {reason}")
@@ -724,8 +1013,9 @@ class ConnectorConfig:
                 continue
             if prop.name not in raw:
                 if prop.required:
-                    problems.append(f"property '{prop.name}' is required and missing "
-                                    f"(allowed: {_allowed_text(prop)})")
+                    problems.append(
+                        f"property '{prop.name}' is required and missing (allowed: {_allowed_text(prop)})"
+                    )
                 continue
             written, value = raw[prop.name]
             try:
@@ -763,8 +1053,9 @@ class ConnectorConfig:
 
     def describe(self) -> str:
         """One line per non-default property, safe to log."""
-        return ", ".join(f"{name}={_shown(name, value)}"
-                         for name, value in sorted(self.to_properties().items()))
+        return ", ".join(
+            f"{name}={_shown(name, value)}" for name, value in sorted(self.to_properties().items())
+        )
 
 
 def _to_property_value(prop: Property, value: Any) -> Any:
@@ -779,14 +1070,17 @@ def _to_property_value(prop: Property, value: Any) -> Any:
     return value
 
 
-def _assign(raw: dict[str, tuple[str, Any]], canonical: str, written: str, value: Any,
-            problems: list[str]) -> None:
+def _assign(
+    raw: dict[str, tuple[str, Any]], canonical: str, written: str, value: Any, problems: list[str]
+) -> None:
     if canonical in raw and raw[canonical][0] != written:
         previous_name, previous = raw[canonical]
         if previous != value:
-            problems.append(f"properties '{previous_name}' and '{written}' both set "
-                            f"'{canonical}' to different values ({_shown(canonical, previous)} "
-                            f"and {_shown(canonical, value)}); keep only '{canonical}'")
+            problems.append(
+                f"properties '{previous_name}' and '{written}' both set "
+                f"'{canonical}' to different values ({_shown(canonical, previous)} "
+                f"and {_shown(canonical, value)}); keep only '{canonical}'"
+            )
         return
     raw[canonical] = (written, value)
 
@@ -805,8 +1099,11 @@ def _known_names() -> list[str]:
 
 def _unknown(name: str) -> str:
     matches = difflib.get_close_matches(name, _known_names(), n=1, cutoff=0.6)
-    hint = f"; did you mean '{matches[0]}'?" if matches else \
-        "; see docs/configuration.md for the properties this connector accepts"
+    hint = (
+        f"; did you mean '{matches[0]}'?"
+        if matches
+        else "; see docs/configuration.md for the properties this connector accepts"
+    )
     return f"property '{name}' is unknown{hint}"
 
 
@@ -817,30 +1114,38 @@ def _allowed_text(prop: Property) -> str:
 
 
 def _problem(name: str, value: Any, invalid: _Invalid) -> str:
-    return (f"property '{name}' = {_shown(name, value)} {invalid.reason} "
-            f"(allowed: {invalid.allowed})")
+    return f"property '{name}' = {_shown(name, value)} {invalid.reason} (allowed: {invalid.allowed})"
 
 
 def _config_error(problems: list[str]) -> ConfigError:
     if len(problems) == 1:
-        error = ConfigError("Invalid connector configuration: " + problems[0],
-                            fix="correct the property as described and run again")
+        error = ConfigError(
+            "Invalid connector configuration: " + problems[0],
+            fix="correct the property as described and run again",
+        )
     else:
         listed = "; ".join(f"{i}) {problem}" for i, problem in enumerate(problems, 1))
-        error = ConfigError(f"Invalid connector configuration: {len(problems)} problems: {listed}",
-                            fix="correct each property listed and run again")
+        error = ConfigError(
+            f"Invalid connector configuration: {len(problems)} problems: {listed}",
+            fix="correct each property listed and run again",
+        )
     error.problems = tuple(problems)  # type: ignore[attr-defined]
     return error
 
 
-def _cross_check(values: dict[str, Any], overrides: dict[str, Any], problems: list[str],
-                 warnings_: list[str]) -> None:
+def _cross_check(
+    values: dict[str, Any], overrides: dict[str, Any], problems: list[str], warnings_: list[str]
+) -> None:
     """Rules that involve several properties."""
-    for include, exclude in (("database.include.list", "database.exclude.list"),
-                             ("collection.include.list", "collection.exclude.list")):
+    for include, exclude in (
+        ("database.include.list", "database.exclude.list"),
+        ("collection.include.list", "collection.exclude.list"),
+    ):
         if values.get(include.replace(".", "_")) and values.get(exclude.replace(".", "_")):
-            problems.append(f"properties '{include}' and '{exclude}' are both set (allowed: "
-                            f"only one of them; keep the include list or the exclude list)")
+            problems.append(
+                f"properties '{include}' and '{exclude}' are both set (allowed: "
+                f"only one of them; keep the include list or the exclude list)"
+            )
 
     if values.get("snapshot_mode") == "never":
         values["snapshot_mode"] = "no_data"
@@ -849,37 +1154,46 @@ def _cross_check(values: dict[str, Any], overrides: dict[str, Any], problems: li
     scope = values.get("capture_scope", "deployment")
     target = values.get("capture_target")
     if scope == "database" and (not target or "." in target):
-        problems.append(f"property 'capture.target' = {_shown('capture.target', target)} must "
-                        "name one database when capture.scope is 'database' (allowed: a "
-                        "database name)")
+        problems.append(
+            f"property 'capture.target' = {_shown('capture.target', target)} must "
+            "name one database when capture.scope is 'database' (allowed: a "
+            "database name)"
+        )
     elif scope == "collection" and (not target or "." not in target.strip(".")):
-        problems.append(f"property 'capture.target' = {_shown('capture.target', target)} must "
-                        "name one collection when capture.scope is 'collection' (allowed: "
-                        "<db>.<collection>)")
+        problems.append(
+            f"property 'capture.target' = {_shown('capture.target', target)} must "
+            "name one collection when capture.scope is 'collection' (allowed: "
+            "<db>.<collection>)"
+        )
     elif scope == "deployment" and target:
-        warnings_.append("Property 'capture.target' is ignored because capture.scope is "
-                         "'deployment'")
+        warnings_.append("Property 'capture.target' is ignored because capture.scope is 'deployment'")
         values.pop("capture_target")
 
     initial = values.get("connect_backoff_initial_delay_ms", 1000)
     maximum = values.get("connect_backoff_max_delay_ms", 120000)
     if maximum < initial:
-        problems.append(f"property 'connect.backoff.max.delay.ms' = {maximum} is smaller than "
-                        f"connect.backoff.initial.delay.ms = {initial} (allowed: a value >= "
-                        "connect.backoff.initial.delay.ms)")
+        problems.append(
+            f"property 'connect.backoff.max.delay.ms' = {maximum} is smaller than "
+            f"connect.backoff.initial.delay.ms = {initial} (allowed: a value >= "
+            "connect.backoff.initial.delay.ms)"
+        )
 
     listed = values.get("snapshot_collection_filter_overrides") or ()
     for namespace in listed:
         if "." not in namespace.strip("."):
-            problems.append(f"property '{FILTER_OVERRIDES}' lists {namespace!r}, which is not "
-                            "<db>.<collection> (allowed: comma-separated <db>.<collection>)")
+            problems.append(
+                f"property '{FILTER_OVERRIDES}' lists {namespace!r}, which is not "
+                "<db>.<collection> (allowed: comma-separated <db>.<collection>)"
+            )
     by_namespace: list[tuple[str, str]] = []
     for namespace, text in overrides.items():
         name = f"{FILTER_OVERRIDES}.{namespace}"
         if namespace not in listed:
-            problems.append(f"property '{name}' is set but {namespace!r} is not listed in "
-                            f"'{FILTER_OVERRIDES}' (allowed: add {namespace} to "
-                            f"{FILTER_OVERRIDES}, or remove {name})")
+            problems.append(
+                f"property '{name}' is set but {namespace!r} is not listed in "
+                f"'{FILTER_OVERRIDES}' (allowed: add {namespace} to "
+                f"{FILTER_OVERRIDES}, or remove {name})"
+            )
             continue
         try:
             _parse_filter_json(text)
@@ -889,9 +1203,11 @@ def _cross_check(values: dict[str, Any], overrides: dict[str, Any], problems: li
         by_namespace.append((namespace, text.strip()))
     for namespace in listed:
         if namespace not in overrides:
-            problems.append(f"property '{FILTER_OVERRIDES}' lists {namespace!r} but "
-                            f"'{FILTER_OVERRIDES}.{namespace}' is missing (allowed: set it to a "
-                            "MongoDB query filter in JSON)")
+            problems.append(
+                f"property '{FILTER_OVERRIDES}' lists {namespace!r} but "
+                f"'{FILTER_OVERRIDES}.{namespace}' is missing (allowed: set it to a "
+                "MongoDB query filter in JSON)"
+            )
     if by_namespace:
         values["snapshot_collection_filter_overrides_by_namespace"] = tuple(sorted(by_namespace))
 
@@ -904,16 +1220,14 @@ def _parse_filter_json(text: Any) -> dict[str, Any]:
     try:
         parsed = json_util.loads(text)
     except (ValueError, TypeError) as error:
-        raise _Invalid(f"is not valid JSON ({error})",
-                       "a MongoDB query filter as a JSON object") from None
+        raise _Invalid(f"is not valid JSON ({error})", "a MongoDB query filter as a JSON object") from None
     if not isinstance(parsed, dict):
         raise _Invalid("is not a JSON object", "a MongoDB query filter as a JSON object")
     return parsed
 
 
 # -- documentation ---------------------------------------------------------------------------------
-DOCS_BEGIN = ("<!-- BEGIN GENERATED PROPERTY TABLE "
-              "(python -m airflow_provider_mongocdc.core.config) -->")
+DOCS_BEGIN = "<!-- BEGIN GENERATED PROPERTY TABLE (python -m airflow_provider_mongocdc.core.config) -->"
 DOCS_END = "<!-- END GENERATED PROPERTY TABLE -->"
 
 
@@ -923,21 +1237,16 @@ def _cell(text: str) -> str:
 
 def render_property_table() -> str:
     """The Markdown reference table of every property (the generated part of the docs)."""
-    lines = [DOCS_BEGIN, "",
-             "| Property | Default | Origin | Meaning |",
-             "|---|---|---|---|"]
+    lines = [DOCS_BEGIN, "", "| Property | Default | Origin | Meaning |", "|---|---|---|---|"]
     for prop in PROPERTIES:
         default = prop.default_for_docs()
         if prop.default_text is None and default:
             default = f"`{default}`"
         if prop.required:
             default = "(required)"
-        allowed = (" Allowed: " + ", ".join(f"`{a}`" for a in prop.allowed) + "."
-                   if prop.allowed else "")
-        origin = {"debezium": "Debezium", "kafka-connect": "Kafka Connect"}.get(prop.origin,
-                                                                              "this connector")
-        lines.append(f"| `{prop.name}` | {_cell(default)} | {origin} | "
-                     f"{_cell(prop.description + allowed)} |")
+        allowed = " Allowed: " + ", ".join(f"`{a}`" for a in prop.allowed) + "." if prop.allowed else ""
+        origin = {"debezium": "Debezium", "kafka-connect": "Kafka Connect"}.get(prop.origin, "this connector")
+        lines.append(f"| `{prop.name}` | {_cell(default)} | {origin} | {_cell(prop.description + allowed)} |")
     lines += ["", "Deprecated names accepted with a warning:", ""]
     for alias, (canonical, _) in ALIASES.items():
         lines.append(f"- `{alias}` → `{canonical}`")
@@ -979,6 +1288,15 @@ def _main(argv: list[str]) -> int:
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
-__all__ = ["ConnectorConfig", "Property", "PROPERTIES", "ALIASES", "IGNORED", "UNSUPPORTED",
-           "render_property_table", "sync_docs", "split_list", "is_secret_property"]
-
+__all__ = [
+    "ConnectorConfig",
+    "Property",
+    "PROPERTIES",
+    "ALIASES",
+    "IGNORED",
+    "UNSUPPORTED",
+    "render_property_table",
+    "sync_docs",
+    "split_list",
+    "is_secret_property",
+]

@@ -49,10 +49,12 @@ _PASSWORD_OPTION = re.compile(r"((?:password|secret|token)[^=]*=)[^&\s]*", re.IG
 
 def redact_uri(uri: str) -> str:
     """A connection string with its password replaced by ``***`` (user names are kept)."""
+
     def hide(match: re.Match) -> str:
         userinfo = match.group(2)
         user = userinfo.split(":", 1)[0]
         return f"{match.group(1)}{user}:***@" if ":" in userinfo else f"{match.group(1)}{user}@"
+
     return _PASSWORD_OPTION.sub(r"\1***", _URI_CREDENTIALS.sub(hide, uri))
 
 
@@ -102,7 +104,7 @@ class MongoConnectionDetails:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MongoConnectionDetails":
+    def from_dict(cls, data: Mapping[str, Any]) -> MongoConnectionDetails:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -112,19 +114,30 @@ class MongoConnectionDetails:
                 "MongoDB connection details need either a seed list or a connection string",
                 cause="both were given" if self.hosts else "neither was given",
                 fix="give the hosts (host1:27017,host2:27017 or rs0/host1:27017) or a connection "
-                    "string (mongodb://... or mongodb+srv://...), not both")
+                "string (mongodb://... or mongodb+srv://...), not both",
+            )
         if self.connection_string and not self.connection_string.startswith(("mongodb://", "mongodb+srv://")):
-            raise ConfigError("The MongoDB connection string must start with mongodb:// or mongodb+srv://",
-                              cause=f"got {redact_uri(self.connection_string)[:40]!r}",
-                              fix="give a MongoDB connection string, or the hosts as host1:27017,host2:27017")
-        if (self.connection_string and self.connection_string.startswith("mongodb+srv://")
-                and not self.members_auto_discover):
-            raise ConfigError("A mongodb+srv:// connection string cannot be used with members auto-discover off",
-                              cause="the SRV record names the members; there is no single seed to talk to",
-                              fix="give the proxy's address as the host (mongodb://proxy:27017) instead")
+            raise ConfigError(
+                "The MongoDB connection string must start with mongodb:// or mongodb+srv://",
+                cause=f"got {redact_uri(self.connection_string)[:40]!r}",
+                fix="give a MongoDB connection string, or the hosts as host1:27017,host2:27017",
+            )
+        if (
+            self.connection_string
+            and self.connection_string.startswith("mongodb+srv://")
+            and not self.members_auto_discover
+        ):
+            raise ConfigError(
+                "A mongodb+srv:// connection string cannot be used with members auto-discover off",
+                cause="the SRV record names the members; there is no single seed to talk to",
+                fix="give the proxy's address as the host (mongodb://proxy:27017) instead",
+            )
         if self.hosts and not split_hosts(self.hosts)[1]:
-            raise ConfigError("The MongoDB seed list is empty", cause=f"got {self.hosts!r}",
-                              fix="give the hosts as host1:27017,host2:27017 (optionally rs0/...)")
+            raise ConfigError(
+                "The MongoDB seed list is empty",
+                cause=f"got {self.hosts!r}",
+                fix="give the hosts as host1:27017,host2:27017 (optionally rs0/...)",
+            )
 
     # -- derived values --
     def seeds(self) -> list[str]:
@@ -143,7 +156,7 @@ class MongoConnectionDetails:
 
     def describe(self) -> str:
         """Where this connects, safe for messages (no password)."""
-        target = (", ".join(self.seeds()) if self.hosts else redact_uri(self.connection_string))
+        target = ", ".join(self.seeds()) if self.hosts else redact_uri(self.connection_string)
         extras = []
         replica_set = self.effective_replica_set()
         if replica_set:
@@ -196,7 +209,7 @@ class MongoConnectionDetails:
         kwargs.update(self.options)
         return host, kwargs
 
-    def as_seed_list(self) -> "MongoConnectionDetails":
+    def as_seed_list(self) -> MongoConnectionDetails:
         """The same deployment, credentials and options, given as a seed list (a mongodb+srv://
         string is resolved through DNS)."""
         if self.hosts:
@@ -210,28 +223,43 @@ class MongoConnectionDetails:
         username, password = self.username, self.password
         if not username and parsed.get("username"):
             username, password = parsed["username"], parsed.get("password")
-        auth_source = self.auth_source or uri_options.pop("authSource", None) or (
-            parsed.get("database") if parsed.get("username") else None)
+        auth_source = (
+            self.auth_source
+            or uri_options.pop("authSource", None)
+            or (parsed.get("database") if parsed.get("username") else None)
+        )
         uri_options.pop("authSource", None)
         tls = self.tls
         uri_tls = uri_options.pop("tls", uri_options.pop("ssl", None))
         uri_options.pop("ssl", None)
         if tls is None:
-            tls = bool(uri_tls) if uri_tls is not None else (
-                True if self.connection_string.startswith("mongodb+srv://") else None)
+            tls = (
+                bool(uri_tls)
+                if uri_tls is not None
+                else (True if self.connection_string.startswith("mongodb+srv://") else None)
+            )
         allow_invalid = self.tls_allow_invalid_hostnames or bool(
-            uri_options.pop("tlsAllowInvalidHostnames", False))
+            uri_options.pop("tlsAllowInvalidHostnames", False)
+        )
         seeds = ",".join(f"{host}:{port}" for host, port in parsed["nodelist"])
-        return replace(self, hosts=f"{replica_set}/{seeds}" if replica_set else seeds,
-                       connection_string=None, replica_set=replica_set, username=username,
-                       password=password, auth_source=auth_source, tls=tls,
-                       tls_allow_invalid_hostnames=allow_invalid, options={**uri_options, **self.options})
+        return replace(
+            self,
+            hosts=f"{replica_set}/{seeds}" if replica_set else seeds,
+            connection_string=None,
+            replica_set=replica_set,
+            username=username,
+            password=password,
+            auth_source=auth_source,
+            tls=tls,
+            tls_allow_invalid_hostnames=allow_invalid,
+            options={**uri_options, **self.options},
+        )
 
-    def for_replica_set(self, name: str, hosts: list[str]) -> "MongoConnectionDetails":
+    def for_replica_set(self, name: str, hosts: list[str]) -> MongoConnectionDetails:
         """The same credentials and TLS settings, for another replica set (a shard)."""
         return replace(self.as_seed_list(), hosts=f"{name}/{','.join(hosts)}", replica_set=name)
 
-    def with_config(self, config) -> "MongoConnectionDetails":
+    def with_config(self, config) -> MongoConnectionDetails:
         """These details with a ConnectorConfig's driver settings (mongodb.*.timeout.ms,
         mongodb.heartbeat.frequency.ms); ``mongodb.members.auto.discover=false`` in the
         configuration turns discovery off even when the connection leaves it on."""
@@ -241,7 +269,8 @@ class MongoConnectionDetails:
             server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
             socket_timeout_ms=config.mongodb_socket_timeout_ms or None,
             heartbeat_frequency_ms=config.mongodb_heartbeat_frequency_ms,
-            members_auto_discover=self.members_auto_discover and config.mongodb_members_auto_discover)
+            members_auto_discover=self.members_auto_discover and config.mongodb_members_auto_discover,
+        )
 
     def create_client(self) -> MongoClient:
         """A client (pymongo connects lazily: nothing is contacted yet)."""
@@ -249,9 +278,11 @@ class MongoConnectionDetails:
         try:
             return MongoClient(host, **kwargs)
         except ConfigurationError as error:
-            raise ConfigError("The MongoDB connection settings are invalid",
-                              cause=redact_uri(str(error)),
-                              fix="correct the MongoDB connection (hosts or connection string and options)") from None
+            raise ConfigError(
+                "The MongoDB connection settings are invalid",
+                cause=redact_uri(str(error)),
+                fix="correct the MongoDB connection (hosts or connection string and options)",
+            ) from None
 
 
 def _parse_uri(uri: str, *, resolve_srv: bool) -> dict[str, Any]:
@@ -260,15 +291,17 @@ def _parse_uri(uri: str, *, resolve_srv: bool) -> dict[str, Any]:
     try:
         if uri.startswith("mongodb+srv://") and not resolve_srv:
             # Parse without DNS: swap the scheme, then report the SRV name as fqdn.
-            parsed = uri_parser.parse_uri("mongodb://" + uri[len("mongodb+srv://"):], validate=False)
+            parsed = uri_parser.parse_uri("mongodb://" + uri[len("mongodb+srv://") :], validate=False)
             parsed["fqdn"] = parsed["nodelist"][0][0] if parsed["nodelist"] else None
             parsed["nodelist"] = []
             return parsed
         return uri_parser.parse_uri(uri)
     except (ConfigurationError, ValueError) as error:
-        raise ConfigError("The MongoDB connection string is invalid", cause=redact_uri(str(error)),
-                          fix="check the connection string syntax "
-                              "(mongodb://user@host1:27017,host2/?replicaSet=rs0)") from None
+        raise ConfigError(
+            "The MongoDB connection string is invalid",
+            cause=redact_uri(str(error)),
+            fix="check the connection string syntax (mongodb://user@host1:27017,host2/?replicaSet=rs0)",
+        ) from None
 
 
 # -- the first contact ------------------------------------------------------------------------------
@@ -287,8 +320,11 @@ def _auth_identity(details: MongoConnectionDetails) -> tuple[str | None, str]:
     if details.connection_string:
         parsed = _parse_uri(details.connection_string, resolve_srv=False)
         user = user or parsed.get("username")
-        source = source or parsed["options"].get("authSource") or (
-            parsed.get("database") if parsed.get("username") else None)
+        source = (
+            source
+            or parsed["options"].get("authSource")
+            or (parsed.get("database") if parsed.get("username") else None)
+        )
     source = source or details.options.get("authSource") or "admin"
     return user, source
 
@@ -298,10 +334,10 @@ def authentication_error(details: MongoConnectionDetails, error: BaseException) 
     return AuthenticationError(
         f"MongoDB at {', '.join(details.seeds())} refused the credentials"
         + (f" of user {user!r}" if user else ""),
-        cause=f"AuthenticationFailed (code 18) with authentication database {source!r}: "
-              f"{_error_text(error)}",
+        cause=f"AuthenticationFailed (code 18) with authentication database {source!r}: {_error_text(error)}",
         fix="check the user name and password of the MongoDB connection, and that the user is "
-            f"defined in the authentication database (mongodb.authsource, now {source!r})")
+        f"defined in the authentication database (mongodb.authsource, now {source!r})",
+    )
 
 
 def _error_text(error: BaseException) -> str:
@@ -312,8 +348,13 @@ def _error_text(error: BaseException) -> str:
     return redact_uri(_DRIVER_NOISE.sub("", text))
 
 
-def connect(details: MongoConnectionDetails, policy: BackoffPolicy | None = None, *,
-            require_primary: bool = False, sleep: Callable[[float], None] = time.sleep) -> MongoClient:
+def connect(
+    details: MongoConnectionDetails,
+    policy: BackoffPolicy | None = None,
+    *,
+    require_primary: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> MongoClient:
     """A client whose first contact (``hello``) succeeded, retried per ``policy``.
 
     ``require_primary`` waits for a writable primary (the change stream reads from it); otherwise
@@ -334,9 +375,14 @@ def connect(details: MongoConnectionDetails, policy: BackoffPolicy | None = None
             raise
 
     def on_retry(number: int, delay_ms: int, error: BaseException) -> None:
-        log.warning("MongoDB at %s not reachable (%s); reconnection attempt %d of %d in %s",
-                    details.describe(), _error_text(error), number, policy.max_attempts,
-                    format_duration_ms(delay_ms))
+        log.warning(
+            "MongoDB at %s not reachable (%s); reconnection attempt %d of %d in %s",
+            details.describe(),
+            _error_text(error),
+            number,
+            policy.max_attempts,
+            format_duration_ms(delay_ms),
+        )
 
     started = time.monotonic()
     try:
@@ -347,33 +393,41 @@ def connect(details: MongoConnectionDetails, policy: BackoffPolicy | None = None
         raise ConnectionFailedError(
             f"MongoDB at {details.describe()} refused the first command",
             cause=_error_text(error),
-            fix="check the MongoDB connection settings and the user's roles") from None
+            fix="check the MongoDB connection settings and the user's roles",
+        ) from None
     except ConnectionFailure as error:
         waited = int((time.monotonic() - started) * 1000)
         raise ConnectionFailedError(
             f"Could not connect to MongoDB at {details.describe()} after {policy.max_calls} attempts "
             f"over {format_duration_ms(waited)}",
             cause=_error_text(error),
-            fix=_connection_fix(details, error, require_primary, policy)) from None
+            fix=_connection_fix(details, error, require_primary, policy),
+        ) from None
 
 
-def _connection_fix(details: MongoConnectionDetails, error: BaseException, require_primary: bool,
-                    policy: BackoffPolicy) -> str:
+def _connection_fix(
+    details: MongoConnectionDetails, error: BaseException, require_primary: bool, policy: BackoffPolicy
+) -> str:
     text = str(error).lower()
     hints = []
     if "ssl" in text or "certificate" in text or "tls" in text:
-        hints.append("check the TLS settings (TLS on/off, the CA certificate, and 'allow invalid "
-                     "hostnames' only for test servers)")
+        hints.append(
+            "check the TLS settings (TLS on/off, the CA certificate, and 'allow invalid "
+            "hostnames' only for test servers)"
+        )
     if require_primary and "primary" in text:
         hints.append("wait for the replica set to elect a primary (rs.status())")
-    hints.append("check that the servers run and are reachable from this machine (host names, "
-                 "ports, firewalls, DNS)")
+    hints.append(
+        "check that the servers run and are reachable from this machine (host names, ports, firewalls, DNS)"
+    )
     if details.effective_replica_set():
         hints.append(f"check that the replica set is named {details.effective_replica_set()!r}")
     if details.members_auto_discover:
         hints.append("behind a proxy set members auto-discover to false")
-    hints.append(f"to wait longer raise connect.max.attempts (now {policy.max_attempts}) or "
-                 f"connect.backoff.max.delay.ms (now {policy.max_delay_ms})")
+    hints.append(
+        f"to wait longer raise connect.max.attempts (now {policy.max_attempts}) or "
+        f"connect.backoff.max.delay.ms (now {policy.max_delay_ms})"
+    )
     return "; ".join(hints)
 
 
@@ -388,9 +442,14 @@ def _diagnose_seeds(details: MongoConnectionDetails, error: BaseException) -> No
     seeds = details.as_seed_list()
     timeout = min(2000, details.server_selection_timeout_ms)
     for seed in seeds.seeds():
-        probe = replace(seeds, hosts=seed, replica_set=None, members_auto_discover=False,
-                        server_selection_timeout_ms=timeout,
-                        connect_timeout_ms=min(timeout, details.connect_timeout_ms))
+        probe = replace(
+            seeds,
+            hosts=seed,
+            replica_set=None,
+            members_auto_discover=False,
+            server_selection_timeout_ms=timeout,
+            connect_timeout_ms=min(timeout, details.connect_timeout_ms),
+        )
         try:
             with probe.create_client() as client:
                 hello = client.admin.command("hello")
@@ -400,14 +459,16 @@ def _diagnose_seeds(details: MongoConnectionDetails, error: BaseException) -> No
             raise ConfigError(
                 f"{seed} is a mongos router, but the connection names replica set {replica_set!r}",
                 cause="a replica set name makes the driver look for replica set members",
-                fix="remove the replica set name from the MongoDB connection when connecting through mongos")
+                fix="remove the replica set name from the MongoDB connection when connecting through mongos",
+            )
         if not hello.get("setName"):
             raise not_initiated_error(seed) if hello.get("isreplicaset") else standalone_error(seed)
         if hello["setName"] != replica_set:
             raise ConfigError(
                 f"{seed} belongs to replica set {hello['setName']!r}, not {replica_set!r}",
                 cause="the replica set name of the MongoDB connection does not match the server's",
-                fix=f"set the replica set name to {hello['setName']!r} (or connect to the right servers)")
+                fix=f"set the replica set name to {hello['setName']!r} (or connect to the right servers)",
+            )
 
 
 def standalone_error(where: str) -> TopologyError:
@@ -415,12 +476,14 @@ def standalone_error(where: str) -> TopologyError:
         f"{where} is a standalone MongoDB server, which cannot be captured",
         cause="a standalone server has no oplog, so it has no change streams",
         fix="convert it to a one-member replica set: restart mongod with --replSet rs0 (or "
-            "replication.replSetName: rs0 in mongod.conf), run rs.initiate() in mongosh, then "
-            "connect with replica set name rs0")
+        "replication.replSetName: rs0 in mongod.conf), run rs.initiate() in mongosh, then "
+        "connect with replica set name rs0",
+    )
 
 
 def not_initiated_error(where: str) -> TopologyError:
     return TopologyError(
         f"{where} runs with --replSet but its replica set is not initiated",
         cause="the replica set has no configuration yet, so there is no primary and no oplog",
-        fix="run rs.initiate() in mongosh on that server, then retry")
+        fix="run rs.initiate() in mongosh on that server, then retry",
+    )

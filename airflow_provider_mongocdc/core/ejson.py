@@ -54,7 +54,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from bson import json_util
@@ -74,15 +74,20 @@ SEPARATORS = (",", ": ")
 _BASE = {"uuid_representation": UuidRepresentation.STANDARD}
 
 
-@lru_cache(maxsize=None)
+@cache
 def json_options(mode: str) -> JSONOptions:
     """The ``JSONOptions`` for an ``extended.json.mode`` value."""
     if mode == "strict":
-        return JSONOptions(json_mode=JSONMode.LEGACY, strict_number_long=True,
-                           datetime_representation=DatetimeRepresentation.LEGACY, **_BASE)
+        return JSONOptions(
+            json_mode=JSONMode.LEGACY,
+            strict_number_long=True,
+            datetime_representation=DatetimeRepresentation.LEGACY,
+            **_BASE,
+        )
     if mode == "legacy":
-        return JSONOptions(json_mode=JSONMode.LEGACY,
-                           datetime_representation=DatetimeRepresentation.LEGACY, **_BASE)
+        return JSONOptions(
+            json_mode=JSONMode.LEGACY, datetime_representation=DatetimeRepresentation.LEGACY, **_BASE
+        )
     if mode == "relaxed":
         return JSONOptions(json_mode=JSONMode.RELAXED, **_BASE)
     if mode == "canonical":
@@ -90,20 +95,44 @@ def json_options(mode: str) -> JSONOptions:
     raise ValueError(f"unknown extended JSON mode {mode!r}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_options(mode: str) -> JSONOptions:
     """Options for reading an event's JSON back into the BSON values a default pymongo client
     returns (naive UTC datetimes, UUIDs as Binary subtype 4)."""
-    return JSONOptions(json_mode=json_options(mode).json_mode, tz_aware=False,
-                       uuid_representation=UuidRepresentation.UNSPECIFIED)
+    return JSONOptions(
+        json_mode=json_options(mode).json_mode,
+        tz_aware=False,
+        uuid_representation=UuidRepresentation.UNSPECIFIED,
+    )
 
 
 # Values the C JSON encoder writes exactly as json_util does, by itself (str, bool, None, and the
 # numbers of the non-canonical modes) or through json_util.default (types it cannot write).
-_AS_IS = frozenset({str, bool, type(None), ObjectId, datetime.datetime, DatetimeMS, Decimal128,
-                    Binary, bytes, Timestamp, uuid.UUID, Regex, re.Pattern, MinKey, MaxKey})
-_NUMBERS = {"strict": (int, float), "legacy": (int, float, Int64), "relaxed": (int, float, Int64),
-            "canonical": ()}
+_AS_IS = frozenset(
+    {
+        str,
+        bool,
+        type(None),
+        ObjectId,
+        datetime.datetime,
+        DatetimeMS,
+        Decimal128,
+        Binary,
+        bytes,
+        Timestamp,
+        uuid.UUID,
+        Regex,
+        re.Pattern,
+        MinKey,
+        MaxKey,
+    }
+)
+_NUMBERS = {
+    "strict": (int, float),
+    "legacy": (int, float, Int64),
+    "relaxed": (int, float, Int64),
+    "canonical": (),
+}
 
 _DECIMAL128_CONTEXT = create_decimal128_context()
 _COEFFICIENT_BITS = (1 << 113) - 1
@@ -144,9 +173,13 @@ class Encoder:
                 return {"$numberDecimal": decimal128_text(value)}
             return default(value, options)
 
-        self._encode = json.JSONEncoder(separators=SEPARATORS, ensure_ascii=False,
-                                        allow_nan=False, check_circular=False,
-                                        default=encode_default).encode
+        self._encode = json.JSONEncoder(
+            separators=SEPARATORS,
+            ensure_ascii=False,
+            allow_nan=False,
+            check_circular=False,
+            default=encode_default,
+        ).encode
 
     def __reduce__(self):  # JSONOptions cannot be unpickled: rebuild from the mode
         return (Encoder, (self.mode,))
@@ -157,8 +190,13 @@ class Encoder:
             return self._encode(self._prepared(value))
         except ValueError:
             # A NaN or infinity in legacy/strict mode (json_util would write invalid JSON).
-            return json_util.dumps(_portable(value, self._lenient), json_options=self.options,
-                                   separators=SEPARATORS, ensure_ascii=False, allow_nan=False)
+            return json_util.dumps(
+                _portable(value, self._lenient),
+                json_options=self.options,
+                separators=SEPARATORS,
+                ensure_ascii=False,
+                allow_nan=False,
+            )
 
     def loads(self, text: str) -> Any:
         """Parse text written by :meth:`dumps` back to BSON values."""
@@ -181,10 +219,13 @@ class Encoder:
         if kinds <= as_is:
             return value
         copy = None
-        for key, item in (value.items() if kind is dict else enumerate(value)):
+        for key, item in value.items() if kind is dict else enumerate(value):
             item_kind = type(item)
-            if item_kind in as_is or (item_kind is dict and set(map(type, item.values())) <= as_is) \
-                    or (item_kind is list and set(map(type, item)) <= as_is):
+            if (
+                item_kind in as_is
+                or (item_kind is dict and set(map(type, item.values())) <= as_is)
+                or (item_kind is list and set(map(type, item)) <= as_is)
+            ):
                 continue
             converted = self._prepared(item)
             if converted is not item:

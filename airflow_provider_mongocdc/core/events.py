@@ -75,11 +75,9 @@ from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventEr
 from airflow_provider_mongocdc.core.fields import FieldRules, FieldTransform
 from airflow_provider_mongocdc.core.filters import Filters
 from airflow_provider_mongocdc.core.heartbeat import Heartbeat
-from airflow_provider_mongocdc.core.schema import (Framing, Record, compact, envelope_schema,
-                                                   key_schema)
+from airflow_provider_mongocdc.core.schema import Framing, Record, compact, envelope_schema, key_schema
 from airflow_provider_mongocdc.core.topics import TopicNamer
-from airflow_provider_mongocdc.core.transactions import (TransactionTracker, lsid_text,
-                                                         transaction_id)
+from airflow_provider_mongocdc.core.transactions import TransactionTracker, lsid_text, transaction_id
 
 __all__ = ["EventBuilder", "Record", "OPERATION_CODES", "is_invalidate"]
 
@@ -114,9 +112,21 @@ def _millis(value: Any) -> int | None:
 class _Collection:
     """Everything about one collection's events that does not change from event to event."""
 
-    __slots__ = ("database", "collection", "topic", "key_head", "key_tail", "value_head",
-                 "value_tail", "source_head", "db_part", "collection_part", "data_collection",
-                 "fields", "rs_parts")
+    __slots__ = (
+        "database",
+        "collection",
+        "topic",
+        "key_head",
+        "key_tail",
+        "value_head",
+        "value_tail",
+        "source_head",
+        "db_part",
+        "collection_part",
+        "data_collection",
+        "fields",
+        "rs_parts",
+    )
 
     def __init__(self, builder: EventBuilder, database: str, collection: str):
         config = builder.config
@@ -124,18 +134,32 @@ class _Collection:
         self.collection = collection
         self.topic = builder.namer.data_topic(database, collection)
         adjustment = config.schema_name_adjustment_mode
-        key_framing = Framing(key_schema(self.topic, adjustment=adjustment)
-                              if config.key_converter_schemas_enable else None)
+        key_framing = Framing(
+            key_schema(self.topic, adjustment=adjustment) if config.key_converter_schemas_enable else None
+        )
         self.key_head = key_framing.head + b'{"id":'
         self.key_tail = b"}" + key_framing.tail
-        value_framing = Framing(envelope_schema(
-            self.topic, event_format=config.event_format,
-            transaction_metadata=config.provide_transaction_metadata, adjustment=adjustment)
-            if config.value_converter_schemas_enable else None)
+        value_framing = Framing(
+            envelope_schema(
+                self.topic,
+                event_format=config.event_format,
+                transaction_metadata=config.provide_transaction_metadata,
+                adjustment=adjustment,
+            )
+            if config.value_converter_schemas_enable
+            else None
+        )
         self.value_head = value_framing.head
         self.value_tail = value_framing.tail
-        self.source_head = ('{"version":' + _quote(__version__) + ',"connector":"' + CONNECTOR
-                            + '","name":' + _quote(config.topic_prefix) + ',"ts_ms":')
+        self.source_head = (
+            '{"version":'
+            + _quote(__version__)
+            + ',"connector":"'
+            + CONNECTOR
+            + '","name":'
+            + _quote(config.topic_prefix)
+            + ',"ts_ms":'
+        )
         self.db_part = ',"db":' + _quote(database)
         self.collection_part = ',"collection":' + _quote(collection) + ',"ord":'
         self.data_collection = f"{database}.{collection}"
@@ -157,8 +181,9 @@ class EventBuilder:
     builder follows one stream: it holds the transaction state of that stream.
     """
 
-    def __init__(self, config: ConnectorConfig, *, replica_set: str = "",
-                 clock: Callable[[], int] | None = None):
+    def __init__(
+        self, config: ConnectorConfig, *, replica_set: str = "", clock: Callable[[], int] | None = None
+    ):
         self.config = config
         self.replica_set = replica_set
         self.encoder = Encoder(config.extended_json_mode)
@@ -166,13 +191,13 @@ class EventBuilder:
         self.filters = Filters(config)
         self.fields = FieldRules(config)
         self.heartbeat = Heartbeat(config, namer=self.namer)
-        self.transactions = (TransactionTracker(config, namer=self.namer)
-                             if config.provide_transaction_metadata else None)
+        self.transactions = (
+            TransactionTracker(config, namer=self.namer) if config.provide_transaction_metadata else None
+        )
         self._clock = clock or now_ms
         self._oplog = config.event_format == "oplog"
         skipped = config.skipped_operations
-        self._operations = {name: code for name, code in OPERATION_CODES.items()
-                            if code not in skipped}
+        self._operations = {name: code for name, code in OPERATION_CODES.items() if code not in skipped}
         self._collections: dict[tuple[str, str], _Collection] = {}
         self._dumps = self.encoder.dumps
 
@@ -181,8 +206,7 @@ class EventBuilder:
         """The data topic of a collection."""
         return self.namer.data_topic(database, collection)
 
-    def build_change(self, change: Mapping[str, Any], *,
-                     replica_set: str | None = None) -> list[Record]:
+    def build_change(self, change: Mapping[str, Any], *, replica_set: str | None = None) -> list[Record]:
         """Records for one change stream document, in the order to send them (BEGIN/END of
         transactions, the event, its tombstone). Empty when the change produces no event."""
         operation = change.get("operationType")
@@ -193,8 +217,11 @@ class EventBuilder:
             return []
         namespace = change.get("ns") or {}
         database, collection = namespace.get("db"), namespace.get("coll")
-        if database is None or collection is None or \
-                not self.filters.collection_included(database, collection):
+        if (
+            database is None
+            or collection is None
+            or not self.filters.collection_included(database, collection)
+        ):
             return []
         info = self._collection(database, collection)
         document_key = change.get("documentKey")
@@ -203,7 +230,8 @@ class EventBuilder:
                 f"A {operation} change of {database}.{collection} has no documentKey._id",
                 cause="the change stream document lacks the key every data change carries",
                 fix="read changes with the connector's own change stream pipeline (no stage may "
-                    "remove or rename documentKey)")
+                "remove or rename documentKey)",
+            )
         document_id = document_key["_id"]
 
         cluster_time = change.get("clusterTime")
@@ -232,38 +260,90 @@ class EventBuilder:
         records: list[Record] = []
         block_text = "null"
         if self.transactions is not None:
-            data_collection = (f"{replica_set or self.replica_set}.{info.data_collection}"
-                               if self._oplog else info.data_collection)
+            data_collection = (
+                f"{replica_set or self.replica_set}.{info.data_collection}"
+                if self._oplog
+                else info.data_collection
+            )
             pre, block = self.transactions.on_event(
-                transaction_id(change, config.event_format), data_collection, seconds * 1000)
+                transaction_id(change, config.event_format), data_collection, seconds * 1000
+            )
             records.extend(pre)
             if block is not None:
-                block_text = ('{"id":' + _quote(block["id"]) + ',"total_order":'
-                              + str(block["total_order"]) + ',"data_collection_order":'
-                              + str(block["data_collection_order"]) + "}")
+                block_text = (
+                    '{"id":'
+                    + _quote(block["id"])
+                    + ',"total_order":'
+                    + str(block["total_order"])
+                    + ',"data_collection_order":'
+                    + str(block["data_collection_order"])
+                    + "}"
+                )
 
         rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
         if self._oplog:
-            payload = self._oplog_payload(info, op, operation, after, update_description,
-                                          document_key, fields, seconds, increment, rs, block_text)
+            payload = self._oplog_payload(
+                info,
+                op,
+                operation,
+                after,
+                update_description,
+                document_key,
+                fields,
+                seconds,
+                increment,
+                rs,
+                block_text,
+            )
         else:
-            before_text = "null" if before is None else _quote(
-                self._dumps(fields.document(before) if fields else before))
-            after_text = "null" if after is None else _quote(
-                self._dumps(fields.document(after) if fields else after))
-            description = "null" if update_description is None else \
-                self._update_description(update_description, fields)
-            source = (info.source_head + str(seconds * 1000) + ',"snapshot":"false"'
-                      + info.db_part + ',"sequence":null,"ts_us":' + str(seconds * 1_000_000)
-                      + ',"ts_ns":' + str(seconds * 1_000_000_000) + rs + info.collection_part
-                      + str(increment) + ',"lsid":'
-                      + ("null" if lsid is None else _quote(lsid_text(lsid) or ""))
-                      + ',"txnNumber":' + ("null" if txn_number is None else str(int(txn_number)))
-                      + ',"wallTime":' + _number(_millis(change.get("wallTime"))) + "}")
-            payload = ('{"before":' + before_text + ',"after":' + after_text
-                       + ',"updateDescription":' + description + ',"source":' + source
-                       + ',"op":"' + op + '","ts_ms":' + str(self._clock())
-                       + ',"transaction":' + block_text + "}")
+            before_text = (
+                "null"
+                if before is None
+                else _quote(self._dumps(fields.document(before) if fields else before))
+            )
+            after_text = (
+                "null" if after is None else _quote(self._dumps(fields.document(after) if fields else after))
+            )
+            description = (
+                "null" if update_description is None else self._update_description(update_description, fields)
+            )
+            source = (
+                info.source_head
+                + str(seconds * 1000)
+                + ',"snapshot":"false"'
+                + info.db_part
+                + ',"sequence":null,"ts_us":'
+                + str(seconds * 1_000_000)
+                + ',"ts_ns":'
+                + str(seconds * 1_000_000_000)
+                + rs
+                + info.collection_part
+                + str(increment)
+                + ',"lsid":'
+                + ("null" if lsid is None else _quote(lsid_text(lsid) or ""))
+                + ',"txnNumber":'
+                + ("null" if txn_number is None else str(int(txn_number)))
+                + ',"wallTime":'
+                + _number(_millis(change.get("wallTime")))
+                + "}"
+            )
+            payload = (
+                '{"before":'
+                + before_text
+                + ',"after":'
+                + after_text
+                + ',"updateDescription":'
+                + description
+                + ',"source":'
+                + source
+                + ',"op":"'
+                + op
+                + '","ts_ms":'
+                + str(self._clock())
+                + ',"transaction":'
+                + block_text
+                + "}"
+            )
 
         key = info.key_head + _quote(self._dumps(document_id)).encode() + info.key_tail
         value = info.value_head + payload.encode() + info.value_tail
@@ -277,17 +357,25 @@ class EventBuilder:
             records.append(Record(info.topic, key, None))
         return records
 
-    def build_snapshot(self, document: Mapping[str, Any], database: str, collection: str, *,
-                       last: bool = False, position: Any = None,
-                       replica_set: str | None = None) -> list[Record]:
+    def build_snapshot(
+        self,
+        document: Mapping[str, Any],
+        database: str,
+        collection: str,
+        *,
+        last: bool = False,
+        position: Any = None,
+        replica_set: str | None = None,
+    ) -> list[Record]:
         """The read event (``op`` ``r``) of one snapshot document. ``last`` marks the snapshot's
         final event (``source.snapshot`` "last"); ``position`` is the ``bson.Timestamp`` of the
         stream position recorded when the snapshot started (``source.ts_ms``/``ord``)."""
         if "_id" not in document:
-            raise MongoCdcError(f"A snapshot document of {database}.{collection} has no _id",
-                                cause="every MongoDB document has an _id unless a projection "
-                                      "removed it",
-                                fix="read snapshot documents without a projection on _id")
+            raise MongoCdcError(
+                f"A snapshot document of {database}.{collection} has no _id",
+                cause="every MongoDB document has an _id unless a projection removed it",
+                fix="read snapshot documents without a projection on _id",
+            )
         info = self._collection(database, collection)
         fields = info.fields
         now = self._clock()
@@ -299,22 +387,49 @@ class EventBuilder:
         rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
         after_text = _quote(self._dumps(fields.document(document) if fields else document))
         if self._oplog:
-            source = (info.source_head + str(source_ms) + ',"snapshot":true' + info.db_part + rs
-                      + info.collection_part + str(increment) + ',"h":null}')
-            payload = ('{"after":' + after_text + ',"patch":null,"filter":null,"source":'
-                       + source + ',"op":"r","ts_ms":' + str(now)
-                       + (',"transaction":null}' if self.config.provide_transaction_metadata
-                          else "}"))
+            source = (
+                info.source_head
+                + str(source_ms)
+                + ',"snapshot":true'
+                + info.db_part
+                + rs
+                + info.collection_part
+                + str(increment)
+                + ',"h":null}'
+            )
+            payload = (
+                '{"after":'
+                + after_text
+                + ',"patch":null,"filter":null,"source":'
+                + source
+                + ',"op":"r","ts_ms":'
+                + str(now)
+                + (',"transaction":null}' if self.config.provide_transaction_metadata else "}")
+            )
         else:
-            source = (info.source_head + str(source_ms) + ',"snapshot":"'
-                      + ("last" if last else "true") + '"' + info.db_part
-                      + ',"sequence":null,"ts_us":' + str(source_ms * 1000) + ',"ts_ns":'
-                      + str(source_ms * 1_000_000) + rs + info.collection_part + str(increment)
-                      + ',"lsid":null,"txnNumber":null,"wallTime":' + str(now) + "}")
-            payload = ('{"before":null,"after":' + after_text + ',"updateDescription":null,'
-                       '"source":' + source + ',"op":"r","ts_ms":' + str(now)
-                       + ',"transaction":null}')
-        key = (info.key_head + _quote(self._dumps(document["_id"])).encode() + info.key_tail)
+            source = (
+                info.source_head
+                + str(source_ms)
+                + ',"snapshot":"'
+                + ("last" if last else "true")
+                + '"'
+                + info.db_part
+                + ',"sequence":null,"ts_us":'
+                + str(source_ms * 1000)
+                + ',"ts_ns":'
+                + str(source_ms * 1_000_000)
+                + rs
+                + info.collection_part
+                + str(increment)
+                + ',"lsid":null,"txnNumber":null,"wallTime":'
+                + str(now)
+                + "}"
+            )
+            payload = (
+                '{"before":null,"after":' + after_text + ',"updateDescription":null,'
+                '"source":' + source + ',"op":"r","ts_ms":' + str(now) + ',"transaction":null}'
+            )
+        key = info.key_head + _quote(self._dumps(document["_id"])).encode() + info.key_tail
         event = Record(info.topic, key, info.value_head + payload.encode() + info.value_tail)
         return [event] if self._fits(event, f"snapshot read of {database}.{collection}") else []
 
@@ -330,12 +445,10 @@ class EventBuilder:
     def _collection(self, database: str, collection: str) -> _Collection:
         info = self._collections.get((database, collection))
         if info is None:
-            info = self._collections[(database, collection)] = \
-                _Collection(self, database, collection)
+            info = self._collections[(database, collection)] = _Collection(self, database, collection)
         return info
 
-    def _update_description(self, description: Mapping[str, Any],
-                            fields: FieldTransform | None) -> str:
+    def _update_description(self, description: Mapping[str, Any], fields: FieldTransform | None) -> str:
         updated = description.get("updatedFields")
         removed = description.get("removedFields")
         truncated = description.get("truncatedArrays")
@@ -343,32 +456,65 @@ class EventBuilder:
             updated = fields.updated_fields(updated)
             removed = fields.paths(removed)
             truncated = fields.truncated_arrays(truncated)
-        return compact({
-            "removedFields": list(removed) if removed else None,
-            "updatedFields": None if updated is None else self._dumps(updated),
-            "truncatedArrays": [{"field": entry["field"], "size": int(entry["newSize"])}
-                                for entry in truncated] if truncated else None,
-        })
+        return compact(
+            {
+                "removedFields": list(removed) if removed else None,
+                "updatedFields": None if updated is None else self._dumps(updated),
+                "truncatedArrays": [
+                    {"field": entry["field"], "size": int(entry["newSize"])} for entry in truncated
+                ]
+                if truncated
+                else None,
+            }
+        )
 
-    def _oplog_payload(self, info: _Collection, op: str, operation: str, after: Any,
-                       description: Mapping[str, Any] | None, document_key: Any,
-                       fields: FieldTransform | None, seconds: int, increment: int, rs: str,
-                       block_text: str) -> str:
+    def _oplog_payload(
+        self,
+        info: _Collection,
+        op: str,
+        operation: str,
+        after: Any,
+        description: Mapping[str, Any] | None,
+        document_key: Any,
+        fields: FieldTransform | None,
+        seconds: int,
+        increment: int,
+        rs: str,
+        block_text: str,
+    ) -> str:
         after_text = patch_text = filter_text = "null"
         if op == "c":
             after_text = _quote(self._dumps(fields.document(after) if fields else after))
         else:
-            filter_text = _quote(self._dumps(fields.document(document_key) if fields
-                                             else document_key))
+            filter_text = _quote(self._dumps(fields.document(document_key) if fields else document_key))
             if operation == "replace":
                 patch_text = _quote(self._dumps(fields.document(after) if fields else after))
             elif operation == "update":
                 patch_text = _quote(self._dumps(self._patch(description or {}, fields)))
-        source = (info.source_head + str(seconds * 1000) + ',"snapshot":false'
-                  + info.db_part + rs + info.collection_part + str(increment) + ',"h":null}')
-        payload = ('{"after":' + after_text + ',"patch":' + patch_text + ',"filter":'
-                   + filter_text + ',"source":' + source + ',"op":"' + op + '","ts_ms":'
-                   + str(self._clock()))
+        source = (
+            info.source_head
+            + str(seconds * 1000)
+            + ',"snapshot":false'
+            + info.db_part
+            + rs
+            + info.collection_part
+            + str(increment)
+            + ',"h":null}'
+        )
+        payload = (
+            '{"after":'
+            + after_text
+            + ',"patch":'
+            + patch_text
+            + ',"filter":'
+            + filter_text
+            + ',"source":'
+            + source
+            + ',"op":"'
+            + op
+            + '","ts_ms":'
+            + str(self._clock())
+        )
         if self.config.provide_transaction_metadata:
             payload += ',"transaction":' + block_text
         return payload + "}"
@@ -394,17 +540,24 @@ class EventBuilder:
             return True
         key = (record.key or b"")[-200:].decode("utf-8", "replace")
         if self.config.event_oversize_handling_mode == "skip":
-            log.warning("Skipped a %d-byte event (%s) on %s with key %s: larger than "
-                        "event.max.bytes=%d (event.oversize.handling.mode=skip)",
-                        size, what, record.topic, key, limit)
+            log.warning(
+                "Skipped a %d-byte event (%s) on %s with key %s: larger than "
+                "event.max.bytes=%d (event.oversize.handling.mode=skip)",
+                size,
+                what,
+                record.topic,
+                key,
+                limit,
+            )
             return False
         raise OversizeEventError(
             f"The {what} produced a {size}-byte event for topic {record.topic} (key {key}), "
             f"more than event.max.bytes={limit}",
             cause="the document is too large for one Kafka message with the current limits",
             fix="raise event.max.bytes together with the topic's max.message.bytes and the "
-                "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
-                "set event.oversize.handling.mode=skip to drop such events")
+            "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
+            "set event.oversize.handling.mode=skip to drop such events",
+        )
 
 
 def _number(value: int | None) -> str:

@@ -38,6 +38,7 @@ from airflow_provider_mongocdc.core.schema import adjust_field_name
 def _namespace_regex(database: str, collection: str) -> re.Pattern[str]:
     def part(text: str) -> str:
         return ".*".join(re.escape(piece) for piece in text.split("*"))
+
     return re.compile(part(database) + r"\." + part(collection), re.IGNORECASE)
 
 
@@ -92,8 +93,9 @@ class FieldTransform:
 
     def _apply(self, value: Any, nodes: list[str], rule: _Rule) -> Any:
         if isinstance(value, list):
-            changed = [self._apply(item, nodes, rule) if isinstance(item, Mapping) else item
-                       for item in value]
+            changed = [
+                self._apply(item, nodes, rule) if isinstance(item, Mapping) else item for item in value
+            ]
             return changed if any(a is not b for a, b in zip(changed, value)) else value
         if not isinstance(value, Mapping):
             return value
@@ -105,8 +107,7 @@ class FieldTransform:
                 return {k: v for k, v in value.items() if k != head}
             return self._rename_key(value, head, rule)
         child = value[head]
-        new_child = self._apply(child, nodes[1:], rule) \
-            if isinstance(child, (Mapping, list)) else child
+        new_child = self._apply(child, nodes[1:], rule) if isinstance(child, (Mapping, list)) else child
         if new_child is child:
             return value
         copy = dict(value)
@@ -124,8 +125,8 @@ class FieldTransform:
         return ConfigError(
             f"field.renames entry '{rule.text}' cannot be applied to a {self.namespace} document",
             cause=f"the document already has a field '{existing}' where the renamed field would go",
-            fix="choose a new name that is not used, or drop the existing field with "
-                "field.exclude.list")
+            fix="choose a new name that is not used, or drop the existing field with field.exclude.list",
+        )
 
     # -- update descriptions -----------------------------------------------------------------------
     def updated_fields(self, updated: Mapping[str, Any] | None) -> Any:
@@ -139,7 +140,7 @@ class FieldTransform:
                 parts = key.split(".")
                 names, positions = _significant(parts)
                 nodes = rule.nodes
-                if len(names) >= len(nodes) and names[:len(nodes)] == nodes:
+                if len(names) >= len(nodes) and names[: len(nodes)] == nodes:
                     if rule.new_name is None:
                         continue
                     parts[positions[len(nodes) - 1]] = rule.new_name
@@ -147,14 +148,15 @@ class FieldTransform:
                     if new_key != key and (new_key in result or new_key in out):
                         raise self._conflict(rule, new_key)
                     out[new_key] = value
-                elif len(names) < len(nodes) and nodes[:len(names)] == names:
-                    out[key] = self._apply(value, nodes[len(names):], rule)
+                elif len(names) < len(nodes) and nodes[: len(names)] == names:
+                    out[key] = self._apply(value, nodes[len(names) :], rule)
                 else:
                     out[key] = value
             result = out
         if self.adjustment != "none":
-            result = {self._adjust_path(key): _adjust(value, self.adjustment)
-                      for key, value in result.items()}
+            result = {
+                self._adjust_path(key): _adjust(value, self.adjustment) for key, value in result.items()
+            }
         return result
 
     def paths(self, paths: list[str] | None) -> list[str] | None:
@@ -168,8 +170,7 @@ class FieldTransform:
                 out.append(mapped)
         return out
 
-    def truncated_arrays(self, arrays: list[Mapping[str, Any]] | None
-                         ) -> list[dict[str, Any]] | None:
+    def truncated_arrays(self, arrays: list[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
         """``truncatedArrays`` entries with their ``field`` paths mapped; excluded ones vanish."""
         if arrays is None:
             return None
@@ -187,7 +188,7 @@ class FieldTransform:
         for rule in self.rules:
             names, positions = _significant(parts)
             nodes = rule.nodes
-            if len(names) >= len(nodes) and names[:len(nodes)] == nodes:
+            if len(names) >= len(nodes) and names[: len(nodes)] == nodes:
                 if rule.new_name is None:
                     return None
                 parts[positions[len(nodes) - 1]] = rule.new_name
@@ -195,8 +196,9 @@ class FieldTransform:
         return self._adjust_path(mapped) if self.adjustment != "none" else mapped
 
     def _adjust_path(self, path: str) -> str:
-        return ".".join(part if part.isdigit() else adjust_field_name(part, self.adjustment)
-                        for part in path.split("."))
+        return ".".join(
+            part if part.isdigit() else adjust_field_name(part, self.adjustment) for part in path.split(".")
+        )
 
 
 def _adjust(value: Any, mode: str) -> Any:
@@ -224,7 +226,10 @@ class FieldRules:
             return self._cache[key]
         namespace = f"{database}.{collection}"
         rules = [rule for rule in self._rules if rule.namespace.fullmatch(namespace)]
-        transform = (FieldTransform(rules, self._adjustment, namespace)
-                     if rules or self._adjustment != "none" else None)
+        transform = (
+            FieldTransform(rules, self._adjustment, namespace)
+            if rules or self._adjustment != "none"
+            else None
+        )
         self._cache[key] = transform
         return transform

@@ -48,8 +48,7 @@ class _NameMatcher:
 
     __slots__ = ("include", "patterns", "literals", "regex")
 
-    def __init__(self, include: tuple[str, ...] | None, exclude: tuple[str, ...] | None,
-                 literal: bool):
+    def __init__(self, include: tuple[str, ...] | None, exclude: tuple[str, ...] | None, literal: bool):
         self.include = include is not None
         self.patterns = include if include is not None else exclude
         self.literals: frozenset[str] | None = None
@@ -77,16 +76,16 @@ class Filters:
     def __init__(self, config: ConnectorConfig):
         self.config = config
         literal = config.filters_match_mode == "literal"
-        self._database = _NameMatcher(config.database_include_list,
-                                      config.database_exclude_list, literal)
-        self._collection = _NameMatcher(config.collection_include_list,
-                                        config.collection_exclude_list, literal)
+        self._database = _NameMatcher(config.database_include_list, config.database_exclude_list, literal)
+        self._collection = _NameMatcher(
+            config.collection_include_list, config.collection_exclude_list, literal
+        )
         snapshot = config.snapshot_include_collection_list
-        self._snapshot = (re.compile(_anchored(snapshot), re.IGNORECASE)
-                          if snapshot else None)
+        self._snapshot = re.compile(_anchored(snapshot), re.IGNORECASE) if snapshot else None
         self._captured: dict[tuple[str, str], bool] = {}
-        self._snapshot_filters = {namespace: json_util.loads(text)
-                                  for namespace, text in config.filter_overrides.items()}
+        self._snapshot_filters = {
+            namespace: json_util.loads(text) for namespace, text in config.filter_overrides.items()
+        }
 
     # -- client side ---------------------------------------------------------------------------
     def database_included(self, database: str) -> bool:
@@ -98,10 +97,12 @@ class Filters:
         key = (database, collection)
         hit = self._captured.get(key)
         if hit is None:
-            hit = (self.database_included(database)
-                   and not collection.startswith("system.")
-                   and self._collection(f"{database}.{collection}")
-                   and self._in_scope(database, collection))
+            hit = (
+                self.database_included(database)
+                and not collection.startswith("system.")
+                and self._collection(f"{database}.{collection}")
+                and self._in_scope(database, collection)
+            )
             self._captured[key] = hit
         return hit
 
@@ -117,8 +118,7 @@ class Filters:
         """Whether a snapshot copies ``<database>.<collection>``."""
         if not self.config.snapshots_data or not self.collection_included(database, collection):
             return False
-        return self._snapshot is None or \
-            self._snapshot.fullmatch(f"{database}.{collection}") is not None
+        return self._snapshot is None or self._snapshot.fullmatch(f"{database}.{collection}") is not None
 
     def snapshot_filter(self, database: str, collection: str) -> dict[str, Any]:
         """The query a snapshot uses for ``<database>.<collection>`` (``{}``: every document)."""
@@ -128,8 +128,7 @@ class Filters:
     # -- server side ---------------------------------------------------------------------------
     def operation_types(self) -> list[str]:
         """Change stream operation types that produce events (minus ``skipped.operations``)."""
-        skipped = {op for code in self.config.skipped_operations
-                   for op in _OPERATIONS_BY_CODE.get(code, ())}
+        skipped = {op for code in self.config.skipped_operations for op in _OPERATIONS_BY_CODE.get(code, ())}
         return [op for op in DATA_OPERATION_TYPES if op not in skipped]
 
     def change_stream_match(self) -> dict[str, Any]:
@@ -138,17 +137,21 @@ class Filters:
         config = self.config
         literal = config.filters_match_mode == "literal"
         if config.database_include_list:
-            conditions.append({"ns.db": {"$in": list(config.database_include_list)}} if literal
-                              else {"ns.db": _regex(config.database_include_list)})
+            conditions.append(
+                {"ns.db": {"$in": list(config.database_include_list)}}
+                if literal
+                else {"ns.db": _regex(config.database_include_list)}
+            )
         elif config.database_exclude_list:
-            conditions.append({"ns.db": {"$nin": list(config.database_exclude_list)}} if literal
-                              else {"ns.db": {"$not": _regex(config.database_exclude_list)}})
+            conditions.append(
+                {"ns.db": {"$nin": list(config.database_exclude_list)}}
+                if literal
+                else {"ns.db": {"$not": _regex(config.database_exclude_list)}}
+            )
         if config.collection_include_list:
-            conditions.append(_namespace_condition(config.collection_include_list, literal,
-                                                   include=True))
+            conditions.append(_namespace_condition(config.collection_include_list, literal, include=True))
         elif config.collection_exclude_list:
-            conditions.append(_namespace_condition(config.collection_exclude_list, literal,
-                                                   include=False))
+            conditions.append(_namespace_condition(config.collection_exclude_list, literal, include=False))
         match = conditions[0] if len(conditions) == 1 else {"$and": conditions}
         return {"$match": match}
 
@@ -163,9 +166,9 @@ class Filters:
         config = self.config
         options: dict[str, Any] = {"batch_size": config.max_batch_size}
         if config.update_full:
-            options["full_document"] = ("updateLookup"
-                                        if config.capture_mode_full_update_type == "lookup"
-                                        else "whenAvailable")
+            options["full_document"] = (
+                "updateLookup" if config.capture_mode_full_update_type == "lookup" else "whenAvailable"
+            )
         if config.pre_image:
             options["full_document_before_change"] = "whenAvailable"
         if config.cursor_max_await_time_ms:
@@ -177,8 +180,7 @@ def _regex(patterns: tuple[str, ...]) -> Regex:
     return Regex(_anchored(patterns), "i")
 
 
-def _namespace_condition(patterns: tuple[str, ...], literal: bool, *,
-                         include: bool) -> dict[str, Any]:
+def _namespace_condition(patterns: tuple[str, ...], literal: bool, *, include: bool) -> dict[str, Any]:
     if literal:
         pairs = []
         for namespace in patterns:
@@ -187,6 +189,11 @@ def _namespace_condition(patterns: tuple[str, ...], literal: bool, *,
         if include:
             return pairs[0] if len(pairs) == 1 else {"$or": pairs}
         return {"$nor": pairs}
-    test = {"$regexMatch": {"input": {"$concat": ["$ns.db", ".", "$ns.coll"]},
-                            "regex": _anchored(patterns), "options": "i"}}
+    test = {
+        "$regexMatch": {
+            "input": {"$concat": ["$ns.db", ".", "$ns.coll"]},
+            "regex": _anchored(patterns),
+            "options": "i",
+        }
+    }
     return {"$expr": test if include else {"$eq": [test, False]}}

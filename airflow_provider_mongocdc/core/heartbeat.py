@@ -13,8 +13,13 @@ from __future__ import annotations
 import time
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.schema import (Framing, Record, compact, heartbeat_key_schema,
-                                                   heartbeat_value_schema)
+from airflow_provider_mongocdc.core.schema import (
+    Framing,
+    Record,
+    compact,
+    heartbeat_key_schema,
+    heartbeat_value_schema,
+)
 from airflow_provider_mongocdc.core.topics import TopicNamer
 
 
@@ -25,11 +30,11 @@ class Heartbeat:
         self.config = config
         self.interval_ms = config.heartbeat_interval_ms
         self.topic = (namer or TopicNamer(config)).heartbeat_topic
-        key_framing = Framing(heartbeat_key_schema() if config.key_converter_schemas_enable
-                              else None)
+        key_framing = Framing(heartbeat_key_schema() if config.key_converter_schemas_enable else None)
         self._key = key_framing.wrap(compact({"serverName": config.topic_prefix}).encode())
-        self._value_framing = Framing(heartbeat_value_schema()
-                                      if config.value_converter_schemas_enable else None)
+        self._value_framing = Framing(
+            heartbeat_value_schema() if config.value_converter_schemas_enable else None
+        )
         self._last_ms: int | None = None
 
     @property
@@ -41,8 +46,9 @@ class Heartbeat:
         if ts_ms is None:
             ts_ms = time.time_ns() // 1_000_000
         self._last_ms = ts_ms
-        return Record(self.topic, self._key,
-                      self._value_framing.wrap(b'{"ts_ms":' + str(int(ts_ms)).encode() + b"}"))
+        return Record(
+            self.topic, self._key, self._value_framing.wrap(b'{"ts_ms":' + str(int(ts_ms)).encode() + b"}")
+        )
 
     def due(self, now_ms: int) -> bool:
         """Whether a heartbeat should be sent at ``now_ms`` (never when disabled)."""

@@ -47,7 +47,7 @@ class JobSpec:
         return path
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> "JobSpec":
+    def read(cls, path: str | os.PathLike) -> JobSpec:
         try:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError:

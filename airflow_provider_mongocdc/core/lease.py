@@ -87,17 +87,31 @@ class Lease:
         return (now or _utcnow()) < self.expires_at
 
     def to_json(self) -> dict[str, Any]:
-        return {"owner": self.owner, "kind": self.kind, "acquired_at": _iso(self.acquired_at),
-                "expires_at": _iso(self.expires_at), "host": self.host, "format": 1}
+        return {
+            "owner": self.owner,
+            "kind": self.kind,
+            "acquired_at": _iso(self.acquired_at),
+            "expires_at": _iso(self.expires_at),
+            "host": self.host,
+            "format": 1,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Lease:
-        return cls(str(data["owner"]), str(data["kind"]), _parse_iso(data["acquired_at"]),
-                   _parse_iso(data["expires_at"]), data.get("host"))
+        return cls(
+            str(data["owner"]),
+            str(data["kind"]),
+            _parse_iso(data["acquired_at"]),
+            _parse_iso(data["expires_at"]),
+            data.get("host"),
+        )
 
     def describe(self) -> str:
-        return (f"{self.kind} {self.owner!r}" + (f" on {self.host}" if self.host else "")
-                + f", acquired {_iso(self.acquired_at)}, expires {_iso(self.expires_at)}")
+        return (
+            f"{self.kind} {self.owner!r}"
+            + (f" on {self.host}" if self.host else "")
+            + f", acquired {_iso(self.acquired_at)}, expires {_iso(self.expires_at)}"
+        )
 
 
 def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseHeldError:
@@ -105,10 +119,11 @@ def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseH
         f"The {kind} {owner!r} cannot start: connector {topic_prefix!r} is locked by the {lease.kind} "
         f"{lease.owner!r} until {_iso(lease.expires_at)}",
         cause=f"a snapshot and a window of the same connector never run at the same time; the lease "
-              f"is held by {lease.describe()}",
+        f"is held by {lease.describe()}",
         fix=f"run again after that {lease.kind} ends (Airflow: put both tasks in the pool "
-            f"mongocdc_{topic_prefix} so that they queue instead); if it was killed, its lease "
-            f"expires at {_iso(lease.expires_at)}")
+        f"mongocdc_{topic_prefix} so that they queue instead); if it was killed, its lease "
+        f"expires at {_iso(lease.expires_at)}",
+    )
 
 
 class ConnectorLease:
@@ -120,12 +135,20 @@ class ConnectorLease:
     :param connector: the Kafka Connect connector name of the offset keys (default: topic prefix).
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], topic_prefix: str, offsets_topic: str | None = None,
-                 *, connector: str | None = None, read_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        topic_prefix: str,
+        offsets_topic: str | None = None,
+        *,
+        connector: str | None = None,
+        read_timeout_s: float = 60.0,
+    ):
         self.kafka_config = dict(kafka_config)
         self.topic_prefix = topic_prefix
-        self.store = OffsetStore(self.kafka_config, offsets_topic or f"{topic_prefix}.offsets",
-                                 read_timeout_s=read_timeout_s)
+        self.store = OffsetStore(
+            self.kafka_config, offsets_topic or f"{topic_prefix}.offsets", read_timeout_s=read_timeout_s
+        )
         self.key = lease_key(topic_prefix, connector)
         self.transactional_id = f"mongocdc-{topic_prefix}-lease"
 
@@ -149,11 +172,15 @@ class ConnectorLease:
         try:
             return Lease.from_json(json.loads(value))
         except (ValueError, KeyError, TypeError) as error:
-            raise OffsetError(f"The lease of connector {self.topic_prefix!r} in {self.store.topic!r} is unreadable",
-                              cause=str(error),
-                              fix="release it (ConnectorLease(...).release(force=True)) and run again") from None
+            raise OffsetError(
+                f"The lease of connector {self.topic_prefix!r} in {self.store.topic!r} is unreadable",
+                cause=str(error),
+                fix="release it (ConnectorLease(...).release(force=True)) and run again",
+            ) from None
 
-    def check(self, owner: str | None = None, kind: str = WINDOW, *, now: datetime | None = None) -> Lease | None:
+    def check(
+        self, owner: str | None = None, kind: str = WINDOW, *, now: datetime | None = None
+    ) -> Lease | None:
         """The live lease, or None. Raises :class:`LeaseHeldError` when another owner than
         ``owner`` holds a live lease (``kind`` names what the caller wants to run)."""
         lease = self.current()
@@ -195,13 +222,15 @@ class ConnectorLease:
 
         Returns whether a lease was removed. A lease held by someone else is left as it is.
         """
+
         def write(writer: TransactionalWriter) -> bool:
             lease = self.current()
             if lease is None:
                 return False
             if not force and lease.owner != owner:
-                log.warning("Connector %s: lease not released, it is held by %s", self.topic_prefix,
-                            lease.describe())
+                log.warning(
+                    "Connector %s: lease not released, it is held by %s", self.topic_prefix, lease.describe()
+                )
                 return False
             writer.begin()
             writer.commit([Record(self.store.topic, self.key, None)])
@@ -222,8 +251,13 @@ class ConnectorLease:
             try:
                 self.release(owner)
             except Exception as error:  # a failed release must not hide the run's own outcome
-                log.warning("Connector %s: could not release the lease of %s (%s); it expires at %s",
-                            self.topic_prefix, owner, error, _iso(lease.expires_at))
+                log.warning(
+                    "Connector %s: could not release the lease of %s (%s); it expires at %s",
+                    self.topic_prefix,
+                    owner,
+                    error,
+                    _iso(lease.expires_at),
+                )
 
     def _exclusively(self, action):
         self.store.ensure_topic()
@@ -236,8 +270,10 @@ class ConnectorLease:
                 if "fenced" not in str(error) or attempt >= FENCED_ATTEMPTS:
                     raise
                 attempt += 1
-                log.info("Connector %s: another process changed the lease at the same time; "
-                         "reading it again", self.topic_prefix)
+                log.info(
+                    "Connector %s: another process changed the lease at the same time; reading it again",
+                    self.topic_prefix,
+                )
                 time.sleep(random.uniform(0.05, 0.5))  # contenders retry at different times
             finally:
                 writer.close()

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bson import json_util
-from bson.json_util import JSONOptions, JSONMode
+from bson.json_util import JSONMode, JSONOptions
 from bson.timestamp import Timestamp
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -82,12 +82,27 @@ _CONSUMER_ONLY = {
     "allow.auto.create.topics": False,
     "fetch.wait.max.ms": 50,  # end of partition is noticed sooner
 }
-_NOT_FOR_CONSUMERS = set(DEFAULT_PRODUCER_CONFIG) | set(REQUIRED_PRODUCER_CONFIG) | {
-    "transactional.id", "transaction.timeout.ms", "linger.ms", "queue.buffering.max.ms",
-    "batch.num.messages", "delivery.timeout.ms", "message.timeout.ms", "retries",
-    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "partitioner",
-    "request.required.acks", "compression.codec", "max.in.flight.requests.per.connection",
-    "max.in.flight"}
+_NOT_FOR_CONSUMERS = (
+    set(DEFAULT_PRODUCER_CONFIG)
+    | set(REQUIRED_PRODUCER_CONFIG)
+    | {
+        "transactional.id",
+        "transaction.timeout.ms",
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "batch.num.messages",
+        "delivery.timeout.ms",
+        "message.timeout.ms",
+        "retries",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes",
+        "partitioner",
+        "request.required.acks",
+        "compression.codec",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+    }
+)
 
 
 # -- time helpers -----------------------------------------------------------------------------------
@@ -127,9 +142,11 @@ class OffsetPartition:
         if not self.connector:
             object.__setattr__(self, "connector", self.server_id)
         if not self.server_id or not self.rs:
-            raise ConfigError("An offset partition needs a topic prefix (server_id) and a replica set name",
-                              cause=f"got server_id={self.server_id!r}, rs={self.rs!r}",
-                              fix="pass topic.prefix and the replica set (or 'cluster') name")
+            raise ConfigError(
+                "An offset partition needs a topic prefix (server_id) and a replica set name",
+                cause=f"got server_id={self.server_id!r}, rs={self.rs!r}",
+                fix="pass topic.prefix and the replica set (or 'cluster') name",
+            )
 
     @property
     def connector_name(self) -> str:
@@ -168,15 +185,21 @@ class Position:
 
     def __post_init__(self) -> None:
         if self.resume_token is None and self.cluster_time is None:
-            raise OffsetError("A position needs a resume token or a cluster time",
-                              fix="give --resume-token or --cluster-time")
+            raise OffsetError(
+                "A position needs a resume token or a cluster time",
+                fix="give --resume-token or --cluster-time",
+            )
         if self.resume_token is not None and not isinstance(self.resume_token, Mapping):
-            raise OffsetError(f"A resume token is a document, not {type(self.resume_token).__name__}",
-                              fix='pass the token as a document, e.g. {"_data": "8263..."}')
+            raise OffsetError(
+                f"A resume token is a document, not {type(self.resume_token).__name__}",
+                fix='pass the token as a document, e.g. {"_data": "8263..."}',
+            )
         if self.cluster_time is not None and not isinstance(self.cluster_time, Timestamp):
-            raise OffsetError("A cluster time is a BSON Timestamp",
-                              cause=f"got {self.cluster_time!r}",
-                              fix="pass bson.Timestamp(seconds, increment)")
+            raise OffsetError(
+                "A cluster time is a BSON Timestamp",
+                cause=f"got {self.cluster_time!r}",
+                fix="pass bson.Timestamp(seconds, increment)",
+            )
 
     @property
     def cluster_datetime(self) -> datetime | None:
@@ -203,8 +226,10 @@ class Position:
     def describe(self) -> str:
         parts = []
         if self.cluster_time is not None:
-            parts.append(f"cluster time {self.cluster_time.time}:{self.cluster_time.inc} "
-                         f"({_iso(self.cluster_datetime)})")
+            parts.append(
+                f"cluster time {self.cluster_time.time}:{self.cluster_time.inc} "
+                f"({_iso(self.cluster_datetime)})"
+            )
         if self.resume_token is not None:
             parts.append(f"resume token {_token_to_json(self.resume_token)}")
         return ", ".join(parts)
@@ -223,18 +248,24 @@ class SnapshotState:
 
     def __post_init__(self) -> None:
         if self.status not in SNAPSHOT_STATUSES:
-            raise OffsetError(f"Unknown snapshot status {self.status!r}",
-                              fix=f"use one of {', '.join(SNAPSHOT_STATUSES)}")
+            raise OffsetError(
+                f"Unknown snapshot status {self.status!r}", fix=f"use one of {', '.join(SNAPSHOT_STATUSES)}"
+            )
         if self.status != SNAPSHOT_NONE and not self.snapshot_id:
-            raise OffsetError(f"A snapshot {self.status.replace('_', ' ')} needs its id",
-                              fix="pass snapshot_id")
+            raise OffsetError(
+                f"A snapshot {self.status.replace('_', ' ')} needs its id", fix="pass snapshot_id"
+            )
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"status": self.status}
         if self.status != SNAPSHOT_NONE:
-            data.update(id=self.snapshot_id, start=self.start.to_json() if self.start else None,
-                        plan_size=self.plan_size, started_at=_iso(self.started_at),
-                        completed_at=_iso(self.completed_at))
+            data.update(
+                id=self.snapshot_id,
+                start=self.start.to_json() if self.start else None,
+                plan_size=self.plan_size,
+                started_at=_iso(self.started_at),
+                completed_at=_iso(self.completed_at),
+            )
         return data
 
     @classmethod
@@ -242,10 +273,14 @@ class SnapshotState:
         if not data:
             return cls()
         start = data.get("start")
-        return cls(status=data.get("status", SNAPSHOT_NONE), snapshot_id=data.get("id"),
-                   start=Position.from_json(start) if start else None,
-                   plan_size=data.get("plan_size"), started_at=_parse_iso(data.get("started_at")),
-                   completed_at=_parse_iso(data.get("completed_at")))
+        return cls(
+            status=data.get("status", SNAPSHOT_NONE),
+            snapshot_id=data.get("id"),
+            start=Position.from_json(start) if start else None,
+            plan_size=data.get("plan_size"),
+            started_at=_parse_iso(data.get("started_at")),
+            completed_at=_parse_iso(data.get("completed_at")),
+        )
 
 
 @dataclass(frozen=True)
@@ -272,23 +307,38 @@ class OffsetState:
     # -- transitions (pure: each returns a new state) --
     def after_window(self, position: Position | None, window_end: datetime, events: int) -> OffsetState:
         """The state after a committed window: its end position (unchanged when None)."""
-        return replace(self, position=position or self.position, last_window_end=window_end,
-                       events=self.events + events, windows=self.windows + 1)
+        return replace(
+            self,
+            position=position or self.position,
+            last_window_end=window_end,
+            events=self.events + events,
+            windows=self.windows + 1,
+        )
 
     def snapshot_started(self, snapshot_id: str, start: Position, plan_size: int) -> OffsetState:
         """A snapshot begins: its start position (recorded before copying) and its chunk count."""
-        return replace(self, snapshot=SnapshotState(SNAPSHOT_IN_PROGRESS, str(snapshot_id), start,
-                                                    int(plan_size), started_at=utcnow()))
+        return replace(
+            self,
+            snapshot=SnapshotState(
+                SNAPSHOT_IN_PROGRESS, str(snapshot_id), start, int(plan_size), started_at=utcnow()
+            ),
+        )
 
     def snapshot_completed(self, events: int = 0) -> OffsetState:
         """The running snapshot finished: streaming continues from its recorded start."""
         if self.snapshot.status != SNAPSHOT_IN_PROGRESS:
-            raise OffsetError("No snapshot is in progress for this partition",
-                              cause=f"the snapshot status is {self.snapshot.status!r}",
-                              fix="start a snapshot before completing one")
-        return replace(self, position=self.snapshot.start,
-                       snapshot=replace(self.snapshot, status=SNAPSHOT_COMPLETED, completed_at=utcnow()),
-                       events=self.events + events, snapshots=self.snapshots + 1)
+            raise OffsetError(
+                "No snapshot is in progress for this partition",
+                cause=f"the snapshot status is {self.snapshot.status!r}",
+                fix="start a snapshot before completing one",
+            )
+        return replace(
+            self,
+            position=self.snapshot.start,
+            snapshot=replace(self.snapshot, status=SNAPSHOT_COMPLETED, completed_at=utcnow()),
+            events=self.events + events,
+            snapshots=self.snapshots + 1,
+        )
 
     def with_position(self, position: Position) -> OffsetState:
         return replace(self, position=position)
@@ -310,10 +360,15 @@ class OffsetState:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OffsetState:
         counters = data.get("counters") or {}
-        return cls(position=Position.from_json(data), snapshot=SnapshotState.from_json(data.get("snapshot")),
-                   last_window_end=_parse_iso(data.get("last_window_end")),
-                   events=int(counters.get("events", 0)), windows=int(counters.get("windows", 0)),
-                   snapshots=int(counters.get("snapshots", 0)), updated_at=_parse_iso(data.get("updated_at")))
+        return cls(
+            position=Position.from_json(data),
+            snapshot=SnapshotState.from_json(data.get("snapshot")),
+            last_window_end=_parse_iso(data.get("last_window_end")),
+            events=int(counters.get("events", 0)),
+            windows=int(counters.get("windows", 0)),
+            snapshots=int(counters.get("snapshots", 0)),
+            updated_at=_parse_iso(data.get("updated_at")),
+        )
 
     def to_bytes(self) -> bytes:
         return _compact(self.to_json())
@@ -356,8 +411,10 @@ def _token_from_json(value: Any) -> dict[str, Any]:
         return {"_data": value}
     if isinstance(value, Mapping):
         return json_util.loads(json.dumps(value))
-    raise OffsetError(f"Unreadable resume token {value!r}",
-                      fix='a resume token is a document like {"_data": "8263..."} or its _data string')
+    raise OffsetError(
+        f"Unreadable resume token {value!r}",
+        fix='a resume token is a document like {"_data": "8263..."} or its _data string',
+    )
 
 
 def parse_key(key: bytes | None) -> tuple[OffsetPartition, tuple[str, str] | None] | None:
@@ -369,8 +426,9 @@ def parse_key(key: bytes | None) -> tuple[OffsetPartition, tuple[str, str] | Non
         data = json.loads(key)
     except ValueError:
         return None
-    if not (isinstance(data, list) and len(data) == 2 and isinstance(data[0], str)
-            and isinstance(data[1], dict)):
+    if not (
+        isinstance(data, list) and len(data) == 2 and isinstance(data[0], str) and isinstance(data[1], dict)
+    ):
         return None
     fields = data[1]
     server_id, rs = fields.get("server_id"), fields.get("rs")
@@ -406,14 +464,24 @@ class OffsetStore:
     times it out.
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], topic: str, *, read_timeout_s: float = 60.0,
-                 admin_transactional_id: str | None = None):
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        topic: str,
+        *,
+        read_timeout_s: float = 60.0,
+        admin_transactional_id: str | None = None,
+    ):
         if not topic:
-            raise ConfigError("No offsets topic given",
-                              fix="set offset.storage.topic, or topic.prefix for <topic.prefix>.offsets")
+            raise ConfigError(
+                "No offsets topic given",
+                fix="set offset.storage.topic, or topic.prefix for <topic.prefix>.offsets",
+            )
         if not kafka_config.get("bootstrap.servers"):
-            raise ConfigError("The Kafka configuration has no bootstrap.servers",
-                              fix='add "bootstrap.servers" to the Kafka connection\'s config')
+            raise ConfigError(
+                "The Kafka configuration has no bootstrap.servers",
+                fix='add "bootstrap.servers" to the Kafka connection\'s config',
+            )
         self.kafka_config = dict(kafka_config)
         self.topic = topic
         self.read_timeout_s = read_timeout_s
@@ -425,7 +493,9 @@ class OffsetStore:
         return cls(kafka_config, config.offsets_topic, **kwargs)
 
     def __repr__(self) -> str:
-        return f"OffsetStore(topic={self.topic!r}, bootstrap.servers={self.kafka_config['bootstrap.servers']!r})"
+        return (
+            f"OffsetStore(topic={self.topic!r}, bootstrap.servers={self.kafka_config['bootstrap.servers']!r})"
+        )
 
     # -- topic --
     def ensure_topic(self, replication_factor: int = -1) -> str:
@@ -433,8 +503,9 @@ class OffsetStore:
 
         Returns ``"created"`` or ``"exists"``.
         """
-        outcome = ensure_topics(self.kafka_config, [TopicSpec(self.topic, 1, replication_factor,
-                                                              OFFSETS_TOPIC_CONFIG)])[self.topic]
+        outcome = ensure_topics(
+            self.kafka_config, [TopicSpec(self.topic, 1, replication_factor, OFFSETS_TOPIC_CONFIG)]
+        )[self.topic]
         if outcome == "exists":
             self.check_topic()
         return outcome
@@ -442,19 +513,21 @@ class OffsetStore:
     def check_topic(self) -> None:
         described = describe_topic(self.kafka_config, self.topic)
         if described is None:
-            raise OffsetError(f"The offsets topic {self.topic!r} does not exist",
-                              fix="run the connector once (it creates the topic) or create it with "
-                                  "cleanup.policy=compact")
+            raise OffsetError(
+                f"The offsets topic {self.topic!r} does not exist",
+                fix="run the connector once (it creates the topic) or create it with cleanup.policy=compact",
+            )
         _partitions, configs = described
         policy = configs.get("cleanup.policy", "")
         if policy.replace(" ", "") != "compact":
             raise OffsetError(
                 f"The offsets topic {self.topic!r} is not compacted (cleanup.policy={policy})",
                 cause="with time or size based deletion Kafka would delete the offsets of a quiet "
-                      "connector, and the next run would start over",
+                "connector, and the next run would start over",
                 fix=f"set cleanup.policy=compact on {self.topic!r} (kafka-configs --alter "
-                    "--entity-type topics --add-config cleanup.policy=compact), or choose another "
-                    "offset.storage.topic")
+                "--entity-type topics --add-config cleanup.policy=compact), or choose another "
+                "offset.storage.topic",
+            )
 
     # -- reading --
     def read_everything(self) -> OffsetTopicContents:
@@ -480,16 +553,21 @@ class OffsetStore:
                     markers.pop(chunk_id, None)
                 else:
                     data = json.loads(value)
-                    markers[chunk_id] = ChunkMarker(snapshot_id, chunk_id, data.get("stats") or {},
-                                                    _parse_iso(data.get("finished_at")))
+                    markers[chunk_id] = ChunkMarker(
+                        snapshot_id, chunk_id, data.get("stats") or {}, _parse_iso(data.get("finished_at"))
+                    )
             except (ValueError, TypeError, KeyError, OffsetError) as error:
                 raise OffsetError(
                     f"The offsets topic {self.topic!r} holds an unreadable value for {partition.describe()}",
                     cause=str(error),
-                    fix="reset this partition's offset (mongocdc offsets reset) and re-snapshot") from None
+                    fix="reset this partition's offset (mongocdc offsets reset) and re-snapshot",
+                ) from None
         if folded.skipped:
-            log.warning("Offsets topic %s: ignored %d records whose keys are not offset keys",
-                        self.topic, folded.skipped)
+            log.warning(
+                "Offsets topic %s: ignored %d records whose keys are not offset keys",
+                self.topic,
+                folded.skipped,
+            )
         return folded
 
     def read_all(self) -> dict[OffsetPartition, OffsetState]:
@@ -508,8 +586,11 @@ class OffsetStore:
         return set(self.chunk_markers(partition, snapshot_id))
 
     def _consumer_config(self) -> dict[str, Any]:
-        config = {key: value for key, value in self.kafka_config.items()
-                  if key not in _NOT_FOR_CONSUMERS and not callable(value)}
+        config = {
+            key: value
+            for key, value in self.kafka_config.items()
+            if key not in _NOT_FOR_CONSUMERS and not callable(value)
+        }
         config.update(_CONSUMER_ONLY)
         # Never joins or commits to this group: it only satisfies the client.
         config["group.id"] = f"mongocdc-offsets-reader-{uuid.uuid4().hex}"
@@ -526,8 +607,10 @@ class OffsetStore:
             except KafkaException as error:
                 raise self._unreadable(error) from None
             info = metadata.topics.get(self.topic)
-            if info is None or (info.error is not None and info.error.code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)):
+            if info is None or (
+                info.error is not None
+                and info.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+            ):
                 return []  # no topic yet: no offsets yet
             if info.error is not None:
                 # Never mistake an unreadable topic for an empty one: that would start over.
@@ -537,7 +620,9 @@ class OffsetStore:
                 try:
                     _low, high = consumer.get_watermark_offsets(
                         TopicPartition(self.topic, partition_id),
-                        timeout=max(1.0, deadline - time.monotonic()), cached=False)
+                        timeout=max(1.0, deadline - time.monotonic()),
+                        cached=False,
+                    )
                 except KafkaException as error:
                     raise self._unreadable(error) from None
                 if high > 0:
@@ -553,7 +638,8 @@ class OffsetStore:
                         f"Could not read the offsets topic {self.topic!r} to its end within "
                         f"{self.read_timeout_s:g} s",
                         cause=f"partitions {sorted(pending)} still had records to read",
-                        fix="check that the Kafka brokers are reachable and healthy, then retry")
+                        fix="check that the Kafka brokers are reachable and healthy, then retry",
+                    )
                 message = consumer.poll(0.5)
                 if message is None:
                     continue
@@ -564,8 +650,10 @@ class OffsetStore:
                         if message.offset() >= ends.get(pid, 0):
                             pending.discard(pid)
                         continue
-                    if message.error().fatal() or code in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                                                           KafkaError.GROUP_AUTHORIZATION_FAILED):
+                    if message.error().fatal() or code in (
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError.GROUP_AUTHORIZATION_FAILED,
+                    ):
                         raise self._unreadable(KafkaException(message.error()))
                     log.warning("Offsets topic %s: %s", self.topic, message.error().str())
                     continue
@@ -585,25 +673,32 @@ class OffsetStore:
             f"Could not read the offsets topic {self.topic!r} from {self.kafka_config.get('bootstrap.servers')!r}",
             cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
             fix="check bootstrap.servers and the security settings of the Kafka connection, and grant "
-                "the Kafka principal READ and DESCRIBE on the offsets topic")
+            "the Kafka principal READ and DESCRIBE on the offsets topic",
+        )
 
-    def show(self, server_id: str | None = None, rs: str | None = None,
-             connector: str | None = None) -> dict[str, Any]:
+    def show(
+        self, server_id: str | None = None, rs: str | None = None, connector: str | None = None
+    ) -> dict[str, Any]:
         """The committed offsets (all, or one connector / partition), JSON-serialisable."""
         everything = self.read_everything()
         entries = []
-        for partition, state in sorted(everything.states.items(),
-                                       key=lambda item: (item[0].connector, item[0].server_id, item[0].rs)):
+        for partition, state in sorted(
+            everything.states.items(), key=lambda item: (item[0].connector, item[0].server_id, item[0].rs)
+        ):
             if server_id is not None and partition.server_id != server_id:
                 continue
             if connector is not None and partition.connector != connector:
                 continue
             if rs is not None and partition.rs != rs:
                 continue
-            chunks = {snapshot_id: sorted(markers) for (owner, snapshot_id), markers in everything.chunks.items()
-                      if owner == partition and markers}
-            entries.append({"partition": partition.to_dict(), "offset": state.to_dict(),
-                            "finished_chunks": chunks})
+            chunks = {
+                snapshot_id: sorted(markers)
+                for (owner, snapshot_id), markers in everything.chunks.items()
+                if owner == partition and markers
+            }
+            entries.append(
+                {"partition": partition.to_dict(), "offset": state.to_dict(), "finished_chunks": chunks}
+            )
         return {"topic": self.topic, "partitions": entries}
 
     # -- records for the data path --
@@ -613,19 +708,31 @@ class OffsetStore:
         stamped = replace(state, updated_at=utcnow())
         return Record(self.topic, partition.key(), stamped.to_bytes())
 
-    def chunk_record(self, partition: OffsetPartition, snapshot_id: str, chunk_id: str,
-                     stats: Mapping[str, Any] | None = None) -> Record:
+    def chunk_record(
+        self,
+        partition: OffsetPartition,
+        snapshot_id: str,
+        chunk_id: str,
+        stats: Mapping[str, Any] | None = None,
+    ) -> Record:
         """The marker of a finished chunk; send it in the transaction holding the chunk's events."""
-        value = {"snapshot": str(snapshot_id), "chunk": str(chunk_id),
-                 "stats": json.loads(json_util.dumps(dict(stats or {}))),
-                 "finished_at": _iso(utcnow()), "format": FORMAT_VERSION}
+        value = {
+            "snapshot": str(snapshot_id),
+            "chunk": str(chunk_id),
+            "stats": json.loads(json_util.dumps(dict(stats or {}))),
+            "finished_at": _iso(utcnow()),
+            "format": FORMAT_VERSION,
+        }
         return Record(self.topic, partition.chunk_key(snapshot_id, chunk_id), _compact(value))
 
-    def chunk_tombstones(self, partition: OffsetPartition, snapshot_id: str,
-                         chunk_ids: Iterable[str]) -> list[Record]:
+    def chunk_tombstones(
+        self, partition: OffsetPartition, snapshot_id: str, chunk_ids: Iterable[str]
+    ) -> list[Record]:
         """Tombstones removing a snapshot's chunk markers (e.g. with the completion record)."""
-        return [Record(self.topic, partition.chunk_key(snapshot_id, chunk_id), None)
-                for chunk_id in sorted(set(map(str, chunk_ids)))]
+        return [
+            Record(self.topic, partition.chunk_key(snapshot_id, chunk_id), None)
+            for chunk_id in sorted(set(map(str, chunk_ids)))
+        ]
 
     def tombstone(self, partition: OffsetPartition) -> Record:
         return Record(self.topic, partition.key(), None)
@@ -652,8 +759,9 @@ class OffsetStore:
         self._commit(records)
         return before
 
-    def set_position(self, partition: OffsetPartition,
-                     position: Position | Timestamp | Mapping[str, Any]) -> tuple[OffsetState | None, OffsetState]:
+    def set_position(
+        self, partition: OffsetPartition, position: Position | Timestamp | Mapping[str, Any]
+    ) -> tuple[OffsetState | None, OffsetState]:
         """Move the partition to ``position`` (a Position, a resume token or a cluster time);
         returns ``(before, after)``. Counters and snapshot state are kept."""
         if isinstance(position, Timestamp):
@@ -692,5 +800,10 @@ def is_lease_key(key: bytes | None) -> bool:
         data = json.loads(key)
     except ValueError:
         return False
-    return (isinstance(data, list) and len(data) == 2 and isinstance(data[1], dict)
-            and data[1].get("lease") == LEASE_NAME and "rs" not in data[1])
+    return (
+        isinstance(data, list)
+        and len(data) == 2
+        and isinstance(data[1], dict)
+        and data[1].get("lease") == LEASE_NAME
+        and "rs" not in data[1]
+    )

@@ -91,7 +91,12 @@ log = logging.getLogger(__name__)
 
 # Partition statuses.
 OK, GAP, NO_OFFSET, NO_POSITION, SNAPSHOT_RUNNING = (
-    "ok", "gap", "no_offset", "no_position", "snapshot_in_progress")
+    "ok",
+    "gap",
+    "no_offset",
+    "no_position",
+    "snapshot_in_progress",
+)
 # Outcomes of the stream check.
 RESUMABLE, HISTORY_LOST = "resumable", "history_lost"
 
@@ -182,16 +187,26 @@ class OplogSpan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "replica_set": self.replica_set,
-            "oldest": _ts_json(self.oldest), "oldest_time": _iso(timestamp_datetime(self.oldest)),
-            "newest": _ts_json(self.newest), "newest_time": _iso(timestamp_datetime(self.newest)),
-            "window_seconds": self.window_seconds, "size_bytes": self.size_bytes,
-            "max_size_bytes": self.max_size_bytes, "count": self.count, "max_count": self.max_count,
-            "fill": None if self.fill is None else round(self.fill, 6), "error": self.error,
+            "oldest": _ts_json(self.oldest),
+            "oldest_time": _iso(timestamp_datetime(self.oldest)),
+            "newest": _ts_json(self.newest),
+            "newest_time": _iso(timestamp_datetime(self.newest)),
+            "window_seconds": self.window_seconds,
+            "size_bytes": self.size_bytes,
+            "max_size_bytes": self.max_size_bytes,
+            "count": self.count,
+            "max_count": self.max_count,
+            "fill": None if self.fill is None else round(self.fill, 6),
+            "error": self.error,
         }
 
 
-def span_from_documents(replica_set: str, first: Mapping[str, Any] | None, last: Mapping[str, Any] | None,
-                        stats: Mapping[str, Any] | None) -> OplogSpan:
+def span_from_documents(
+    replica_set: str,
+    first: Mapping[str, Any] | None,
+    last: Mapping[str, Any] | None,
+    stats: Mapping[str, Any] | None,
+) -> OplogSpan:
     """An :class:`OplogSpan` from the first and last ``local.oplog.rs`` entries and its collStats."""
     stats = stats or {}
 
@@ -199,12 +214,16 @@ def span_from_documents(replica_set: str, first: Mapping[str, Any] | None, last:
         value = stats.get(name)
         return int(value) if value is not None else None
 
-    return OplogSpan(replica_set,
-                     oldest=first.get("ts") if first else None,
-                     newest=last.get("ts") if last else None,
-                     size_bytes=number("size"), max_size_bytes=number("maxSize"),
-                     count=number("count"), max_count=number("max") or None,
-                     error=None if first else "the oplog is empty")
+    return OplogSpan(
+        replica_set,
+        oldest=first.get("ts") if first else None,
+        newest=last.get("ts") if last else None,
+        size_bytes=number("size"),
+        max_size_bytes=number("maxSize"),
+        count=number("count"),
+        max_count=number("max") or None,
+        error=None if first else "the oplog is empty",
+    )
 
 
 _OPLOG_PROJECTION = {"ts": 1, "_id": 0}
@@ -265,32 +284,41 @@ class Layout:
         return next((shard for shard in self.shards if shard.replica_set == replica_set), None)
 
 
-def layout_from_hello(hello: Mapping[str, Any], shards: Iterable[Mapping[str, Any]] = (),
-                      where: str = "the configured MongoDB") -> Layout:
+def layout_from_hello(
+    hello: Mapping[str, Any], shards: Iterable[Mapping[str, Any]] = (), where: str = "the configured MongoDB"
+) -> Layout:
     """The layout from a ``hello`` answer (and ``listShards``/``config.shards`` documents)."""
     if hello.get("msg") == "isdbgrid" or (hello.get("setName") and hello.get("configsvr")):
         addresses = tuple(ShardAddress(str(doc["_id"]), str(doc["host"])) for doc in shards)
         if not addresses:
-            raise TopologyError(f"The sharded cluster behind {where} has no shards",
-                                fix="add a shard (sh.addShard) before capturing")
-        return Layout(SHARDED, shards=addresses,
-                      via="mongos" if hello.get("msg") == "isdbgrid" else "config_server")
+            raise TopologyError(
+                f"The sharded cluster behind {where} has no shards",
+                fix="add a shard (sh.addShard) before capturing",
+            )
+        return Layout(
+            SHARDED, shards=addresses, via="mongos" if hello.get("msg") == "isdbgrid" else "config_server"
+        )
     if hello.get("setName"):
         return Layout(REPLICA_SET, replica_set=str(hello["setName"]))
-    raise TopologyError(f"{where} is a standalone MongoDB server, which has no oplog",
-                        cause="a standalone server has no oplog, so there is no resume point to check",
-                        fix="capture a replica set or a sharded cluster")
+    raise TopologyError(
+        f"{where} is a standalone MongoDB server, which has no oplog",
+        cause="a standalone server has no oplog, so there is no resume point to check",
+        fix="capture a replica set or a sharded cluster",
+    )
 
 
 def _layout_refused(error: OperationFailure, where: str) -> MongoCdcError:
     if error.code == AUTHENTICATION_FAILED:
-        return AuthenticationError(f"MongoDB at {where} refused the credentials",
-                                   cause=_error_text(error),
-                                   fix="check the user name and password of the MongoDB connection")
-    return TopologyError(f"MongoDB at {where} refused to describe the deployment",
-                         cause=f"error {error.code}: {_error_text(error)}",
-                         fix="grant the connector's user the clusterMonitor role (listShards, "
-                             "reading local.oplog.rs)")
+        return AuthenticationError(
+            f"MongoDB at {where} refused the credentials",
+            cause=_error_text(error),
+            fix="check the user name and password of the MongoDB connection",
+        )
+    return TopologyError(
+        f"MongoDB at {where} refused to describe the deployment",
+        cause=f"error {error.code}: {_error_text(error)}",
+        fix="grant the connector's user the clusterMonitor role (listShards, reading local.oplog.rs)",
+    )
 
 
 def read_layout(client: MongoClient, where: str) -> Layout:
@@ -341,26 +369,36 @@ class Probe:
 
     @property
     def checks_stream(self) -> bool:
-        return (self.state is not None and self.state.position is not None
-                and self.state.snapshot.status != SNAPSHOT_IN_PROGRESS)
+        return (
+            self.state is not None
+            and self.state.position is not None
+            and self.state.snapshot.status != SNAPSHOT_IN_PROGRESS
+        )
 
 
-def connector_states(states: Mapping[OffsetPartition, OffsetState], config: ConnectorConfig,
-                     connector: str | None = None) -> dict[OffsetPartition, OffsetState]:
+def connector_states(
+    states: Mapping[OffsetPartition, OffsetState], config: ConnectorConfig, connector: str | None = None
+) -> dict[OffsetPartition, OffsetState]:
     """The stored states of the connector ``config.topic_prefix`` (Kafka Connect connector name
     ``connector``, default the topic prefix), from everything in an offsets topic."""
     name = connector or config.topic_prefix
-    return {partition: state for partition, state in states.items()
-            if partition.server_id == config.topic_prefix and partition.connector_name == name}
+    return {
+        partition: state
+        for partition, state in states.items()
+        if partition.server_id == config.topic_prefix and partition.connector_name == name
+    }
 
 
-def plan_probes(layout: Layout, config: ConnectorConfig,
-                states: Mapping[OffsetPartition, OffsetState], connector: str | None = None) -> list[Probe]:
+def plan_probes(
+    layout: Layout,
+    config: ConnectorConfig,
+    states: Mapping[OffsetPartition, OffsetState],
+    connector: str | None = None,
+) -> list[Probe]:
     """One probe per partition the connector has (from the layout) or has stored."""
     mine = connector_states(states, config, connector)
     by_name = {partition.rs: (partition, state) for partition, state in mine.items()}
-    names = list(dict.fromkeys([*layout.partition_names(config.mongodb_connection_mode),
-                                *sorted(by_name)]))
+    names = list(dict.fromkeys([*layout.partition_names(config.mongodb_connection_mode), *sorted(by_name)]))
     probes = []
     for name in names:
         partition, state = by_name.get(name, (OffsetPartition(config.topic_prefix, name, connector), None))
@@ -452,16 +490,20 @@ def _duration(seconds: int | None) -> str:
     return f"{sign}{secs}s"
 
 
-def assess(probe: Probe, spans: Iterable[OplogSpan], stream: str | None = None,
-           stream_error: str | None = None) -> PartitionCheck:
+def assess(
+    probe: Probe, spans: Iterable[OplogSpan], stream: str | None = None, stream_error: str | None = None
+) -> PartitionCheck:
     """The verdict for one partition from the evidence gathered for it."""
     spans = tuple(spans)
     state = probe.state
     partition = probe.partition
     if state is None:
-        return PartitionCheck(partition, NO_OFFSET, spans=spans,
-                              note="no offset is stored: nothing can be lost; the first run snapshots "
-                                   "per snapshot.mode")
+        return PartitionCheck(
+            partition,
+            NO_OFFSET,
+            spans=spans,
+            note="no offset is stored: nothing can be lost; the first run snapshots per snapshot.mode",
+        )
     position = probe.position
     ts = _cluster_time(position)
     readable = [span for span in spans if span.readable]
@@ -471,28 +513,56 @@ def assess(probe: Probe, spans: Iterable[OplogSpan], stream: str | None = None,
     if state.snapshot.status == SNAPSHOT_IN_PROGRESS:
         note = f"snapshot {state.snapshot.snapshot_id} is in progress"
         if purged_spans:
-            note += ("; its recorded start position is no longer in the oplog, so streaming cannot "
-                     "continue from it: run a new snapshot when it ends")
-        return PartitionCheck(partition, SNAPSHOT_RUNNING, position, spans, None, None,
-                              max(0, lost) if lost is not None else None,
-                              headroom, state.snapshot.snapshot_id, note)
+            note += (
+                "; its recorded start position is no longer in the oplog, so streaming cannot "
+                "continue from it: run a new snapshot when it ends"
+            )
+        return PartitionCheck(
+            partition,
+            SNAPSHOT_RUNNING,
+            position,
+            spans,
+            None,
+            None,
+            max(0, lost) if lost is not None else None,
+            headroom,
+            state.snapshot.snapshot_id,
+            note,
+        )
     if position is None:
-        return PartitionCheck(partition, NO_POSITION, None, spans,
-                              note="the offset holds no stream position yet")
+        return PartitionCheck(
+            partition, NO_POSITION, None, spans, note="the offset holds no stream position yet"
+        )
     gap = stream == HISTORY_LOST or bool(purged_spans)
     if gap:
         evidence = []
         if stream == HISTORY_LOST:
             evidence.append(f"MongoDB refused to resume the change stream ({stream_error})")
         for span in purged_spans:
-            evidence.append(f"the oldest entry in the oplog of {span.replica_set} is "
-                            f"{_iso(timestamp_datetime(span.oldest))}, after the stored position")
-        lost_text = (f"{_duration(lost)} of history lost" if lost is not None
-                     else "the lost time is unknown (the oplog is not readable)")
-        note = f"stored position {position.describe()} is no longer in the oplog: " \
-               f"{lost_text}; " + "; ".join(evidence)
-        return PartitionCheck(partition, GAP, position, spans, stream, stream_error,
-                              max(0, lost) if lost is not None else None, None, None, note)
+            evidence.append(
+                f"the oldest entry in the oplog of {span.replica_set} is "
+                f"{_iso(timestamp_datetime(span.oldest))}, after the stored position"
+            )
+        lost_text = (
+            f"{_duration(lost)} of history lost"
+            if lost is not None
+            else "the lost time is unknown (the oplog is not readable)"
+        )
+        note = f"stored position {position.describe()} is no longer in the oplog: {lost_text}; " + "; ".join(
+            evidence
+        )
+        return PartitionCheck(
+            partition,
+            GAP,
+            position,
+            spans,
+            stream,
+            stream_error,
+            max(0, lost) if lost is not None else None,
+            None,
+            None,
+            note,
+        )
     if readable:
         note = f"resumable; purged in about {_duration(headroom)} at the current oplog rate"
     else:
@@ -522,15 +592,22 @@ class GapReport:
     @property
     def headroom_seconds(self) -> int | None:
         """The smallest headroom of the partitions whose positions are still in the oplog."""
-        values = [check.headroom_seconds for check in self.checks
-                  if check.status in (OK, SNAPSHOT_RUNNING) and check.headroom_seconds is not None]
+        values = [
+            check.headroom_seconds
+            for check in self.checks
+            if check.status in (OK, SNAPSHOT_RUNNING) and check.headroom_seconds is not None
+        ]
         return min(values) if values else None
 
     def low_headroom(self, threshold_seconds: float) -> list[PartitionCheck]:
         """Partitions still resumable whose position would be purged within ``threshold_seconds``."""
-        return [check for check in self.checks
-                if check.status in (OK, SNAPSHOT_RUNNING) and check.headroom_seconds is not None
-                and check.headroom_seconds < threshold_seconds]
+        return [
+            check
+            for check in self.checks
+            if check.status in (OK, SNAPSHOT_RUNNING)
+            and check.headroom_seconds is not None
+            and check.headroom_seconds < threshold_seconds
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (for XCom and a DAG run's conf)."""
@@ -540,8 +617,9 @@ class GapReport:
             "detected_at": _iso(self.detected_at),
             "gap": self.gap,
             "gap_partitions": [check.partition.rs for check in self.gaps],
-            "lost_seconds": max((check.lost_seconds for check in self.gaps
-                                 if check.lost_seconds is not None), default=None),
+            "lost_seconds": max(
+                (check.lost_seconds for check in self.gaps if check.lost_seconds is not None), default=None
+            ),
             "headroom_seconds": self.headroom_seconds,
             "partitions": [check.to_dict() for check in self.checks],
             "notes": list(self.notes),
@@ -558,14 +636,16 @@ def _stream_refused(error: OperationFailure, where: str) -> MongoCdcError:
         f"MongoDB at {where} refused to open the connector's change stream at the stored position",
         cause=f"error {error.code}: {_error_text(error)}",
         fix="grant the connector's user the changeStream and find privileges on the captured "
-            "databases (read role), and check the capture.scope/capture.target properties")
+        "databases (read role), and check the capture.scope/capture.target properties",
+    )
 
 
 def _unreachable(error: PyMongoError, where: str) -> ConnectionFailedError:
     return ConnectionFailedError(
         f"Lost the connection to MongoDB at {where} while checking the stored resume point",
         cause=_error_text(error),
-        fix="this is not a gap: check that the servers are reachable; the check runs again")
+        fix="this is not a gap: check that the servers are reachable; the check runs again",
+    )
 
 
 class GapChecker:
@@ -577,9 +657,15 @@ class GapChecker:
     :param policy: retries of the first contact (default: the connector's ``connect.*``).
     """
 
-    def __init__(self, config: ConnectorConfig, details: MongoConnectionDetails, *,
-                 policy: BackoffPolicy | None = None, connector: str | None = None,
-                 shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS):
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        details: MongoConnectionDetails,
+        *,
+        policy: BackoffPolicy | None = None,
+        connector: str | None = None,
+        shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS,
+    ):
         self.config = config
         self.details = details
         self.policy = policy or BackoffPolicy.from_config(config)
@@ -588,11 +674,15 @@ class GapChecker:
 
     def _shard_details(self, shard: ShardAddress) -> MongoConnectionDetails:
         details = self.details.for_replica_set(shard.replica_set, shard.hosts)
-        return replace(details, server_selection_timeout_ms=self.shard_timeout_ms,
-                       connect_timeout_ms=min(details.connect_timeout_ms, self.shard_timeout_ms))
+        return replace(
+            details,
+            server_selection_timeout_ms=self.shard_timeout_ms,
+            connect_timeout_ms=min(details.connect_timeout_ms, self.shard_timeout_ms),
+        )
 
-    def check(self, states: Mapping[OffsetPartition, OffsetState], *,
-              offsets_topic: str | None = None) -> GapReport:
+    def check(
+        self, states: Mapping[OffsetPartition, OffsetState], *, offsets_topic: str | None = None
+    ) -> GapReport:
         """Check every partition of the connector in ``states`` (all of an offsets topic is fine)."""
         where = self.details.describe()
         notes: list[str] = []
@@ -612,26 +702,41 @@ class GapChecker:
                             raise TopologyError(
                                 f"The offsets name replica set {probe.partition.rs!r}, which is not a "
                                 f"shard of the cluster behind {where}",
-                                fix="reset that partition's offset if the shard was removed")
-                        client = main if probe.stream_via is None else self._shard(layout, probe.stream_via,
-                                                                                  clients, required=True)
+                                fix="reset that partition's offset if the shard was removed",
+                            )
+                        client = (
+                            main
+                            if probe.stream_via is None
+                            else self._shard(layout, probe.stream_via, clients, required=True)
+                        )
                         stream, error_text = self._stream(client, probe.position, where)
-                    checks.append(assess(probe, [spans[name] for name in probe.oplogs if name in spans],
-                                         stream, error_text))
+                    checks.append(
+                        assess(
+                            probe, [spans[name] for name in probe.oplogs if name in spans], stream, error_text
+                        )
+                    )
             except ConnectionFailure as error:
                 raise _unreachable(error, where) from None
         finally:
             for client in clients.values():
                 client.close()
-        return GapReport(self.connector or self.config.topic_prefix, tuple(checks),
-                         offsets_topic=offsets_topic or self.config.offsets_topic, notes=tuple(notes))
+        return GapReport(
+            self.connector or self.config.topic_prefix,
+            tuple(checks),
+            offsets_topic=offsets_topic or self.config.offsets_topic,
+            notes=tuple(notes),
+        )
 
-    def _shard(self, layout: Layout, name: str, clients: dict[str, MongoClient], *,
-               required: bool) -> MongoClient | None:
+    def _shard(
+        self, layout: Layout, name: str, clients: dict[str, MongoClient], *, required: bool
+    ) -> MongoClient | None:
         if name not in clients:
             shard = layout.shard(name)
-            policy = self.policy if required else BackoffPolicy(self.policy.initial_delay_ms,
-                                                                self.policy.max_delay_ms, 0)
+            policy = (
+                self.policy
+                if required
+                else BackoffPolicy(self.policy.initial_delay_ms, self.policy.max_delay_ms, 0)
+            )
             try:
                 clients[name] = connect(self._shard_details(shard), policy)
             except ConnectionFailedError:
@@ -640,10 +745,17 @@ class GapChecker:
                 return None
         return clients[name]
 
-    def _spans(self, layout: Layout, probes: list[Probe], main: MongoClient,
-               clients: dict[str, MongoClient], notes: list[str]) -> dict[str | None, OplogSpan]:
-        needed = list(dict.fromkeys(name for probe in probes if probe.state is not None
-                                    for name in probe.oplogs))
+    def _spans(
+        self,
+        layout: Layout,
+        probes: list[Probe],
+        main: MongoClient,
+        clients: dict[str, MongoClient],
+        notes: list[str],
+    ) -> dict[str | None, OplogSpan]:
+        needed = list(
+            dict.fromkeys(name for probe in probes if probe.state is not None for name in probe.oplogs)
+        )
         spans: dict[str | None, OplogSpan] = {}
         for name in needed:
             if name is None:
@@ -651,8 +763,7 @@ class GapChecker:
                 continue
             client = self._shard(layout, name, clients, required=False)
             if client is None:
-                notes.append(f"shard {name} is not reachable from here: for it only the stream "
-                             "check applies")
+                notes.append(f"shard {name} is not reachable from here: for it only the stream check applies")
                 spans[name] = OplogSpan(name, error="the shard is not reachable")
                 continue
             try:
@@ -667,7 +778,9 @@ class GapChecker:
 
     def _stream(self, client: MongoClient, position: Position, where: str) -> tuple[str, str | None]:
         try:
-            with open_stream(client, self.config, position, max_await_time_ms=STREAM_PROBE_AWAIT_MS) as stream:
+            with open_stream(
+                client, self.config, position, max_await_time_ms=STREAM_PROBE_AWAIT_MS
+            ) as stream:
                 stream.try_next()
         except OperationFailure as error:
             if is_history_lost(error):
@@ -683,8 +796,14 @@ class AsyncGapChecker:
     poll is the retry.
     """
 
-    def __init__(self, config: ConnectorConfig, details: MongoConnectionDetails, *,
-                 connector: str | None = None, shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS):
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        details: MongoConnectionDetails,
+        *,
+        connector: str | None = None,
+        shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS,
+    ):
         self.config = config
         self.details = details
         self.connector = connector
@@ -697,8 +816,9 @@ class AsyncGapChecker:
         host, kwargs = details.client_arguments()
         return AsyncMongoClient(host, **kwargs)
 
-    async def check(self, states: Mapping[OffsetPartition, OffsetState], *,
-                    offsets_topic: str | None = None) -> GapReport:
+    async def check(
+        self, states: Mapping[OffsetPartition, OffsetState], *, offsets_topic: str | None = None
+    ) -> GapReport:
         where = self.details.describe()
         notes: list[str] = []
         clients: dict[str, Any] = {}
@@ -717,33 +837,49 @@ class AsyncGapChecker:
                             raise TopologyError(
                                 f"The offsets name replica set {probe.partition.rs!r}, which is not a "
                                 f"shard of the cluster behind {where}",
-                                fix="reset that partition's offset if the shard was removed")
-                        client = main if probe.stream_via is None else self._shard(layout, probe.stream_via,
-                                                                                  clients)
+                                fix="reset that partition's offset if the shard was removed",
+                            )
+                        client = (
+                            main
+                            if probe.stream_via is None
+                            else self._shard(layout, probe.stream_via, clients)
+                        )
                         stream, error_text = await self._stream(client, probe.position, where)
-                    checks.append(assess(probe, [spans[name] for name in probe.oplogs if name in spans],
-                                         stream, error_text))
+                    checks.append(
+                        assess(
+                            probe, [spans[name] for name in probe.oplogs if name in spans], stream, error_text
+                        )
+                    )
             except ConnectionFailure as error:
                 raise _unreachable(error, where) from None
         finally:
             for client in clients.values():
                 await client.close()
-        return GapReport(self.connector or self.config.topic_prefix, tuple(checks),
-                         offsets_topic=offsets_topic or self.config.offsets_topic, notes=tuple(notes))
+        return GapReport(
+            self.connector or self.config.topic_prefix,
+            tuple(checks),
+            offsets_topic=offsets_topic or self.config.offsets_topic,
+            notes=tuple(notes),
+        )
 
     def _shard(self, layout: Layout, name: str, clients: dict[str, Any]):
         if name not in clients:
             shard = layout.shard(name)
             details = self.details.for_replica_set(shard.replica_set, shard.hosts)
-            details = replace(details, server_selection_timeout_ms=self.shard_timeout_ms,
-                              connect_timeout_ms=min(details.connect_timeout_ms, self.shard_timeout_ms))
+            details = replace(
+                details,
+                server_selection_timeout_ms=self.shard_timeout_ms,
+                connect_timeout_ms=min(details.connect_timeout_ms, self.shard_timeout_ms),
+            )
             clients[name] = self._client(details)
         return clients[name]
 
-    async def _spans(self, layout: Layout, probes: list[Probe], main, clients: dict[str, Any],
-                     notes: list[str]) -> dict[str | None, OplogSpan]:
-        needed = list(dict.fromkeys(name for probe in probes if probe.state is not None
-                                    for name in probe.oplogs))
+    async def _spans(
+        self, layout: Layout, probes: list[Probe], main, clients: dict[str, Any], notes: list[str]
+    ) -> dict[str | None, OplogSpan]:
+        needed = list(
+            dict.fromkeys(name for probe in probes if probe.state is not None for name in probe.oplogs)
+        )
         spans: dict[str | None, OplogSpan] = {}
         for name in needed:
             if name is None:
@@ -768,7 +904,9 @@ class AsyncGapChecker:
         else:
             options["start_at_operation_time"] = position.cluster_time
         try:
-            stream = await watch_target(client, self.config).watch(filters.change_stream_pipeline(), **options)
+            stream = await watch_target(client, self.config).watch(
+                filters.change_stream_pipeline(), **options
+            )
             async with stream:
                 await stream.try_next()
         except OperationFailure as error:

@@ -61,8 +61,11 @@ def adjust_schema_name(name: str, mode: str = "avro") -> str:
     for index, char in enumerate(name):
         valid = _is_first(char) if index == 0 else (char == "." or _is_next(char))
         if mode == "avro_unicode" and (char == "_" or not valid):
-            out.append(f"_u{ord(char):04x}" if ord(char) <= 0xFFFF else
-                       "".join(f"_u{unit:04x}" for unit in _utf16_units(char)))
+            out.append(
+                f"_u{ord(char):04x}"
+                if ord(char) <= 0xFFFF
+                else "".join(f"_u{unit:04x}" for unit in _utf16_units(char))
+            )
         elif valid:
             out.append(char)
         else:
@@ -80,8 +83,11 @@ def adjust_field_name(name: str, mode: str = "avro") -> str:
     for index, char in enumerate(name):
         valid = _is_first(char) if index == 0 else _is_next(char)
         if mode == "avro_unicode" and (char == "_" or not valid):
-            out.append(f"_u{ord(char):04x}" if ord(char) <= 0xFFFF else
-                       "".join(f"_u{unit:04x}" for unit in _utf16_units(char)))
+            out.append(
+                f"_u{ord(char):04x}"
+                if ord(char) <= 0xFFFF
+                else "".join(f"_u{unit:04x}" for unit in _utf16_units(char))
+            )
         elif valid:
             out.append(char)
         else:
@@ -111,22 +117,40 @@ def _json_field(name: str) -> dict[str, Any]:
 
 
 def transaction_block_schema() -> dict[str, Any]:
-    return _f("transaction", "struct", True, fields=[
-        _f("id", "string", False),
-        _f("total_order", "int64", False),
-        _f("data_collection_order", "int64", False),
-    ], name=TRANSACTION_BLOCK_SCHEMA_NAME, version=1)
+    return _f(
+        "transaction",
+        "struct",
+        True,
+        fields=[
+            _f("id", "string", False),
+            _f("total_order", "int64", False),
+            _f("data_collection_order", "int64", False),
+        ],
+        name=TRANSACTION_BLOCK_SCHEMA_NAME,
+        version=1,
+    )
 
 
 def update_description_schema() -> dict[str, Any]:
-    truncated = {"type": "struct", "fields": [_f("field", "string", False),
-                                              _f("size", "int32", False)],
-                 "optional": False, "name": TRUNCATED_ARRAY_SCHEMA_NAME, "version": 1}
-    return _f("updateDescription", "struct", True, fields=[
-        _f("removedFields", "array", True, items={"type": "string", "optional": False}),
-        _json_field("updatedFields"),
-        _f("truncatedArrays", "array", True, items=truncated),
-    ], name=UPDATE_DESCRIPTION_SCHEMA_NAME, version=1)
+    truncated = {
+        "type": "struct",
+        "fields": [_f("field", "string", False), _f("size", "int32", False)],
+        "optional": False,
+        "name": TRUNCATED_ARRAY_SCHEMA_NAME,
+        "version": 1,
+    }
+    return _f(
+        "updateDescription",
+        "struct",
+        True,
+        fields=[
+            _f("removedFields", "array", True, items={"type": "string", "optional": False}),
+            _json_field("updatedFields"),
+            _f("truncatedArrays", "array", True, items=truncated),
+        ],
+        name=UPDATE_DESCRIPTION_SCHEMA_NAME,
+        version=1,
+    )
 
 
 def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
@@ -150,8 +174,15 @@ def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
             _f("connector", "string", False),
             _f("name", "string", False),
             _f("ts_ms", "int64", False),
-            _f("snapshot", "string", True, name=ENUM_SCHEMA_NAME, version=1,
-               parameters={"allowed": SNAPSHOT_VALUES}, default="false"),
+            _f(
+                "snapshot",
+                "string",
+                True,
+                name=ENUM_SCHEMA_NAME,
+                version=1,
+                parameters={"allowed": SNAPSHOT_VALUES},
+                default="false",
+            ),
             _f("db", "string", False),
             _f("sequence", "string", True),
             _f("ts_us", "int64", True),
@@ -166,54 +197,104 @@ def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
     return _f("source", "struct", False, fields=fields, name=SOURCE_SCHEMA_NAME)
 
 
-def envelope_schema(topic: str, *, event_format: str = "change_streams",
-                    transaction_metadata: bool = False, adjustment: str = "avro") -> dict[str, Any]:
+def envelope_schema(
+    topic: str,
+    *,
+    event_format: str = "change_streams",
+    transaction_metadata: bool = False,
+    adjustment: str = "avro",
+) -> dict[str, Any]:
     """The value schema ``<topic>.Envelope`` of a collection's events."""
     if event_format == "oplog":
-        fields = [_json_field("after"), _json_field("patch"), _json_field("filter"),
-                  source_schema("oplog"), _f("op", "string", True), _f("ts_ms", "int64", True)]
+        fields = [
+            _json_field("after"),
+            _json_field("patch"),
+            _json_field("filter"),
+            source_schema("oplog"),
+            _f("op", "string", True),
+            _f("ts_ms", "int64", True),
+        ]
         if transaction_metadata:
             fields.append(transaction_block_schema())
     else:
-        fields = [_json_field("before"), _json_field("after"), update_description_schema(),
-                  source_schema(), _f("op", "string", True), _f("ts_ms", "int64", True),
-                  transaction_block_schema()]
-    return {"type": "struct", "fields": fields, "optional": False,
-            "name": adjust_schema_name(f"{topic}.Envelope", adjustment)}
+        fields = [
+            _json_field("before"),
+            _json_field("after"),
+            update_description_schema(),
+            source_schema(),
+            _f("op", "string", True),
+            _f("ts_ms", "int64", True),
+            transaction_block_schema(),
+        ]
+    return {
+        "type": "struct",
+        "fields": fields,
+        "optional": False,
+        "name": adjust_schema_name(f"{topic}.Envelope", adjustment),
+    }
 
 
 def key_schema(topic: str, *, adjustment: str = "avro") -> dict[str, Any]:
     """The key schema ``<topic>.Key``: ``{id: string}``."""
-    return {"type": "struct", "fields": [_f("id", "string", False)], "optional": False,
-            "name": adjust_schema_name(f"{topic}.Key", adjustment)}
+    return {
+        "type": "struct",
+        "fields": [_f("id", "string", False)],
+        "optional": False,
+        "name": adjust_schema_name(f"{topic}.Key", adjustment),
+    }
 
 
 def transaction_key_schema() -> dict[str, Any]:
-    return {"type": "struct", "fields": [_f("id", "string", False)], "optional": False,
-            "name": TRANSACTION_KEY_SCHEMA_NAME, "version": 1}
+    return {
+        "type": "struct",
+        "fields": [_f("id", "string", False)],
+        "optional": False,
+        "name": TRANSACTION_KEY_SCHEMA_NAME,
+        "version": 1,
+    }
 
 
 def transaction_value_schema() -> dict[str, Any]:
-    collection = {"type": "struct", "fields": [_f("data_collection", "string", False),
-                                               _f("event_count", "int64", False)],
-                  "optional": True, "name": TRANSACTION_COLLECTION_SCHEMA_NAME, "version": 1}
-    return {"type": "struct", "fields": [
-        _f("status", "string", False),
-        _f("id", "string", False),
-        _f("event_count", "int64", True),
-        _f("data_collections", "array", True, items=collection),
-        _f("ts_ms", "int64", False),
-    ], "optional": False, "name": TRANSACTION_VALUE_SCHEMA_NAME, "version": 1}
+    collection = {
+        "type": "struct",
+        "fields": [_f("data_collection", "string", False), _f("event_count", "int64", False)],
+        "optional": True,
+        "name": TRANSACTION_COLLECTION_SCHEMA_NAME,
+        "version": 1,
+    }
+    return {
+        "type": "struct",
+        "fields": [
+            _f("status", "string", False),
+            _f("id", "string", False),
+            _f("event_count", "int64", True),
+            _f("data_collections", "array", True, items=collection),
+            _f("ts_ms", "int64", False),
+        ],
+        "optional": False,
+        "name": TRANSACTION_VALUE_SCHEMA_NAME,
+        "version": 1,
+    }
 
 
 def heartbeat_key_schema() -> dict[str, Any]:
-    return {"type": "struct", "fields": [_f("serverName", "string", False)], "optional": False,
-            "name": HEARTBEAT_KEY_SCHEMA_NAME, "version": 1}
+    return {
+        "type": "struct",
+        "fields": [_f("serverName", "string", False)],
+        "optional": False,
+        "name": HEARTBEAT_KEY_SCHEMA_NAME,
+        "version": 1,
+    }
 
 
 def heartbeat_value_schema() -> dict[str, Any]:
-    return {"type": "struct", "fields": [_f("ts_ms", "int64", False)], "optional": False,
-            "name": HEARTBEAT_VALUE_SCHEMA_NAME, "version": 1}
+    return {
+        "type": "struct",
+        "fields": [_f("ts_ms", "int64", False)],
+        "optional": False,
+        "name": HEARTBEAT_VALUE_SCHEMA_NAME,
+        "version": 1,
+    }
 
 
 # -- serialisation ---------------------------------------------------------------------------------

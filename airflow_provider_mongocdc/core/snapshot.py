@@ -105,8 +105,7 @@ RESUME, SNAPSHOT, RECORD_POSITION, NOTHING = "resume", "snapshot", "record_posit
 # -- _id ranges in BSON order ----------------------------------------------------------------------
 # Types whose values the query operators order within the type: a range bounded on both sides by
 # values of one of these types is read with plain $gte/$lt (an index range on any version).
-_ORDERED_TYPES = frozenset({"number", "string", "object", "binData", "objectId", "bool", "date",
-                            "timestamp"})
+_ORDERED_TYPES = frozenset({"number", "string", "object", "binData", "objectId", "bool", "date", "timestamp"})
 
 
 def id_type(value: Any) -> str:
@@ -139,8 +138,10 @@ def id_type(value: Any) -> str:
         return "array"
     if isinstance(value, datetime) or type(value).__name__ == "DatetimeMS":
         return "date"
-    raise ConfigError(f"Unsupported _id value type {type(value).__name__}",
-                      fix="report the collection's _id type to the connector's maintainers")
+    raise ConfigError(
+        f"Unsupported _id value type {type(value).__name__}",
+        fix="report the collection's _id type to the connector's maintainers",
+    )
 
 
 def _is_nan(value: Any) -> bool:
@@ -216,23 +217,35 @@ class Chunk:
         def bound(value: Any) -> str:
             text = _ejson(value)
             return text if len(text) <= 60 else text[:57] + "..."
+
         lower = "-inf" if self.lower is None else bound(self.lower)
         upper = "+inf" if self.upper is None else bound(self.upper)
         return f"{self.namespace} [{lower}, {upper})"
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"id": self.chunk_id, "db": self.database, "coll": self.collection,
-                                "lower": _ejson(self.lower), "upper": _ejson(self.upper),
-                                "estimated": self.estimated}
+        data: dict[str, Any] = {
+            "id": self.chunk_id,
+            "db": self.database,
+            "coll": self.collection,
+            "lower": _ejson(self.lower),
+            "upper": _ejson(self.upper),
+            "estimated": self.estimated,
+        }
         if self.final:
             data["final"] = True
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Chunk:
-        return cls(str(data["id"]), data["db"], data["coll"], _from_ejson(data.get("lower")),
-                   _from_ejson(data.get("upper")), int(data.get("estimated") or 0),
-                   bool(data.get("final", False)))
+        return cls(
+            str(data["id"]),
+            data["db"],
+            data["coll"],
+            _from_ejson(data.get("lower")),
+            _from_ejson(data.get("upper")),
+            int(data.get("estimated") or 0),
+            bool(data.get("final", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -261,21 +274,37 @@ class SnapshotPlan:
         raise KeyError(chunk_id)
 
     def header(self) -> dict[str, Any]:
-        return {"format": PLAN_FORMAT, "snapshot": self.snapshot_id, "mode": self.mode,
-                "reset_offset": self.reset_offset, "collections": list(self.collections),
-                "created_at": self.created_at, "chunks": self.size}
+        return {
+            "format": PLAN_FORMAT,
+            "snapshot": self.snapshot_id,
+            "mode": self.mode,
+            "reset_offset": self.reset_offset,
+            "collections": list(self.collections),
+            "created_at": self.created_at,
+            "chunks": self.size,
+        }
 
     def records(self, store: OffsetStore, partition: OffsetPartition) -> list[Record]:
         """The plan as records of the offsets topic (chunk ids ``plan-0000``, ...), to commit
         with the "snapshot started" offset."""
-        parts = [self.chunks[index:index + PLAN_CHUNKS_PER_RECORD]
-                 for index in range(0, max(1, self.size), PLAN_CHUNKS_PER_RECORD)]
+        parts = [
+            self.chunks[index : index + PLAN_CHUNKS_PER_RECORD]
+            for index in range(0, max(1, self.size), PLAN_CHUNKS_PER_RECORD)
+        ]
         records = []
         for number, part in enumerate(parts):
-            body = {"plan": self.header() | {"part": number, "parts": len(parts)},
-                    "chunks": [chunk.to_json() for chunk in part]}
-            records.append(store.chunk_record(partition, self.snapshot_id, plan_chunk_id(number),
-                                              {"plan": json.dumps(body, separators=(",", ":"))}))
+            body = {
+                "plan": self.header() | {"part": number, "parts": len(parts)},
+                "chunks": [chunk.to_json() for chunk in part],
+            }
+            records.append(
+                store.chunk_record(
+                    partition,
+                    self.snapshot_id,
+                    plan_chunk_id(number),
+                    {"plan": json.dumps(body, separators=(",", ":"))},
+                )
+            )
         return records
 
     @classmethod
@@ -294,9 +323,14 @@ class SnapshotPlan:
         chunks = tuple(Chunk.from_json(item) for body in bodies for item in body["chunks"])
         if len(chunks) != header["chunks"]:
             return None
-        return cls(snapshot_id, chunks, header.get("mode", "initial"),
-                   bool(header.get("reset_offset", True)), tuple(header.get("collections") or ()),
-                   header.get("created_at"))
+        return cls(
+            snapshot_id,
+            chunks,
+            header.get("mode", "initial"),
+            bool(header.get("reset_offset", True)),
+            tuple(header.get("collections") or ()),
+            header.get("created_at"),
+        )
 
 
 def plan_chunk_id(number: int) -> str:
@@ -329,9 +363,11 @@ def parse_namespaces(collections: Iterable[str] | str | None) -> list[tuple[str,
             try:
                 collections = json.loads(text)
             except ValueError:
-                raise ConfigError("The collections parameter is not a valid JSON list",
-                                  cause=f"got {text[:80]!r}",
-                                  fix='give a list such as ["inventory.customers"]') from None
+                raise ConfigError(
+                    "The collections parameter is not a valid JSON list",
+                    cause=f"got {text[:80]!r}",
+                    fix='give a list such as ["inventory.customers"]',
+                ) from None
         else:
             collections = [item for item in text.split(",")]
     names = [str(item).strip() for item in collections if str(item).strip()]
@@ -341,15 +377,17 @@ def parse_namespaces(collections: Iterable[str] | str | None) -> list[tuple[str,
     for name in names:
         database, _, collection = name.partition(".")
         if not database or not collection:
-            raise ConfigError(f"{name!r} does not name a collection",
-                              fix='name collections as "<database>.<collection>", e.g. '
-                                  '"inventory.customers"')
+            raise ConfigError(
+                f"{name!r} does not name a collection",
+                fix='name collections as "<database>.<collection>", e.g. "inventory.customers"',
+            )
         parsed.append((database, collection))
     return sorted(set(parsed))
 
 
-def snapshot_collections(client: MongoClient, config: ConnectorConfig,
-                         collections: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+def snapshot_collections(
+    client: MongoClient, config: ConnectorConfig, collections: Sequence[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
     """The collections a snapshot copies, sorted.
 
     Without ``collections``: every collection (``listCollections`` type ``collection``: views
@@ -365,8 +403,9 @@ def snapshot_collections(client: MongoClient, config: ConnectorConfig,
             raise ConfigError(
                 f"The collections {', '.join(refused)} are not captured by this connector",
                 cause="the include/exclude lists (or capture.scope) leave them out, so their events "
-                      "would never be streamed",
-                fix="choose captured collections, or change the connector's include lists first")
+                "would never be streamed",
+                fix="choose captured collections, or change the connector's include lists first",
+            )
         return sorted(collections)
     try:
         if config.capture_scope in ("database", "collection") and config.capture_target:
@@ -389,30 +428,44 @@ def snapshot_collections(client: MongoClient, config: ConnectorConfig,
             "MongoDB refused to list the databases and collections to snapshot",
             cause=f"{error.code}: {_error_text(error)}",
             fix="grant the connector's user the read role on the captured databases (listDatabases "
-                "and listCollections), or name the collections to copy") from None
+            "and listCollections), or name the collections to copy",
+        ) from None
 
 
-def plan_collection(client: MongoClient, database: str, collection: str, chunk_size: int, *,
-                    snapshot_filter: Mapping[str, Any] | None = None,
-                    samples_per_chunk: int = SAMPLES_PER_CHUNK) -> list[tuple[Any, Any, int]]:
+def plan_collection(
+    client: MongoClient,
+    database: str,
+    collection: str,
+    chunk_size: int,
+    *,
+    snapshot_filter: Mapping[str, Any] | None = None,
+    samples_per_chunk: int = SAMPLES_PER_CHUNK,
+) -> list[tuple[Any, Any, int]]:
     """``[(lower, upper, estimated documents), ...]``: ranges of about ``chunk_size`` documents
     in ``_id`` order, the first without lower and the last without upper bound."""
     coll = client[database][collection]
     try:
-        total = (coll.count_documents(dict(snapshot_filter)) if snapshot_filter
-                 else coll.estimated_document_count())
+        total = (
+            coll.count_documents(dict(snapshot_filter))
+            if snapshot_filter
+            else coll.estimated_document_count()
+        )
         chunks = max(1, math.ceil(total / chunk_size))
         if chunks == 1:
             return [(None, None, total)]
         pipeline: list[dict[str, Any]] = [{"$match": dict(snapshot_filter)}] if snapshot_filter else []
-        pipeline += [{"$sample": {"size": chunks * samples_per_chunk}}, {"$project": {"_id": 1}},
-                     {"$sort": {"_id": 1}}]
+        pipeline += [
+            {"$sample": {"size": chunks * samples_per_chunk}},
+            {"$project": {"_id": 1}},
+            {"$sort": {"_id": 1}},
+        ]
         sample = [doc["_id"] for doc in coll.aggregate(pipeline, allowDiskUse=True)]
     except OperationFailure as error:
         raise ConnectionFailedError(
             f"MongoDB refused to plan the snapshot of {database}.{collection}",
             cause=f"{error.code}: {_error_text(error)}",
-            fix="grant the connector's user the read role on the collection") from None
+            fix="grant the connector's user the read role on the collection",
+        ) from None
     boundaries: list[Any] = []
     for number in range(1, chunks):
         if not sample:
@@ -428,23 +481,37 @@ def plan_collection(client: MongoClient, database: str, collection: str, chunk_s
     return [(bounds[index], bounds[index + 1], share) for index in range(len(bounds) - 1)]
 
 
-def build_plan(snapshot_id: str, ranges: Mapping[tuple[str, str], list[tuple[Any, Any, int]]], *,
-               mode: str, reset_offset: bool, collections: Sequence[str] = ()) -> SnapshotPlan:
+def build_plan(
+    snapshot_id: str,
+    ranges: Mapping[tuple[str, str], list[tuple[Any, Any, int]]],
+    *,
+    mode: str,
+    reset_offset: bool,
+    collections: Sequence[str] = (),
+) -> SnapshotPlan:
     """Number the chunks in plan order (collections by name, ranges by ``_id``) and designate the
     final chunk (see the module documentation)."""
     chunks: list[Chunk] = []
     width = max(4, len(str(sum(len(r) for r in ranges.values()))))
-    for (database, collection) in sorted(ranges):
+    for database, collection in sorted(ranges):
         for lower, upper, estimated in ranges[(database, collection)]:
             chunks.append(Chunk(f"{len(chunks):0{width}d}", database, collection, lower, upper, estimated))
-    final_index = next((index for index in range(len(chunks) - 1, -1, -1) if chunks[index].estimated > 0),
-                       len(chunks) - 1)
+    final_index = next(
+        (index for index in range(len(chunks) - 1, -1, -1) if chunks[index].estimated > 0), len(chunks) - 1
+    )
     if chunks:
         last = chunks[final_index]
-        chunks[final_index] = Chunk(last.chunk_id, last.database, last.collection, last.lower,
-                                    last.upper, last.estimated, final=True)
-    return SnapshotPlan(snapshot_id, tuple(chunks), mode, reset_offset, tuple(collections),
-                        datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"))
+        chunks[final_index] = Chunk(
+            last.chunk_id, last.database, last.collection, last.lower, last.upper, last.estimated, final=True
+        )
+    return SnapshotPlan(
+        snapshot_id,
+        tuple(chunks),
+        mode,
+        reset_offset,
+        tuple(collections),
+        datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+    )
 
 
 def distribute(chunks: Sequence[Chunk], tasks: int) -> list[list[Chunk]]:
@@ -469,13 +536,18 @@ def resume_point_purged(client: MongoClient, config: ConnectorConfig, position: 
         return False
     except OperationFailure as error:
         if is_history_lost(error):
-            log.info("The stored resume point (%s) is no longer in the oplog: %s", position.describe(),
-                     _error_text(error))
+            log.info(
+                "The stored resume point (%s) is no longer in the oplog: %s",
+                position.describe(),
+                _error_text(error),
+            )
             return True
-        raise ConnectionFailedError("MongoDB refused to open the change stream at the stored position",
-                                    cause=f"{error.code}: {_error_text(error)}",
-                                    fix="check the user's roles (changeStream, find on the captured "
-                                        "collections) and the server's state") from None
+        raise ConnectionFailedError(
+            "MongoDB refused to open the change stream at the stored position",
+            cause=f"{error.code}: {_error_text(error)}",
+            fix="check the user's roles (changeStream, find on the captured "
+            "collections) and the server's state",
+        ) from None
 
 
 def needs_snapshot(state: OffsetState | None, mode: str, *, purged: Callable[[], bool]) -> str | None:
@@ -485,8 +557,9 @@ def needs_snapshot(state: OffsetState | None, mode: str, *, purged: Callable[[],
     stream, see :func:`resume_point_purged`). A snapshot in progress is not covered here: it is
     resumed whatever the mode.
     """
-    has_offset = state is not None and (state.position is not None
-                                        or state.snapshot.status == SNAPSHOT_COMPLETED)
+    has_offset = state is not None and (
+        state.position is not None or state.snapshot.status == SNAPSHOT_COMPLETED
+    )
     if mode == "no_data":
         return None
     if not has_offset:
@@ -507,15 +580,25 @@ class Decision:
     snapshot_id: str | None = None
 
 
-def decide(states: Mapping[OffsetPartition, OffsetState | None], mode: str, *, force: bool = False,
-           purged: Callable[[OffsetPartition, Position], bool] | None = None) -> Decision:
+def decide(
+    states: Mapping[OffsetPartition, OffsetState | None],
+    mode: str,
+    *,
+    force: bool = False,
+    purged: Callable[[OffsetPartition, Position], bool] | None = None,
+) -> Decision:
     """Apply ``snapshot.mode`` (and ``force``) to the stored states of the connector's partitions."""
-    running = {state.snapshot.snapshot_id for state in states.values()
-               if state is not None and state.snapshot.status == SNAPSHOT_IN_PROGRESS}
+    running = {
+        state.snapshot.snapshot_id
+        for state in states.values()
+        if state is not None and state.snapshot.status == SNAPSHOT_IN_PROGRESS
+    }
     if len(running) > 1:
-        raise OffsetError("The offsets hold more than one snapshot in progress",
-                          cause=f"snapshots {', '.join(sorted(running))}",
-                          fix="reset the connector's offsets (mongocdc offsets reset) and snapshot again")
+        raise OffsetError(
+            "The offsets hold more than one snapshot in progress",
+            cause=f"snapshots {', '.join(sorted(running))}",
+            fix="reset the connector's offsets (mongocdc offsets reset) and snapshot again",
+        )
     if running:
         snapshot_id = running.pop()
         return Decision(RESUME, f"snapshot {snapshot_id} was interrupted; it resumes", snapshot_id)
@@ -523,8 +606,10 @@ def decide(states: Mapping[OffsetPartition, OffsetState | None], mode: str, *, f
         return Decision(SNAPSHOT, "a re-snapshot was requested")
     reasons = []
     for partition, state in states.items():
+
         def check(partition=partition, state=state) -> bool:
             return bool(purged and state and state.position and purged(partition, state.position))
+
         reason = needs_snapshot(state, mode, purged=check)
         if reason:
             reasons.append(reason if len(states) == 1 else f"{partition.rs}: {reason}")
@@ -532,10 +617,14 @@ def decide(states: Mapping[OffsetPartition, OffsetState | None], mode: str, *, f
         return Decision(SNAPSHOT, "; ".join(reasons))
     missing = [p for p, state in states.items() if state is None or state.position is None]
     if mode == "no_data" and missing:
-        return Decision(RECORD_POSITION, "snapshot.mode=no_data: the position is recorded without "
-                                         "copying data")
-    completed = [state for state in states.values() if state is not None
-                 and state.snapshot.status == SNAPSHOT_COMPLETED]
+        return Decision(
+            RECORD_POSITION, "snapshot.mode=no_data: the position is recorded without copying data"
+        )
+    completed = [
+        state
+        for state in states.values()
+        if state is not None and state.snapshot.status == SNAPSHOT_COMPLETED
+    ]
     if completed:
         ids = ", ".join(sorted({state.snapshot.snapshot_id for state in completed}))
         return Decision(NOTHING, f"snapshot {ids} is already completed (snapshot.mode={mode})")
@@ -556,9 +645,15 @@ class ChunkResult:
     already_committed: bool = False
 
     def stats(self) -> dict[str, Any]:
-        return {"ns": self.namespace, "docs": self.documents, "events": self.events,
-                "bytes": self.bytes, "skipped_oversize": self.skipped_oversize,
-                "seconds": round(self.seconds, 3), "last": self.last}
+        return {
+            "ns": self.namespace,
+            "docs": self.documents,
+            "events": self.events,
+            "bytes": self.bytes,
+            "skipped_oversize": self.skipped_oversize,
+            "seconds": round(self.seconds, 3),
+            "last": self.last,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {"chunk": self.chunk_id, **self.stats(), "already_committed": self.already_committed}
@@ -573,8 +668,14 @@ def control_transactional_id(topic_prefix: str) -> str:
     return f"mongocdc-{topic_prefix}-snapshot-control"
 
 
-def fence_chunks(kafka_config: Mapping[str, Any], topic_prefix: str, snapshot_id: str,
-                 chunk_ids: Iterable[str], *, workers: int = 8) -> int:
+def fence_chunks(
+    kafka_config: Mapping[str, Any],
+    topic_prefix: str,
+    snapshot_id: str,
+    chunk_ids: Iterable[str],
+    *,
+    workers: int = 8,
+) -> int:
     """Take over the ``transactional.id`` of each chunk (``init_transactions``), so that every
     transaction a killed run left open for them is finished (aborted, or completed when its
     commit was already under way). Until then such a transaction holds back what
@@ -614,8 +715,9 @@ class ChunkCopier:
     def store(self) -> OffsetStore:
         return OffsetStore(self.kafka_config, self.config.offsets_topic)
 
-    def copy(self, client: MongoClient, chunk: Chunk, *,
-             committed: Callable[[str], bool] | None = None) -> ChunkResult:
+    def copy(
+        self, client: MongoClient, chunk: Chunk, *, committed: Callable[[str], bool] | None = None
+    ) -> ChunkResult:
         """Copy ``chunk`` in one Kafka transaction together with its marker.
 
         ``committed(chunk_id)``, when given, is asked after the chunk's writer took over its
@@ -639,10 +741,12 @@ class ChunkCopier:
             writer.begin()
             batch: list[Record] = []
             position = self.start.cluster_time
-            for document, is_last in self._documents(client, chunk, filters.snapshot_filter(
-                    chunk.database, chunk.collection)):
-                records = builder.build_snapshot(document, chunk.database, chunk.collection,
-                                                 last=is_last, position=position)
+            for document, is_last in self._documents(
+                client, chunk, filters.snapshot_filter(chunk.database, chunk.collection)
+            ):
+                records = builder.build_snapshot(
+                    document, chunk.database, chunk.collection, last=is_last, position=position
+                )
                 result.documents += 1
                 if not records:
                     result.skipped_oversize += 1
@@ -658,14 +762,14 @@ class ChunkCopier:
             if batch:
                 writer.send(batch)
             result.seconds = time.monotonic() - started
-            marker = self.store.chunk_record(self.partition, self.snapshot_id, chunk.chunk_id,
-                                             result.stats())
+            marker = self.store.chunk_record(self.partition, self.snapshot_id, chunk.chunk_id, result.stats())
             writer.commit([marker])
         result.seconds = time.monotonic() - started
         return result
 
-    def _documents(self, client: MongoClient, chunk: Chunk,
-                   snapshot_filter: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
+    def _documents(
+        self, client: MongoClient, chunk: Chunk, snapshot_filter: Mapping[str, Any]
+    ) -> Iterator[tuple[dict[str, Any], bool]]:
         """The chunk's documents in ``_id`` order, each with "is the snapshot's last event"."""
         options = CodecOptions(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
         collection = client[chunk.database].get_collection(chunk.collection, codec_options=options)
@@ -684,7 +788,8 @@ class ChunkCopier:
                 f"Reading snapshot chunk {chunk.chunk_id} ({chunk.describe()}) failed",
                 cause=_error_text(error),
                 fix="check that MongoDB is reachable and the user may read the collection, then run "
-                    "the snapshot again: committed chunks are skipped") from None
+                "the snapshot again: committed chunks are skipped",
+            ) from None
         if previous is not None:
             yield previous, chunk.final
 
@@ -729,7 +834,8 @@ class Progress:
                 f"({stats.get('docs', 0)} documents, {_size(stats.get('bytes', 0))}); "
                 f"{done}/{self.plan.size} chunks ({100.0 * done / max(1, self.plan.size):.0f}%), "
                 f"{self.copied_documents} documents copied in this run, "
-                f"{self.copied_documents / elapsed:.0f} docs/s")
+                f"{self.copied_documents / elapsed:.0f} docs/s"
+            )
         return lines
 
     def totals(self) -> dict[str, Any]:
@@ -740,8 +846,12 @@ class Progress:
             per_collection[ns] = per_collection.get(ns, 0) + int(stats.get("docs", 0))
             total_bytes += int(stats.get("bytes", 0))
             events += int(stats.get("events", 0))
-        return {"documents": sum(per_collection.values()), "events": events, "bytes": total_bytes,
-                "collections": dict(sorted(per_collection.items()))}
+        return {
+            "documents": sum(per_collection.values()),
+            "events": events,
+            "bytes": total_bytes,
+            "collections": dict(sorted(per_collection.items())),
+        }
 
 
 def _size(count: Any) -> str:
@@ -761,5 +871,5 @@ def check_complete(plan: SnapshotPlan, markers: Mapping[str, ChunkMarker]) -> No
             f"Snapshot {plan.snapshot_id} is not complete: {len(missing)} of {plan.size} chunks have "
             "no committed marker",
             cause=f"chunks {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''} did not commit",
-            fix="run the snapshot again: it resumes and copies the missing chunks only")
-
+            fix="run the snapshot again: it resumes and copies the missing chunks only",
+        )

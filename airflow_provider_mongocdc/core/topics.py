@@ -49,27 +49,27 @@ class TopicNamer:
         topic = self._cache.get(key)
         if topic is None:
             delimiter = self.config.topic_delimiter
-            topic = sanitize_topic_name(
-                delimiter.join((self.config.topic_prefix, database, collection)))
+            topic = sanitize_topic_name(delimiter.join((self.config.topic_prefix, database, collection)))
             self._cache[key] = topic
         return topic
 
     @property
     def transaction_topic(self) -> str:
         """The topic of transaction BEGIN/END events."""
-        return sanitize_topic_name(self.config.topic_delimiter.join(
-            (self.config.topic_prefix, self.config.topic_transaction)))
+        return sanitize_topic_name(
+            self.config.topic_delimiter.join((self.config.topic_prefix, self.config.topic_transaction))
+        )
 
     @property
     def heartbeat_topic(self) -> str:
         """The topic of heartbeat events."""
         if self.config.topic_heartbeat_name:
             return self.config.topic_heartbeat_name
-        return sanitize_topic_name(self.config.topic_delimiter.join(
-            (self.config.topic_heartbeat_prefix, self.config.topic_prefix)))
+        return sanitize_topic_name(
+            self.config.topic_delimiter.join((self.config.topic_heartbeat_prefix, self.config.topic_prefix))
+        )
 
     @property
     def offsets_topic(self) -> str:
         """The compacted topic of the connector's offsets."""
         return self.config.offsets_topic
-

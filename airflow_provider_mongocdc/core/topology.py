@@ -99,11 +99,15 @@ class OplogWindow:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "oldest": _ts_dict(self.oldest), "oldest_time": _iso(self.oldest_time),
-            "newest": _ts_dict(self.newest), "newest_time": _iso(self.newest_time),
-            "oldest_wall": _iso(self.oldest_wall), "newest_wall": _iso(self.newest_wall),
+            "oldest": _ts_dict(self.oldest),
+            "oldest_time": _iso(self.oldest_time),
+            "newest": _ts_dict(self.newest),
+            "newest_time": _iso(self.newest_time),
+            "oldest_wall": _iso(self.oldest_wall),
+            "newest_wall": _iso(self.newest_wall),
             "window_seconds": self.window_seconds,
-            "size_bytes": self.size_bytes, "max_size_bytes": self.max_size_bytes,
+            "size_bytes": self.size_bytes,
+            "max_size_bytes": self.max_size_bytes,
         }
 
 
@@ -134,8 +138,12 @@ class ReplicaSet:
         return f"{self.name}/{','.join(self.hosts)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "primary": self.primary,
-                "members": [member.to_dict() for member in self.members], "oplog": self.oplog.to_dict()}
+        return {
+            "name": self.name,
+            "primary": self.primary,
+            "members": [member.to_dict() for member in self.members],
+            "oplog": self.oplog.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -183,9 +191,11 @@ class Topology:
         for rs in self.replica_sets:
             if rs.name == name:
                 return rs
-        raise TopologyError(f"The deployment has no replica set named {name!r}",
-                            cause=f"it has {', '.join(self.replica_set_names) or 'none'}",
-                            fix="use one of the discovered replica set names")
+        raise TopologyError(
+            f"The deployment has no replica set named {name!r}",
+            cause=f"it has {', '.join(self.replica_set_names) or 'none'}",
+            fix="use one of the discovered replica set names",
+        )
 
     def partitions(self, connection_mode: str = "sharded") -> list[str]:
         """Offset partition names for ``mongodb.connection.mode``: one change stream for the
@@ -194,12 +204,15 @@ class Topology:
             return self.replica_set_names
         if connection_mode == "sharded":
             return [CLUSTER_PARTITION]
-        raise ConfigError(f"Unknown mongodb.connection.mode {connection_mode!r}",
-                          fix="use sharded or replica_set")
+        raise ConfigError(
+            f"Unknown mongodb.connection.mode {connection_mode!r}", fix="use sharded or replica_set"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "via": self.via, "server_version": self.server_version,
+            "kind": self.kind,
+            "via": self.via,
+            "server_version": self.server_version,
             "discovered_at": _iso(self.discovered_at),
             "replica_sets": [rs.to_dict() for rs in self.replica_sets],
             "shards": [shard.to_dict() for shard in self.shards],
@@ -207,8 +220,11 @@ class Topology:
 
 
 # -- discovery ---------------------------------------------------------------------------------------
-def details_factory(details: MongoConnectionDetails, policy: BackoffPolicy | None = None,
-                    sleep: Callable[[float], None] = time.sleep) -> ClientFactory:
+def details_factory(
+    details: MongoConnectionDetails,
+    policy: BackoffPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ClientFactory:
     """Clients from connection details: the deployment, or a shard with the same credentials."""
 
     def factory(shard: ShardAddress | None) -> MongoClient:
@@ -219,8 +235,12 @@ def details_factory(details: MongoConnectionDetails, policy: BackoffPolicy | Non
     return factory
 
 
-def discover(source: MongoConnectionDetails | ClientFactory, *, policy: BackoffPolicy | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> Topology:
+def discover(
+    source: MongoConnectionDetails | ClientFactory,
+    *,
+    policy: BackoffPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Topology:
     """Discover the deployment behind ``source`` (connection details or a client factory)."""
     factory = details_factory(source, policy, sleep) if isinstance(source, MongoConnectionDetails) else source
     where = source.describe() if isinstance(source, MongoConnectionDetails) else "the configured MongoDB"
@@ -235,8 +255,9 @@ def discover(source: MongoConnectionDetails | ClientFactory, *, policy: BackoffP
             if hello.get("configsvr"):
                 shards = [ShardAddress(doc["_id"], doc["host"]) for doc in client["config"]["shards"].find()]
                 return _sharded(factory, shards, "config_server", version, where)
-            return Topology(REPLICA_SET, (_replica_set(client, hello, where),), via="replica_set",
-                            server_version=version)
+            return Topology(
+                REPLICA_SET, (_replica_set(client, hello, where),), via="replica_set", server_version=version
+            )
         address = _address(client, where)
         if hello.get("isreplicaset"):
             raise not_initiated_error(address)
@@ -257,11 +278,17 @@ def _command(client: MongoClient, name: str, where: str, db: str = "admin") -> d
     try:
         return client[db].command(name)
     except OperationFailure as error:
-        raise TopologyError(f"MongoDB at {where} refused {name!r}", cause=str(error.details or error),
-                            fix="grant the connector's user the clusterMonitor role") from None
+        raise TopologyError(
+            f"MongoDB at {where} refused {name!r}",
+            cause=str(error.details or error),
+            fix="grant the connector's user the clusterMonitor role",
+        ) from None
     except PyMongoError as error:
-        raise ConnectionFailedError(f"Lost the connection to MongoDB at {where} during discovery",
-                                    cause=str(error), fix="check the servers and retry") from None
+        raise ConnectionFailedError(
+            f"Lost the connection to MongoDB at {where} during discovery",
+            cause=str(error),
+            fix="check the servers and retry",
+        ) from None
 
 
 def _server_version(client: MongoClient) -> str | None:
@@ -272,29 +299,37 @@ def _server_version(client: MongoClient) -> str | None:
 
 
 def _list_shards(client: MongoClient, where: str) -> list[ShardAddress]:
-    shards = [ShardAddress(doc["_id"], doc["host"]) for doc in _command(client, "listShards", where)["shards"]]
+    shards = [
+        ShardAddress(doc["_id"], doc["host"]) for doc in _command(client, "listShards", where)["shards"]
+    ]
     if not shards:
-        raise TopologyError(f"The sharded cluster behind {where} has no shards",
-                            fix="add a shard (sh.addShard) before capturing")
+        raise TopologyError(
+            f"The sharded cluster behind {where} has no shards",
+            fix="add a shard (sh.addShard) before capturing",
+        )
     return shards
 
 
-def _sharded(factory: ClientFactory, addresses: Iterable[ShardAddress], via: str,
-             version: str | None, where: str) -> Topology:
+def _sharded(
+    factory: ClientFactory, addresses: Iterable[ShardAddress], via: str, version: str | None, where: str
+) -> Topology:
     shards = []
     for address in addresses:
         if not address.replica_set:
             raise TopologyError(
                 f"Shard {address.name!r} ({address.host}) is not a replica set",
                 cause="a standalone shard has no oplog, so its changes cannot be captured",
-                fix="convert the shard to a replica set (restart it with --replSet and run rs.initiate())")
+                fix="convert the shard to a replica set (restart it with --replSet and run rs.initiate())",
+            )
         client = factory(address)
         try:
             hello = _command(client, "hello", address.host)
             if hello.get("setName") != address.replica_set:
                 raise TopologyError(
                     f"Shard {address.name!r} answers as replica set {hello.get('setName')!r}, "
-                    f"not {address.replica_set!r}", fix="check the cluster's shard registry (sh.status())")
+                    f"not {address.replica_set!r}",
+                    fix="check the cluster's shard registry (sh.status())",
+                )
             shards.append(Shard(address.name, address.host, _replica_set(client, hello, address.host)))
         finally:
             client.close()
@@ -306,9 +341,14 @@ def _replica_set(client: MongoClient, hello: dict[str, Any], where: str) -> Repl
     name = hello["setName"]
     try:
         status = client.admin.command("replSetGetStatus")
-        members = tuple(Member(m["name"], m.get("stateStr", "UNKNOWN"),
-                               None if m.get("health") is None else bool(m["health"]))
-                        for m in status.get("members", []))
+        members = tuple(
+            Member(
+                m["name"],
+                m.get("stateStr", "UNKNOWN"),
+                None if m.get("health") is None else bool(m["health"]),
+            )
+            for m in status.get("members", [])
+        )
         primary = next((m.host for m in members if m.state == "PRIMARY"), None)
     except OperationFailure as error:
         # Without clusterMonitor: what hello tells (the primary, the others' roles unknown).
@@ -317,7 +357,8 @@ def _replica_set(client: MongoClient, hello: dict[str, Any], where: str) -> Repl
         members = tuple(
             [Member(host, "PRIMARY" if host == primary else "UNKNOWN") for host in hello.get("hosts", [])]
             + [Member(host, "PASSIVE") for host in hello.get("passives", [])]
-            + [Member(host, "ARBITER") for host in hello.get("arbiters", [])])
+            + [Member(host, "ARBITER") for host in hello.get("arbiters", [])]
+        )
     return ReplicaSet(name, members, primary, _oplog_window(client, where))
 
 
@@ -340,11 +381,13 @@ def _oplog_window(client: MongoClient, where: str) -> OplogWindow:
         except (OperationFailure, StopIteration):
             pass
     return OplogWindow(
-        oldest=first["ts"] if first else None, newest=last["ts"] if last else None,
+        oldest=first["ts"] if first else None,
+        newest=last["ts"] if last else None,
         size_bytes=int(size) if size is not None else None,
         max_size_bytes=int(max_size) if max_size is not None else None,
         oldest_wall=_aware(first.get("wall")) if first else None,
-        newest_wall=_aware(last.get("wall")) if last else None)
+        newest_wall=_aware(last.get("wall")) if last else None,
+    )
 
 
 def _aware(value: Any) -> datetime | None:

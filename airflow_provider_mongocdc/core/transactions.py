@@ -38,9 +38,13 @@ from bson.binary import Binary
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.ejson import Encoder
-from airflow_provider_mongocdc.core.schema import (Framing, Record, compact,
-                                                   transaction_key_schema,
-                                                   transaction_value_schema)
+from airflow_provider_mongocdc.core.schema import (
+    Framing,
+    Record,
+    compact,
+    transaction_key_schema,
+    transaction_value_schema,
+)
 from airflow_provider_mongocdc.core.topics import TopicNamer
 
 _LSID_ENCODER = Encoder("strict")
@@ -51,8 +55,10 @@ def lsid_text(lsid: Mapping[str, Any] | None) -> str | None:
     if lsid is None:
         return None
     if any(isinstance(value, uuid.UUID) for value in lsid.values()):
-        lsid = {key: Binary.from_uuid(value) if isinstance(value, uuid.UUID) else value
-                for key, value in lsid.items()}
+        lsid = {
+            key: Binary.from_uuid(value) if isinstance(value, uuid.UUID) else value
+            for key, value in lsid.items()
+        }
     return _LSID_ENCODER.dumps(lsid)
 
 
@@ -90,14 +96,19 @@ class TransactionTracker:
     Call :meth:`finish` at the end of a window and emit its records last.
     """
 
-    def __init__(self, config: ConnectorConfig, *, state: Mapping[str, Any] | None = None,
-                 namer: TopicNamer | None = None):
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        *,
+        state: Mapping[str, Any] | None = None,
+        namer: TopicNamer | None = None,
+    ):
         self.config = config
         self.topic = (namer or TopicNamer(config)).transaction_topic
-        self._key_framing = Framing(transaction_key_schema()
-                                    if config.key_converter_schemas_enable else None)
-        self._value_framing = Framing(transaction_value_schema()
-                                      if config.value_converter_schemas_enable else None)
+        self._key_framing = Framing(transaction_key_schema() if config.key_converter_schemas_enable else None)
+        self._value_framing = Framing(
+            transaction_value_schema() if config.value_converter_schemas_enable else None
+        )
         self._id: str | None = None
         self._total = 0
         self._per_collection: dict[str, int] = {}
@@ -106,8 +117,7 @@ class TransactionTracker:
         if state:
             self._id = state["id"]
             self._total = int(state["total_order"])
-            self._per_collection = {str(k): int(v)
-                                    for k, v in state["data_collections"].items()}
+            self._per_collection = {str(k): int(v) for k, v in state["data_collections"].items()}
             self._ts_ms = int(state["ts_ms"])
 
     @property
@@ -115,8 +125,9 @@ class TransactionTracker:
         """The id of the open transaction, if any."""
         return self._id
 
-    def on_event(self, txn_id: str | None, data_collection: str,
-                 ts_ms: int) -> tuple[list[Record], dict[str, Any] | None]:
+    def on_event(
+        self, txn_id: str | None, data_collection: str, ts_ms: int
+    ) -> tuple[list[Record], dict[str, Any] | None]:
         """Account for one captured event. Returns the records to emit before it (END of the
         previous transaction, BEGIN of a new one) and its transaction block (``None`` outside
         transactions)."""
@@ -132,8 +143,7 @@ class TransactionTracker:
         order = self._per_collection.get(data_collection, 0) + 1
         self._per_collection[data_collection] = order
         self._last = data_collection
-        return records, {"id": txn_id, "total_order": self._total,
-                         "data_collection_order": order}
+        return records, {"id": txn_id, "total_order": self._total, "data_collection_order": order}
 
     def forget_last(self) -> None:
         """Take back the last event passed to :meth:`on_event` (it was not emitted, e.g. an
@@ -152,8 +162,9 @@ class TransactionTracker:
         """END of the open transaction (nothing when none is open)."""
         if self._id is None:
             return []
-        collections = [{"data_collection": name, "event_count": count}
-                       for name, count in self._per_collection.items()]
+        collections = [
+            {"data_collection": name, "event_count": count} for name, count in self._per_collection.items()
+        ]
         record = self._record("END", self._total, collections)
         self._id, self._total, self._per_collection, self._ts_ms = None, 0, {}, 0
         self._last = None
@@ -163,14 +174,25 @@ class TransactionTracker:
         """The open transaction as JSON-friendly data (``None`` when none is open)."""
         if self._id is None:
             return None
-        return {"id": self._id, "total_order": self._total,
-                "data_collections": dict(self._per_collection), "ts_ms": self._ts_ms}
+        return {
+            "id": self._id,
+            "total_order": self._total,
+            "data_collections": dict(self._per_collection),
+            "ts_ms": self._ts_ms,
+        }
 
-    def _record(self, status: str, count: int | None,
-                collections: list[dict[str, Any]] | None) -> Record:
+    def _record(self, status: str, count: int | None, collections: list[dict[str, Any]] | None) -> Record:
         assert self._id is not None
         key = self._key_framing.wrap(compact({"id": self._id}).encode())
-        value = self._value_framing.wrap(compact({
-            "status": status, "id": self._id, "event_count": count,
-            "data_collections": collections, "ts_ms": self._ts_ms}).encode())
+        value = self._value_framing.wrap(
+            compact(
+                {
+                    "status": status,
+                    "id": self._id,
+                    "event_count": count,
+                    "data_collections": collections,
+                    "ts_ms": self._ts_ms,
+                }
+            ).encode()
+        )
         return Record(self.topic, key, value)

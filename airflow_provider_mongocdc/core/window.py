@@ -156,8 +156,26 @@ INITIAL_ONLY = "initial_only"
 
 # Errors after which a change stream can be re-opened from its last token (the change streams
 # specification's resumable errors, for servers that do not label them).
-_RESUMABLE_CODES = {6, 7, 43, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602,
-                    13388, 13435, 13436}
+_RESUMABLE_CODES = {
+    6,
+    7,
+    43,
+    63,
+    89,
+    91,
+    133,
+    150,
+    189,
+    234,
+    262,
+    9001,
+    10107,
+    11600,
+    11602,
+    13388,
+    13435,
+    13436,
+}
 LAG_SAMPLES = 10_000
 
 
@@ -173,8 +191,10 @@ def parse_time(value: Any) -> datetime:
         try:
             parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise ConfigError(f"The window end {value!r} is not an ISO-8601 time",
-                              fix="pass window_end like 2024-05-01T10:00:00Z") from None
+            raise ConfigError(
+                f"The window end {value!r} is not an ISO-8601 time",
+                fix="pass window_end like 2024-05-01T10:00:00Z",
+            ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.astimezone(timezone.utc)
@@ -213,11 +233,15 @@ class WindowParams:
         for name in ("idle_timeout_s", "max_duration_s", "commit_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"The window parameter {name}={value!r} is invalid",
-                                  fix=f"give {name} as a number of seconds greater than 0")
+                raise ConfigError(
+                    f"The window parameter {name}={value!r} is invalid",
+                    fix=f"give {name} as a number of seconds greater than 0",
+                )
         if isinstance(self.poll_ms, bool) or not isinstance(self.poll_ms, int) or self.poll_ms <= 0:
-            raise ConfigError(f"The window parameter poll_ms={self.poll_ms!r} is invalid",
-                              fix="give poll_ms as a whole number of milliseconds greater than 0")
+            raise ConfigError(
+                f"The window parameter poll_ms={self.poll_ms!r} is invalid",
+                fix="give poll_ms as a whole number of milliseconds greater than 0",
+            )
 
     @property
     def end(self) -> Timestamp:
@@ -227,24 +251,35 @@ class WindowParams:
     def from_params(cls, params: Mapping[str, Any], config: ConnectorConfig | None = None) -> WindowParams:
         """From a job spec's ``params`` (``window_end`` required)."""
         if not params.get("window_end"):
-            raise ConfigError("The stream window has no end",
-                              cause="the job parameters lack window_end",
-                              fix="start the window through MongoStreamWindowOperator, or pass "
-                                  "window_end as an ISO-8601 time")
+            raise ConfigError(
+                "The stream window has no end",
+                cause="the job parameters lack window_end",
+                fix="start the window through MongoStreamWindowOperator, or pass "
+                "window_end as an ISO-8601 time",
+            )
         poll = params.get("poll_ms")
         if poll is None:
-            poll = (config.cursor_max_await_time_ms if config is not None
-                    and config.cursor_max_await_time_ms else DEFAULT_POLL_MS)
-        return cls(window_end=parse_time(params["window_end"]),
-                   idle_timeout_s=float(params.get("idle_timeout_s") or DEFAULT_IDLE_TIMEOUT_S),
-                   max_duration_s=float(params.get("max_duration_s") or DEFAULT_MAX_DURATION_S),
-                   poll_ms=int(poll),
-                   commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S))
+            poll = (
+                config.cursor_max_await_time_ms
+                if config is not None and config.cursor_max_await_time_ms
+                else DEFAULT_POLL_MS
+            )
+        return cls(
+            window_end=parse_time(params["window_end"]),
+            idle_timeout_s=float(params.get("idle_timeout_s") or DEFAULT_IDLE_TIMEOUT_S),
+            max_duration_s=float(params.get("max_duration_s") or DEFAULT_MAX_DURATION_S),
+            poll_ms=int(poll),
+            commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S),
+        )
 
     def to_params(self) -> dict[str, Any]:
-        return {"window_end": iso(self.window_end), "idle_timeout_s": self.idle_timeout_s,
-                "max_duration_s": self.max_duration_s, "poll_ms": self.poll_ms,
-                "commit_interval_s": self.commit_interval_s}
+        return {
+            "window_end": iso(self.window_end),
+            "idle_timeout_s": self.idle_timeout_s,
+            "max_duration_s": self.max_duration_s,
+            "poll_ms": self.poll_ms,
+            "commit_interval_s": self.commit_interval_s,
+        }
 
 
 # -- streams -----------------------------------------------------------------------------------------
@@ -276,21 +311,25 @@ def connection_details(mongo: Mapping[str, Any] | MongoConnectionDetails) -> Mon
     return MongoConnectionDetails.from_dict(mongo)
 
 
-def plan_streams(details: MongoConnectionDetails, config: ConnectorConfig, *,
-                 policy: BackoffPolicy | None = None) -> list[StreamTarget]:
+def plan_streams(
+    details: MongoConnectionDetails, config: ConnectorConfig, *, policy: BackoffPolicy | None = None
+) -> list[StreamTarget]:
     """The change streams of a window: one for the deployment, or one per shard replica set
     (``mongodb.connection.mode=replica_set`` on a sharded cluster)."""
     topology = discover(details, policy=policy or BackoffPolicy.from_config(config))
     if topology.kind == SHARDED and config.mongodb_connection_mode == "replica_set":
-        return [StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
-                for rs in topology.replica_sets]
+        return [
+            StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
+            for rs in topology.replica_sets
+        ]
     if topology.kind == SHARDED and topology.via == "config_server":
         raise TopologyError(
             "The MongoDB connection points at the config server replica set of a sharded cluster",
             cause="with mongodb.connection.mode=sharded the change stream is opened through mongos; "
-                  "a change stream on the config servers shows no data changes",
+            "a change stream on the config servers shows no data changes",
             fix="connect to the mongos routers, or set mongodb.connection.mode=replica_set to read "
-                "each shard's replica set")
+            "each shard's replica set",
+        )
     (partition,) = topology.partitions(config.mongodb_connection_mode)
     return [StreamTarget(partition, partition, details.to_dict())]
 
@@ -305,8 +344,9 @@ def offset_partition(config: ConnectorConfig, partition: str) -> OffsetPartition
 
 
 # -- where a window starts ---------------------------------------------------------------------------
-def starting_position(state: OffsetState | None, config: ConnectorConfig,
-                      partition: OffsetPartition, topic: str) -> Position | None:
+def starting_position(
+    state: OffsetState | None, config: ConnectorConfig, partition: OffsetPartition, topic: str
+) -> Position | None:
     """Where the window of ``partition`` starts, or None when ``snapshot.mode=initial_only``
     disables streaming. Raises :class:`OffsetError` when it cannot start."""
     where = f"{partition.describe()} in the offsets topic {topic!r}"
@@ -317,19 +357,24 @@ def starting_position(state: OffsetState | None, config: ConnectorConfig,
             f"{state.snapshot.snapshot_id}{', started ' + iso(started) if started else ''}); the "
             "stream window did not start",
             cause="a window and a snapshot of the same connector never run at the same time: "
-                  "streaming starts from the position the snapshot hands over when it completes",
+            "streaming starts from the position the snapshot hands over when it completes",
             fix="wait for the snapshot to complete, or, if it was interrupted, run the snapshot "
-                "again (it skips its finished chunks); then run the window")
-    if (config.snapshot_mode == "initial_only" and state is not None
-            and state.snapshot.status == SNAPSHOT_COMPLETED):
+            "again (it skips its finished chunks); then run the window",
+        )
+    if (
+        config.snapshot_mode == "initial_only"
+        and state is not None
+        and state.snapshot.status == SNAPSHOT_COMPLETED
+    ):
         return None
     if state is None or state.position is None:
         raise OffsetError(
             f"No stored offset for {where}; the stream window did not start",
             cause="streaming continues from the position a snapshot records, and no snapshot "
-                  "has run for this connector and replica set (or its offset was reset)",
+            "has run for this connector and replica set (or its offset was reset)",
             fix="run the snapshot first: MongoSnapshotOperator, or the snapshot task of the "
-                "hourly DAG, which runs before the window")
+            "hourly DAG, which runs before the window",
+        )
     return state.position
 
 
@@ -372,27 +417,37 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
-def purged_error(config: ConnectorConfig, partition: OffsetPartition, position: Position | None,
-                 error: PyMongoError) -> ResumePointPurgedError:
+def purged_error(
+    config: ConnectorConfig, partition: OffsetPartition, position: Position | None, error: PyMongoError
+) -> ResumePointPurgedError:
     code = getattr(error, "code", None)
     name = HISTORY_LOST_CODES.get(code, "error")
     where = describe_position(position)
-    cause = (f"MongoDB answered {name}" + (f" ({code})" if code is not None else "")
-             + f": {_error_text(error)}. The oplog no longer holds the position the last window "
-             "stored; the changes in between are lost to streaming (the connector was stopped, or "
-             "fell behind, for longer than the oplog window)")
+    cause = (
+        f"MongoDB answered {name}"
+        + (f" ({code})" if code is not None else "")
+        + f": {_error_text(error)}. The oplog no longer holds the position the last window "
+        "stored; the changes in between are lost to streaming (the connector was stopped, or "
+        "fell behind, for longer than the oplog window)"
+    )
     if config.snapshot_mode == "when_needed":
-        fix = ("with snapshot.mode=when_needed a new snapshot must run first: the hourly DAG's "
-               "snapshot task takes it before the next window (or run MongoSnapshotOperator); "
-               "then streaming continues from the snapshot's position")
+        fix = (
+            "with snapshot.mode=when_needed a new snapshot must run first: the hourly DAG's "
+            "snapshot task takes it before the next window (or run MongoSnapshotOperator); "
+            "then streaming continues from the snapshot's position"
+        )
     else:
-        fix = (f"re-snapshot: trigger the DAG {RESNAPSHOT_DAG} (it resets the offset of this "
-               "replica set and takes a new snapshot); to keep it from happening again, enlarge "
-               "the oplog (replSetResizeOplog) or run windows more often than the oplog window")
+        fix = (
+            f"re-snapshot: trigger the DAG {RESNAPSHOT_DAG} (it resets the offset of this "
+            "replica set and takes a new snapshot); to keep it from happening again, enlarge "
+            "the oplog (replSetResizeOplog) or run windows more often than the oplog window"
+        )
     return ResumePointPurgedError(
         f"The stored resume point of {partition.describe()} "
         f"({where.get('time') if where else 'unknown'}) is no longer in the oplog; no offset was changed",
-        cause=cause, fix=fix)
+        cause=cause,
+        fix=fix,
+    )
 
 
 # -- statistics --------------------------------------------------------------------------------------
@@ -424,8 +479,10 @@ class WindowStats:
 
     def merge(self, other: WindowStats, rng: random.Random) -> None:
         self.events += other.events
-        for target, source in ((self.events_by_op, other.events_by_op),
-                               (self.events_by_collection, other.events_by_collection)):
+        for target, source in (
+            (self.events_by_op, other.events_by_op),
+            (self.events_by_collection, other.events_by_collection),
+        ):
             for key, count in source.items():
                 target[key] = target.get(key, 0) + count
         self.tombstones += other.tombstones
@@ -469,11 +526,21 @@ class StreamWindow:
     Call :meth:`run` once; it returns the stream's summary.
     """
 
-    def __init__(self, config: ConnectorConfig, client: MongoClient, writer: TransactionalWriter,
-                 store: OffsetStore, partition: str, params: WindowParams, *,
-                 replica_set: str | None = None, kafka_config: Mapping[str, Any] | None = None,
-                 policy: BackoffPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
-                 clock_ms: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        client: MongoClient,
+        writer: TransactionalWriter,
+        store: OffsetStore,
+        partition: str,
+        params: WindowParams,
+        *,
+        replica_set: str | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
+        policy: BackoffPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock_ms: Callable[[], int] | None = None,
+    ):
         self.config = config
         self.client = client
         self.writer = writer
@@ -518,19 +585,28 @@ class StreamWindow:
         self.state = self.store.read(self.partition)
         self.start = starting_position(self.state, self.config, self.partition, self.store.topic)
         if self.start is None:
-            log.info("Window of %s: streaming disabled by snapshot.mode=initial_only", self.partition.describe())
+            log.info(
+                "Window of %s: streaming disabled by snapshot.mode=initial_only", self.partition.describe()
+            )
             return self._summary(INITIAL_ONLY, started)
         self.committed_position = self.position = self.start
         start_time = position_time(self.start)
         if start_time is not None and start_time >= self.end:
             # The window ends where (or before) the stored offset stands: nothing to read, and the
             # offset must not move back.
-            log.info("Window of %s: the stored position (%s) is not before the window end %s; "
-                     "nothing to read", self.partition.describe(), self.start.describe(),
-                     iso(self.params.window_end))
+            log.info(
+                "Window of %s: the stored position (%s) is not before the window end %s; nothing to read",
+                self.partition.describe(),
+                self.start.describe(),
+                iso(self.params.window_end),
+            )
             return self._summary(ALREADY_PAST_END, started)
-        log.info("Window of %s from %s to %s", self.partition.describe(), self.start.describe(),
-                 iso(self.params.window_end))
+        log.info(
+            "Window of %s from %s to %s",
+            self.partition.describe(),
+            self.start.describe(),
+            iso(self.params.window_end),
+        )
         try:
             reason, final = self._stream()
             self._commit(final, last=True)
@@ -538,8 +614,12 @@ class StreamWindow:
             try:
                 self._abort()
             except MongoCdcError as error:  # the window's own error is the one to report
-                log.warning("Window of %s: could not abort the open Kafka transaction (%s); it is "
-                            "aborted when the next run's writer starts", self.partition.describe(), error)
+                log.warning(
+                    "Window of %s: could not abort the open Kafka transaction (%s); it is "
+                    "aborted when the next run's writer starts",
+                    self.partition.describe(),
+                    error,
+                )
             raise
         return self._summary(reason, started)
 
@@ -547,8 +627,7 @@ class StreamWindow:
         """Refuse to run while a snapshot of the connector holds its lease (see :mod:`.lease`)."""
         lease = ConnectorLease(self.kafka_config, self.config.topic_prefix, self.store.topic).current()
         if lease is not None and lease.live() and lease.kind == SNAPSHOT:
-            raise held_error(self.config.topic_prefix, lease, WINDOW,
-                             f"stream window of {self.partition.rs}")
+            raise held_error(self.config.topic_prefix, lease, WINDOW, f"stream window of {self.partition.rs}")
 
     # -- reading --
     def _stream(self) -> tuple[str, Position]:
@@ -558,8 +637,9 @@ class StreamWindow:
         while True:
             progressed = [False]
             try:
-                with open_stream(self.client, self.config, self.position,
-                                 max_await_time_ms=self.params.poll_ms) as stream:
+                with open_stream(
+                    self.client, self.config, self.position, max_await_time_ms=self.params.poll_ms
+                ) as stream:
                     self._read(stream, deadline, progressed)
             except _Stop as stop:
                 return stop.reason, self._final_position(stop.reason)
@@ -572,8 +652,9 @@ class StreamWindow:
                         "stopped and nothing past the last commit is visible",
                         cause=_error_text(error),
                         fix="check the MongoDB user's roles (changeStream and find on the captured "
-                            "databases) and the server's logs, then re-run; the window continues "
-                            "from the last committed offset") from None
+                        "databases) and the server's logs, then re-run; the window continues "
+                        "from the last committed offset",
+                    ) from None
                 failures = 0 if progressed[0] else failures
                 failures += 1
                 if failures > self.policy.max_attempts:
@@ -582,15 +663,21 @@ class StreamWindow:
                         "in a row; the window stopped",
                         cause=_error_text(error),
                         fix="check that the MongoDB servers run and a primary is elected; the next "
-                            "run continues from the last committed offset "
-                            f"({(self.committed_position or self.start).describe()})") from None
+                        "run continues from the last committed offset "
+                        f"({(self.committed_position or self.start).describe()})",
+                    ) from None
                 delay = self.policy.delay_ms(failures)
                 self.reconnects += 1
                 self._recover()
-                log.warning("Change stream of %s interrupted (%s); re-opening from %s in %s "
-                            "(attempt %d of %d)", self.partition.describe(), _error_text(error),
-                            self.position.describe(), format_duration_ms(delay), failures,
-                            self.policy.max_attempts)
+                log.warning(
+                    "Change stream of %s interrupted (%s); re-opening from %s in %s (attempt %d of %d)",
+                    self.partition.describe(),
+                    _error_text(error),
+                    self.position.describe(),
+                    format_duration_ms(delay),
+                    failures,
+                    self.policy.max_attempts,
+                )
                 self._sleep(delay / 1000.0)
 
     def _read(self, stream, deadline: float, progressed: list[bool]) -> None:
@@ -607,8 +694,11 @@ class StreamWindow:
                 cluster_time = token_cluster_time(token)
                 if cluster_time is not None and cluster_time >= self.end:
                     raise _Stop(END_REACHED)
-                if token is not None and cluster_time is not None and \
-                        dict(token) != dict(self.position.resume_token or {}):
+                if (
+                    token is not None
+                    and cluster_time is not None
+                    and dict(token) != dict(self.position.resume_token or {})
+                ):
                     # A newer PBRT: every change up to it has been read.
                     self.position = Position(dict(token), cluster_time)
                     self._heartbeat(cluster_time)
@@ -627,8 +717,7 @@ class StreamWindow:
             if cluster_time is not None and cluster_time >= self.end:
                 raise _Stop(END_REACHED)
             open_id = self.tracker.current_id if self.tracker is not None else None
-            between_transactions = open_id is None or \
-                change_transaction_id(change, event_format) != open_id
+            between_transactions = open_id is None or change_transaction_id(change, event_format) != open_id
             if between_transactions:
                 if now >= deadline:
                     raise _Stop(MAX_DURATION)
@@ -659,7 +748,8 @@ class StreamWindow:
             options["start_at_operation_time"] = self.position.cluster_time
         try:
             with watch_target(self.client, self.config).watch(
-                    [{"$match": {"operationType": "invalidate"}}], **options) as stream:
+                [{"$match": {"operationType": "invalidate"}}], **options
+            ) as stream:
                 for _ in range(3):
                     change = stream.try_next()
                     if change is not None and is_invalidate(change):
@@ -667,8 +757,11 @@ class StreamWindow:
                     if not stream.alive:
                         break
         except PyMongoError as error:
-            log.warning("Window of %s: could not read the invalidate event (%s); using the "
-                        "server's resume token", self.partition.describe(), _error_text(error))
+            log.warning(
+                "Window of %s: could not read the invalidate event (%s); using the server's resume token",
+                self.partition.describe(),
+                _error_text(error),
+            )
         return reported
 
     def _invalidated(self, token: Mapping[str, Any] | None) -> None:
@@ -711,12 +804,19 @@ class StreamWindow:
                     stats.events_by_op[op] = stats.events_by_op.get(op, 0) + 1
                     collection = f"{namespace['db']}.{namespace['coll']}"
                     stats.events_by_collection[collection] = stats.events_by_collection.get(collection, 0) + 1
-            elif record.topic == self._transaction_topic and record.value is not None \
-                    and b'"status":"BEGIN"' in record.value:
+            elif (
+                record.topic == self._transaction_topic
+                and record.value is not None
+                and b'"status":"BEGIN"' in record.value
+            ):
                 stats.transactions += 1
-        if (not emitted and data_topic is not None and self.config.event_oversize_handling_mode == "skip"
-                and OPERATION_CODES[operation] not in self.config.skipped_operations
-                and self.builder.filters.collection_included(namespace["db"], namespace["coll"])):
+        if (
+            not emitted
+            and data_topic is not None
+            and self.config.event_oversize_handling_mode == "skip"
+            and OPERATION_CODES[operation] not in self.config.skipped_operations
+            and self.builder.filters.collection_included(namespace["db"], namespace["coll"])
+        ):
             stats.skipped_oversize += 1
         self._send(records)
 
@@ -760,8 +860,9 @@ class StreamWindow:
         if last:
             new_state = base.after_window(position, self.params.window_end, events)
         else:
-            new_state = dataclasses.replace(base, position=position or base.position,
-                                            events=base.events + events)
+            new_state = dataclasses.replace(
+                base, position=position or base.position, events=base.events + events
+            )
         if not self.writer.in_transaction:
             self.writer.begin()
         stats = self.writer.commit([self.store.offset_record(self.partition, new_state)])
@@ -782,9 +883,13 @@ class StreamWindow:
             if self.pending_changes or self.writer.in_transaction:
                 self._commit(self.position, last=False)
             return
-        log.info("Window of %s: the stream failed inside MongoDB transaction %s; rolling back to the "
-                 "last commit (%s) to read it again whole", self.partition.describe(),
-                 self.tracker.current_id, (self.committed_position or self.start).describe())
+        log.info(
+            "Window of %s: the stream failed inside MongoDB transaction %s; rolling back to the "
+            "last commit (%s) to read it again whole",
+            self.partition.describe(),
+            self.tracker.current_id,
+            (self.committed_position or self.start).describe(),
+        )
         self._abort()
         self.pending = WindowStats()
         self.pending_changes = 0
@@ -803,8 +908,8 @@ class StreamWindow:
             "partition": self.partition.rs,
             "replica_set": self.replica_set,
             "stop_reason": reason,
-            "reached_end": reason in (END_REACHED, ALREADY_PAST_END) or (
-                reason == INVALIDATED and self._invalidate_position is None),
+            "reached_end": reason in (END_REACHED, ALREADY_PAST_END)
+            or (reason == INVALIDATED and self._invalidate_position is None),
             "window_end": iso(self.params.window_end),
             "start_position": describe_position(self.start),
             "end_position": describe_position(self.committed_position or self.start),
@@ -826,24 +931,44 @@ class StreamWindow:
 
 
 # -- running a stream --------------------------------------------------------------------------------
-def run_window(target: StreamTarget, config: ConnectorConfig, kafka_config: Mapping[str, Any],
-               params: WindowParams, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def run_window(
+    target: StreamTarget,
+    config: ConnectorConfig,
+    kafka_config: Mapping[str, Any],
+    params: WindowParams,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     """Run the window of one stream: fence older writers, read the offset, stream, commit."""
     policy = BackoffPolicy.from_config(config)
     store = OffsetStore(kafka_config, config.offsets_topic)
     with TransactionalWriter(kafka_config, transactional_id(config, target.partition)) as writer:
         client = connect(target.details(), policy, require_primary=True, sleep=sleep)
         try:
-            window = StreamWindow(config, client, writer, store, target.partition, params,
-                                  replica_set=target.replica_set, kafka_config=kafka_config,
-                                  policy=policy, sleep=sleep)
+            window = StreamWindow(
+                config,
+                client,
+                writer,
+                store,
+                target.partition,
+                params,
+                replica_set=target.replica_set,
+                kafka_config=kafka_config,
+                policy=policy,
+                sleep=sleep,
+            )
             return window.run()
         finally:
             client.close()
 
 
-def run_stream_tasks(targets: Iterable[Mapping[str, Any]], *, connector: Mapping[str, Any],
-                     kafka: Mapping[str, Any], params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+def run_stream_tasks(
+    targets: Iterable[Mapping[str, Any]],
+    *,
+    connector: Mapping[str, Any],
+    kafka: Mapping[str, Any],
+    params: Mapping[str, Any],
+) -> Iterator[dict[str, Any]]:
     """A Spark task's work: the windows of its streams (JSON-able targets), one summary each."""
     config = ConnectorConfig.from_properties(connector)
     window_params = WindowParams.from_params(params, config)
@@ -851,8 +976,9 @@ def run_stream_tasks(targets: Iterable[Mapping[str, Any]], *, connector: Mapping
         yield run_window(StreamTarget.from_json(target), config, kafka, window_params)
 
 
-def check_offsets(config: ConnectorConfig, kafka_config: Mapping[str, Any],
-                  targets: Iterable[StreamTarget]) -> dict[str, Position | None]:
+def check_offsets(
+    config: ConnectorConfig, kafka_config: Mapping[str, Any], targets: Iterable[StreamTarget]
+) -> dict[str, Position | None]:
     """Check, before any task starts, that every stream can start (same rules as the window)."""
     store = OffsetStore(kafka_config, config.offsets_topic)
     states = store.read_all()
@@ -865,36 +991,63 @@ def check_offsets(config: ConnectorConfig, kafka_config: Mapping[str, Any],
 
 def empty_summary(partition: str, params: WindowParams, reason: str = INITIAL_ONLY) -> dict[str, Any]:
     """The summary of a stream that read nothing (e.g. streaming disabled by initial_only)."""
-    return {"partition": partition, "replica_set": partition, "stop_reason": reason,
-            "reached_end": reason != INITIAL_ONLY, "window_end": iso(params.window_end),
-            "start_position": None, "end_position": None, "events": 0, "events_by_op": {},
-            "events_by_collection": {}, "tombstones": 0, "transactions": 0, "heartbeats": 0,
-            "skipped_oversize": 0, "bytes": 0, "batches_committed": 0, "reconnects": 0,
-            "lag_ms": {"p50": None, "p95": None, "max": None}, "duration_s": 0.0}
+    return {
+        "partition": partition,
+        "replica_set": partition,
+        "stop_reason": reason,
+        "reached_end": reason != INITIAL_ONLY,
+        "window_end": iso(params.window_end),
+        "start_position": None,
+        "end_position": None,
+        "events": 0,
+        "events_by_op": {},
+        "events_by_collection": {},
+        "tombstones": 0,
+        "transactions": 0,
+        "heartbeats": 0,
+        "skipped_oversize": 0,
+        "bytes": 0,
+        "batches_committed": 0,
+        "reconnects": 0,
+        "lag_ms": {"p50": None, "p95": None, "max": None},
+        "duration_s": 0.0,
+    }
 
 
-def merge_summaries(summaries: list[dict[str, Any]], window_end: datetime,
-                    duration_s: float | None = None) -> dict[str, Any]:
+def merge_summaries(
+    summaries: list[dict[str, Any]], window_end: datetime, duration_s: float | None = None
+) -> dict[str, Any]:
     """The window's summary over all of its streams."""
     rng = random.Random(0)
     totals = WindowStats()
     partitions = []
     for summary in sorted(summaries, key=lambda item: item["partition"]):
         stats = WindowStats(
-            events=summary["events"], events_by_op=summary["events_by_op"],
-            events_by_collection=summary["events_by_collection"], tombstones=summary["tombstones"],
-            transactions=summary["transactions"], heartbeats=summary["heartbeats"],
-            skipped_oversize=summary["skipped_oversize"], bytes=summary["bytes"],
-            lags_ms=list(summary.get("lag_samples") or []), lag_count=summary.get("lag_count", 0),
-            lag_max_ms=summary["lag_ms"].get("max"))
+            events=summary["events"],
+            events_by_op=summary["events_by_op"],
+            events_by_collection=summary["events_by_collection"],
+            tombstones=summary["tombstones"],
+            transactions=summary["transactions"],
+            heartbeats=summary["heartbeats"],
+            skipped_oversize=summary["skipped_oversize"],
+            bytes=summary["bytes"],
+            lags_ms=list(summary.get("lag_samples") or []),
+            lag_count=summary.get("lag_count", 0),
+            lag_max_ms=summary["lag_ms"].get("max"),
+        )
         totals.merge(stats, rng)
-        partitions.append({key: value for key, value in summary.items()
-                           if key not in ("lag_samples", "lag_count")})
+        partitions.append(
+            {key: value for key, value in summary.items() if key not in ("lag_samples", "lag_count")}
+        )
     skipped = bool(partitions) and all(item["stop_reason"] == INITIAL_ONLY for item in partitions)
     return {
         "status": "skipped" if skipped else "completed",
-        "message": ("streaming disabled by snapshot.mode=initial_only: the snapshot completed and "
-                    "no change stream is read") if skipped else None,
+        "message": (
+            "streaming disabled by snapshot.mode=initial_only: the snapshot completed and "
+            "no change stream is read"
+        )
+        if skipped
+        else None,
         "window_end": iso(window_end),
         "reached_end": all(item["reached_end"] for item in partitions),
         "events": totals.events,
@@ -909,7 +1062,8 @@ def merge_summaries(summaries: list[dict[str, Any]], window_end: datetime,
         "start_position": {item["partition"]: item["start_position"] for item in partitions},
         "end_position": {item["partition"]: item["end_position"] for item in partitions},
         "lag_ms": percentiles(totals.lags_ms, totals.lag_max_ms),
-        "duration_s": round(duration_s, 3) if duration_s is not None else
-        max((item["duration_s"] for item in partitions), default=0.0),
+        "duration_s": round(duration_s, 3)
+        if duration_s is not None
+        else max((item["duration_s"] for item in partitions), default=0.0),
         "partitions": partitions,
     }

@@ -79,17 +79,23 @@ def is_secret_key(key: str) -> bool:
 
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a librdkafka configuration that is safe to print or log."""
-    return {key: ("***" if is_secret_key(str(key)) and value not in (None, "") else value)
-            for key, value in config.items() if not callable(value)}
+    return {
+        key: ("***" if is_secret_key(str(key)) and value not in (None, "") else value)
+        for key, value in config.items()
+        if not callable(value)
+    }
 
 
-def producer_config(kafka_config: Mapping[str, Any], transactional_id: str,
-                    overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def producer_config(
+    kafka_config: Mapping[str, Any], transactional_id: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The configuration of a transactional producer: defaults < connection < overrides < required."""
     if not transactional_id:
-        raise ConfigError("The Kafka writer needs a transactional.id",
-                          cause="an empty transactional.id was given",
-                          fix="pass a stable id, the same for every run of the same connector task")
+        raise ConfigError(
+            "The Kafka writer needs a transactional.id",
+            cause="an empty transactional.id was given",
+            fix="pass a stable id, the same for every run of the same connector task",
+        )
     config: dict[str, Any] = dict(DEFAULT_PRODUCER_CONFIG)
     config.update(kafka_config)
     config.update(overrides or {})
@@ -99,13 +105,16 @@ def producer_config(kafka_config: Mapping[str, Any], transactional_id: str,
             raise ConfigError(
                 f"The Kafka producer setting {key}={given!r} is not allowed",
                 cause=f"exactly-once delivery needs {key}={required}",
-                fix=f"remove {key} from the Kafka connection's config")
+                fix=f"remove {key} from the Kafka connection's config",
+            )
         config[key] = required
     config["transactional.id"] = transactional_id
     if not config.get("bootstrap.servers"):
-        raise ConfigError("The Kafka configuration has no bootstrap.servers",
-                          cause="the Kafka connection's librdkafka config lacks bootstrap.servers",
-                          fix='add "bootstrap.servers": "host1:9092,host2:9092" to the Kafka connection')
+        raise ConfigError(
+            "The Kafka configuration has no bootstrap.servers",
+            cause="the Kafka connection's librdkafka config lacks bootstrap.servers",
+            fix='add "bootstrap.servers": "host1:9092,host2:9092" to the Kafka connection',
+        )
     return config
 
 
@@ -157,8 +166,9 @@ class FailedDelivery:
     error: KafkaError
 
     def describe(self) -> str:
-        return (f"topic {self.topic!r}, key {_describe_key(self.key)}: "
-                f"{self.error.name()} ({self.error.str()})")
+        return (
+            f"topic {self.topic!r}, key {_describe_key(self.key)}: {self.error.name()} ({self.error.str()})"
+        )
 
 
 @dataclass
@@ -186,9 +196,15 @@ class TransactionalWriter:
     or ``with writer.transaction(): writer.send(...)`` (commits on success, aborts on error).
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], transactional_id: str, *,
-                 overrides: Mapping[str, Any] | None = None, init_timeout_s: float = 60.0,
-                 queue_full_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        transactional_id: str,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        init_timeout_s: float = 60.0,
+        queue_full_timeout_s: float = 300.0,
+    ):
         self.transactional_id = transactional_id
         self._config = producer_config(kafka_config, transactional_id, overrides)
         self._max_message_bytes = int(self._config.get("message.max.bytes", 1_000_000))
@@ -202,12 +218,17 @@ class TransactionalWriter:
         try:
             self._producer = Producer(settings)
         except KafkaException as error:
-            raise ConfigError("The Kafka producer configuration is invalid",
-                              cause=str(_unwrap(error) or error),
-                              fix="correct the Kafka connection's librdkafka config") from None
+            raise ConfigError(
+                "The Kafka producer configuration is invalid",
+                cause=str(_unwrap(error) or error),
+                fix="correct the Kafka connection's librdkafka config",
+            ) from None
         self._delivery_callback = self._on_delivery  # bound once: produce() runs per record
-        log.info("Kafka writer %s: initialising transactions (config %s)", transactional_id,
-                 redact_config(self._config))
+        log.info(
+            "Kafka writer %s: initialising transactions (config %s)",
+            transactional_id,
+            redact_config(self._config),
+        )
         self._retrying("initialise transactions", self._producer.init_transactions, init_timeout_s)
 
     # -- properties --
@@ -236,18 +257,22 @@ class TransactionalWriter:
         if error is None:
             self.stats.delivered += 1
             return
-        self.stats.failed.append(FailedDelivery(message.topic(), message.key(),
-                                                len(message.value() or b"") + len(message.key() or b""),
-                                                error))
+        self.stats.failed.append(
+            FailedDelivery(
+                message.topic(), message.key(), len(message.value() or b"") + len(message.key() or b""), error
+            )
+        )
 
     # -- transaction control --
     def begin(self) -> None:
         """Start a transaction."""
         self._check_usable()
         if self._in_transaction:
-            raise DeliveryError("A Kafka transaction is already open on this writer",
-                                cause="begin() was called twice without commit() or abort()",
-                                fix="commit or abort the open transaction first")
+            raise DeliveryError(
+                "A Kafka transaction is already open on this writer",
+                cause="begin() was called twice without commit() or abort()",
+                fix="commit or abort the open transaction first",
+            )
         self.stats = TransactionStats()
         try:
             _kafka_call(self._producer.begin_transaction)
@@ -289,7 +314,8 @@ class TransactionalWriter:
                 "transaction was aborted and the offset not advanced",
                 cause="the brokers did not acknowledge the events in time",
                 fix="check that the Kafka brokers are up and reachable, then re-run; the run "
-                    "continues from the last committed offset")
+                "continues from the last committed offset",
+            )
 
     def commit(self, records: Iterable[RecordLike] = ()) -> TransactionStats:
         """Send ``records`` (typically the offset record), deliver everything, commit.
@@ -307,11 +333,18 @@ class TransactionalWriter:
                 break
             except KafkaException as error:
                 kafka_error = _unwrap(error)
-                if kafka_error is not None and kafka_error.retriable() and not kafka_error.fatal() \
-                        and attempts < OPERATION_RETRIES:
+                if (
+                    kafka_error is not None
+                    and kafka_error.retriable()
+                    and not kafka_error.fatal()
+                    and attempts < OPERATION_RETRIES
+                ):
                     attempts += 1
-                    log.warning("Kafka writer %s: commit failed (%s), retrying",
-                                self.transactional_id, kafka_error.str())
+                    log.warning(
+                        "Kafka writer %s: commit failed (%s), retrying",
+                        self.transactional_id,
+                        kafka_error.str(),
+                    )
                     continue
                 if kafka_error is not None and kafka_error.txn_requires_abort():
                     self._abort_quietly()
@@ -341,12 +374,15 @@ class TransactionalWriter:
             # next writer with this transactional.id fences it. This producer is not reused.
             kafka_error = _unwrap(error)
             self._fatal = kafka_error if kafka_error is not None else KafkaError(KafkaError._FAIL)
-            log.warning("Kafka writer %s: could not abort the transaction (%s); the broker aborts it "
-                        "after transaction.timeout.ms", self.transactional_id,
-                        kafka_error.str() if kafka_error is not None else error)
+            log.warning(
+                "Kafka writer %s: could not abort the transaction (%s); the broker aborts it "
+                "after transaction.timeout.ms",
+                self.transactional_id,
+                kafka_error.str() if kafka_error is not None else error,
+            )
 
     @contextmanager
-    def transaction(self) -> Iterator["TransactionalWriter"]:
+    def transaction(self) -> Iterator[TransactionalWriter]:
         """``with writer.transaction(): writer.send(...)``: commit on success, abort on error."""
         self.begin()
         try:
@@ -375,7 +411,7 @@ class TransactionalWriter:
             except (KafkaException, SystemError, RuntimeError):
                 pass
 
-    def __enter__(self) -> "TransactionalWriter":
+    def __enter__(self) -> TransactionalWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -394,9 +430,11 @@ class TransactionalWriter:
     def _check_open(self) -> None:
         self._check_usable()
         if not self._in_transaction:
-            raise DeliveryError("No Kafka transaction is open on this writer",
-                                cause="send(), flush() or commit() was called before begin()",
-                                fix="call begin() first (or use `with writer.transaction():`)")
+            raise DeliveryError(
+                "No Kafka transaction is open on this writer",
+                cause="send(), flush() or commit() was called before begin()",
+                fix="call begin() first (or use `with writer.transaction():`)",
+            )
 
     def _produce(self, record: RecordLike) -> None:
         # Runs once per record: no work beyond what delivery and the statistics need.
@@ -425,7 +463,8 @@ class TransactionalWriter:
                     raise DeliveryError(
                         "The Kafka producer queue stayed full; the transaction was aborted",
                         cause=f"no room for new events within {self._queue_full_timeout_s:g} s",
-                        fix="check that the Kafka brokers are reachable and keep up, then re-run") from None
+                        fix="check that the Kafka brokers are reachable and keep up, then re-run",
+                    ) from None
                 self._poll(0.5)
             except (KafkaException, SystemError) as error:
                 # As _kafka_call: confluent-kafka reports some fatal errors as SystemError.
@@ -459,13 +498,18 @@ class TransactionalWriter:
         first = self.stats.failed[0]
         if not committed:
             self._abort_quietly()
-        too_large = [failed for failed in self.stats.failed
-                     if failed.error.code() == KafkaError.MSG_SIZE_TOO_LARGE]
+        too_large = [
+            failed for failed in self.stats.failed if failed.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        ]
         if too_large:
             # The broker rejects a whole batch: name its largest event.
             biggest = max(too_large, key=lambda failed: failed.size)
-            raise self._oversize(biggest.topic, biggest.key, biggest.size,
-                                 "the topic's max.message.bytes or the broker's message.max.bytes")
+            raise self._oversize(
+                biggest.topic,
+                biggest.key,
+                biggest.size,
+                "the topic's max.message.bytes or the broker's message.max.bytes",
+            )
         raise self._delivery_failed(first)
 
     def _abort_quietly(self) -> None:
@@ -484,19 +528,28 @@ class TransactionalWriter:
                 return
             except KafkaException as error:
                 kafka_error = _unwrap(error)
-                if kafka_error is not None and kafka_error.retriable() and not kafka_error.fatal() \
-                        and attempts < OPERATION_RETRIES:
+                if (
+                    kafka_error is not None
+                    and kafka_error.retriable()
+                    and not kafka_error.fatal()
+                    and attempts < OPERATION_RETRIES
+                ):
                     attempts += 1
-                    log.warning("Kafka writer %s: could not %s (%s), retrying", self.transactional_id,
-                                what, kafka_error.str())
+                    log.warning(
+                        "Kafka writer %s: could not %s (%s), retrying",
+                        self.transactional_id,
+                        what,
+                        kafka_error.str(),
+                    )
                     continue
                 raise self._failure(what, kafka_error) from None
 
     def _failure(self, what: str, error: KafkaError | None):
         """The MongoCdcError for a failed transactional operation."""
         if error is None:
-            return DeliveryError(f"The Kafka writer could not {what}",
-                                 fix="check the Kafka brokers and re-run")
+            return DeliveryError(
+                f"The Kafka writer could not {what}", fix="check the Kafka brokers and re-run"
+            )
         if error.fatal():
             self._fatal = error
         if error.code() in _FENCED_CODES or (error.fatal() and "fenced" in error.str().lower()):
@@ -506,24 +559,29 @@ class TransactionalWriter:
                 "writer with the same transactional.id; its transaction was aborted and nothing it "
                 "sent since its last commit is visible",
                 cause="another run of the same task started (a retry or a duplicate run) and took "
-                      "over, or the broker aborted the transaction after transaction.timeout.ms: "
-                      f"{error.str()}",
+                "over, or the broker aborted the transaction after transaction.timeout.ms: "
+                f"{error.str()}",
                 fix="nothing to repair: the newer run continues from the last committed offset. If "
-                    "runs overlap unexpectedly, make sure one run per connector task at a time")
+                "runs overlap unexpectedly, make sure one run per connector task at a time",
+            )
         if error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             return ConnectionFailedError(
                 f"The Kafka writer could not {what}: the brokers did not answer",
                 cause=f"{error.name()}: {error.str()}",
                 fix="check bootstrap.servers and the security settings of the Kafka connection, and "
-                    "that the brokers run; the run continues from the last committed offset")
-        if error.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                            KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                "that the brokers run; the run continues from the last committed offset",
+            )
+        if error.code() in (
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        ):
             return DeliveryError(
                 f"The Kafka writer may not {what}",
                 cause=f"{error.name()}: {error.str()}",
                 fix="grant the Kafka principal WRITE and DESCRIBE on the transactional id "
-                    f"{self.transactional_id!r} and WRITE on the connector's topics")
+                f"{self.transactional_id!r} and WRITE on the connector's topics",
+            )
         if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             return self._oversize("?", None, 0, "the topic's max.message.bytes")
         kind = "fatal" if error.fatal() else "abortable" if error.txn_requires_abort() else "error"
@@ -531,14 +589,17 @@ class TransactionalWriter:
             f"The Kafka writer could not {what}; the transaction was aborted and the offset not advanced",
             cause=f"{error.name()} ({kind}): {error.str()}",
             fix="check the Kafka brokers and the connection settings, then re-run; the run "
-                "continues from the last committed offset")
+            "continues from the last committed offset",
+        )
 
     def _delivery_failed(self, first: FailedDelivery) -> DeliveryError:
         failed = len(self.stats.failed)
         code = first.error.code()
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            fix = (f"create topic {first.topic!r} (or let the connector create its topics, or enable "
-                   "the broker's auto.create.topics.enable), then re-run")
+            fix = (
+                f"create topic {first.topic!r} (or let the connector create its topics, or enable "
+                "the broker's auto.create.topics.enable), then re-run"
+            )
         elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             fix = f"grant the Kafka principal WRITE on topic {first.topic!r}, then re-run"
         elif code == KafkaError._MSG_TIMED_OUT:
@@ -549,7 +610,8 @@ class TransactionalWriter:
             f"Kafka did not accept {failed} of {self.stats.produced} events of the transaction; it "
             "was aborted and the offset not advanced",
             cause=first.describe(),
-            fix=fix + "; the run continues from the last committed offset")
+            fix=fix + "; the run continues from the last committed offset",
+        )
 
     def _oversize(self, topic: str, key: bytes | None, size: int, limit: str) -> OversizeEventError:
         return OversizeEventError(
@@ -557,8 +619,9 @@ class TransactionalWriter:
             f"than Kafka accepts; the transaction was aborted and the offset not advanced",
             cause=f"the limit is {limit} (producer message.max.bytes={self.max_message_bytes})",
             fix="raise message.max.bytes in the Kafka connection's config, max.message.bytes on the "
-                "topic and message.max.bytes on the brokers, or leave the large fields out of the "
-                "captured documents (field.exclude.list)")
+            "topic and message.max.bytes on the brokers, or leave the large fields out of the "
+            "captured documents (field.exclude.list)",
+        )
 
 
 # -- topics ----------------------------------------------------------------------------------------
@@ -573,16 +636,28 @@ class TopicSpec:
 
 
 def admin_client(kafka_config: Mapping[str, Any]) -> AdminClient:
-    settings = {key: value for key, value in kafka_config.items()
-                if key not in DEFAULT_PRODUCER_CONFIG and key not in REQUIRED_PRODUCER_CONFIG
-                and key not in ("transactional.id", "group.id", "isolation.level", "enable.auto.commit",
-                                "auto.offset.reset", "enable.partition.eof")}
+    settings = {
+        key: value
+        for key, value in kafka_config.items()
+        if key not in DEFAULT_PRODUCER_CONFIG
+        and key not in REQUIRED_PRODUCER_CONFIG
+        and key
+        not in (
+            "transactional.id",
+            "group.id",
+            "isolation.level",
+            "enable.auto.commit",
+            "auto.offset.reset",
+            "enable.partition.eof",
+        )
+    }
     settings["logger"] = librdkafka_log
     return AdminClient(settings)
 
 
-def ensure_topics(kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec],
-                  timeout_s: float = 30.0) -> dict[str, str]:
+def ensure_topics(
+    kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec], timeout_s: float = 30.0
+) -> dict[str, str]:
     """Create the topics that do not exist yet; returns ``{name: "created" | "exists"}``.
 
     Idempotent: a topic created concurrently by someone else counts as existing.
@@ -605,11 +680,18 @@ def ensure_topics(kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec],
     if not missing:
         return result
     futures = admin.create_topics(
-        [NewTopic(spec.name, num_partitions=spec.num_partitions,
-                  replication_factor=spec.replication_factor,
-                  config={key: str(value) for key, value in spec.config.items()})
-         for spec in missing],
-        operation_timeout=timeout_s, request_timeout=timeout_s)
+        [
+            NewTopic(
+                spec.name,
+                num_partitions=spec.num_partitions,
+                replication_factor=spec.replication_factor,
+                config={key: str(value) for key, value in spec.config.items()},
+            )
+            for spec in missing
+        ],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
     for name, future in futures.items():
         try:
             future.result(timeout=timeout_s)
@@ -623,13 +705,14 @@ def ensure_topics(kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec],
             raise DeliveryError(
                 f"Could not create Kafka topic {name!r}",
                 cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
-                fix="create the topic yourself, or grant the Kafka principal CREATE on the cluster "
-                    "or topic") from None
+                fix="create the topic yourself, or grant the Kafka principal CREATE on the cluster or topic",
+            ) from None
     return result
 
 
-def describe_topic(kafka_config: Mapping[str, Any], topic: str,
-                   timeout_s: float = 30.0) -> tuple[int, dict[str, str]] | None:
+def describe_topic(
+    kafka_config: Mapping[str, Any], topic: str, timeout_s: float = 30.0
+) -> tuple[int, dict[str, str]] | None:
     """``(partition count, {config name: value})`` of a topic, or None when it does not exist."""
     admin = admin_client(kafka_config)
     try:
@@ -649,7 +732,8 @@ def describe_topic(kafka_config: Mapping[str, Any], topic: str,
         raise DeliveryError(
             f"Could not read the configuration of Kafka topic {topic!r}",
             cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
-            fix="grant the Kafka principal DESCRIBE_CONFIGS on the topic") from None
+            fix="grant the Kafka principal DESCRIBE_CONFIGS on the topic",
+        ) from None
     return len(info.partitions), {name: entry.value for name, entry in entries.items()}
 
 
@@ -658,4 +742,5 @@ def _admin_unreachable(kafka_config: Mapping[str, Any], error: KafkaError | None
         f"Could not reach the Kafka brokers at {kafka_config.get('bootstrap.servers')!r}",
         cause=f"{error.name()}: {error.str()}" if error else "no answer",
         fix="check bootstrap.servers and the security settings of the Kafka connection, and that "
-            "the brokers run")
+        "the brokers run",
+    )

@@ -32,20 +32,28 @@ def kafka_config_from_connection(conn) -> dict[str, Any]:
     """The librdkafka configuration of an Airflow Kafka connection."""
     extras = conn.extra_dejson
     if isinstance(extras, str) or not isinstance(extras, dict):
-        raise ConfigError(f"The extra of Kafka connection {conn.conn_id!r} is not a JSON object",
-                          fix='set it to the librdkafka configuration, e.g. {"bootstrap.servers": "host:9092"}')
+        raise ConfigError(
+            f"The extra of Kafka connection {conn.conn_id!r} is not a JSON object",
+            fix='set it to the librdkafka configuration, e.g. {"bootstrap.servers": "host:9092"}',
+        )
     config = {key: value for key, value in extras.items() if not key.startswith("extra__")}
     if not config.get("bootstrap.servers") and conn.host:
-        hosts = conn.host if conn.port is None or "," in conn.host or ":" in conn.host else f"{conn.host}:{conn.port}"
+        hosts = (
+            conn.host
+            if conn.port is None or "," in conn.host or ":" in conn.host
+            else f"{conn.host}:{conn.port}"
+        )
         config["bootstrap.servers"] = hosts
     if conn.login and "sasl.username" not in config:
         config["sasl.username"] = conn.login
     if conn.password and "sasl.password" not in config:
         config["sasl.password"] = conn.password
     if not config.get("bootstrap.servers"):
-        raise ConfigError(f"Kafka connection {conn.conn_id!r} has no bootstrap.servers",
-                          cause="its extra (the librdkafka configuration) lacks bootstrap.servers",
-                          fix='add "bootstrap.servers": "host1:9092,host2:9092" to the extra')
+        raise ConfigError(
+            f"Kafka connection {conn.conn_id!r} has no bootstrap.servers",
+            cause="its extra (the librdkafka configuration) lacks bootstrap.servers",
+            fix='add "bootstrap.servers": "host1:9092,host2:9092" to the extra',
+        )
     return config
 
 
@@ -68,10 +76,12 @@ class KafkaConfigHook(BaseHook):
         """The librdkafka configuration (with secrets: never log it; use :meth:`describe`)."""
         conn = self.get_connection(self.kafka_conn_id)
         if conn.conn_type and conn.conn_type not in ACCEPTED_CONN_TYPES:
-            raise ConfigError(f"Connection {self.kafka_conn_id!r} has type {conn.conn_type!r}",
-                              cause="the Kafka settings are read from a Kafka connection",
-                              fix="use a connection of type 'mongocdc_kafka' or 'kafka' whose extra is the "
-                                  "librdkafka configuration")
+            raise ConfigError(
+                f"Connection {self.kafka_conn_id!r} has type {conn.conn_type!r}",
+                cause="the Kafka settings are read from a Kafka connection",
+                fix="use a connection of type 'mongocdc_kafka' or 'kafka' whose extra is the "
+                "librdkafka configuration",
+            )
         return kafka_config_from_connection(conn)
 
     def describe(self) -> str:

@@ -27,12 +27,20 @@ class OffsetStoreHook(BaseHook):
     default_conn_name = KafkaConfigHook.default_conn_name
     hook_name = "MongoDB CDC offsets"
 
-    def __init__(self, kafka_conn_id: str = default_conn_name, topic_prefix: str | None = None,
-                 offsets_topic: str | None = None, connector: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        kafka_conn_id: str = default_conn_name,
+        topic_prefix: str | None = None,
+        offsets_topic: str | None = None,
+        connector: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if not topic_prefix:
-            raise ConfigError("OffsetStoreHook needs the connector's topic.prefix",
-                              fix="pass topic_prefix=<the connector's topic.prefix>")
+            raise ConfigError(
+                "OffsetStoreHook needs the connector's topic.prefix",
+                fix="pass topic_prefix=<the connector's topic.prefix>",
+            )
         self.kafka_conn_id = kafka_conn_id
         self.topic_prefix = topic_prefix
         self.offsets_topic = offsets_topic or f"{topic_prefix}.offsets"
@@ -40,7 +48,7 @@ class OffsetStoreHook(BaseHook):
         self._store: OffsetStore | None = None
 
     @classmethod
-    def from_config(cls, config, kafka_conn_id: str = default_conn_name) -> "OffsetStoreHook":
+    def from_config(cls, config, kafka_conn_id: str = default_conn_name) -> OffsetStoreHook:
         """A hook for a ConnectorConfig's topic.prefix and offset.storage.topic."""
         return cls(kafka_conn_id, config.topic_prefix, config.offsets_topic)
 
@@ -71,7 +79,8 @@ class OffsetStoreHook(BaseHook):
         """Delete the offset (and snapshot chunk markers) of ``rs``; returns ``(before, None)``."""
         return self.store.reset(self.partition(rs)), None
 
-    def set_position(self, rs: str, *, resume_token: Mapping[str, Any] | None = None,
-                     cluster_time: Timestamp | None = None) -> tuple[OffsetState | None, OffsetState]:
+    def set_position(
+        self, rs: str, *, resume_token: Mapping[str, Any] | None = None, cluster_time: Timestamp | None = None
+    ) -> tuple[OffsetState | None, OffsetState]:
         """Move ``rs`` to a resume token and/or cluster time; returns ``(before, after)``."""
         return self.store.set_position(self.partition(rs), Position(resume_token, cluster_time))

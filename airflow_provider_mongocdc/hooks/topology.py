@@ -39,8 +39,11 @@ def _bool(value: Any, name: str) -> bool:
         return True
     if text in ("false", "0", "no", "off"):
         return False
-    raise ConfigError(f"The MongoDB connection field {name!r} must be true or false",
-                      cause=f"got {value!r}", fix=f"set {name} to true or false")
+    raise ConfigError(
+        f"The MongoDB connection field {name!r} must be true or false",
+        cause=f"got {value!r}",
+        fix=f"set {name} to true or false",
+    )
 
 
 def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
@@ -57,35 +60,54 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
     """
     conn_type = conn.conn_type or CONN_TYPE
     if conn_type not in ACCEPTED_CONN_TYPES:
-        raise ConfigError(f"Connection {conn.conn_id!r} has type {conn_type!r}",
-                          cause="the MongoDB CDC hooks read MongoDB connections",
-                          fix="use a connection of type 'mongocdc' (or 'mongo')")
+        raise ConfigError(
+            f"Connection {conn.conn_id!r} has type {conn_type!r}",
+            cause="the MongoDB CDC hooks read MongoDB connections",
+            fix="use a connection of type 'mongocdc' (or 'mongo')",
+        )
     extras = dict(conn.extra_dejson or {})
     host = (conn.host or "").strip()
     if not host:
-        raise ConfigError(f"Connection {conn.conn_id!r} has no host",
-                          fix="set the host to the seed list (host1:27017,host2:27017) or a "
-                              "mongodb:// connection string")
+        raise ConfigError(
+            f"Connection {conn.conn_id!r} has no host",
+            fix="set the host to the seed list (host1:27017,host2:27017) or a mongodb:// connection string",
+        )
     options = _extra(extras, conn_type, "options", {}) or {}
     if isinstance(options, str):
         try:
             options = json.loads(options)
         except ValueError:
-            raise ConfigError(f"The 'options' field of connection {conn.conn_id!r} is not JSON",
-                              fix='give pymongo options as a JSON object, e.g. {"maxPoolSize": 5}') from None
+            raise ConfigError(
+                f"The 'options' field of connection {conn.conn_id!r} is not JSON",
+                fix='give pymongo options as a JSON object, e.g. {"maxPoolSize": 5}',
+            ) from None
     options = dict(options)
     tls = _extra(extras, conn_type, "tls", _extra(extras, conn_type, "ssl"))
-    allow_invalid = _extra(extras, conn_type, "tls_allow_invalid_hostnames",
-                           extras.get("tlsAllowInvalidHostnames", False))
+    allow_invalid = _extra(
+        extras, conn_type, "tls_allow_invalid_hostnames", extras.get("tlsAllowInvalidHostnames", False)
+    )
     replica_set = _extra(extras, conn_type, "replica_set", extras.get("replicaSet"))
     auth_source = _extra(extras, conn_type, "auth_source", extras.get("authSource"))
     auth_mechanism = _extra(extras, conn_type, "auth_mechanism", extras.get("authMechanism"))
     auto_discover = _bool(_extra(extras, conn_type, "members_auto_discover", True), "members_auto_discover")
 
     if conn_type == "mongo":
-        known = {"srv", "ssl", "tls", "allow_insecure", "replicaSet", "authSource", "authMechanism",
-                 "tlsAllowInvalidHostnames", "replica_set", "auth_source", "auth_mechanism",
-                 "members_auto_discover", "tls_allow_invalid_hostnames", "options"}
+        known = {
+            "srv",
+            "ssl",
+            "tls",
+            "allow_insecure",
+            "replicaSet",
+            "authSource",
+            "authMechanism",
+            "tlsAllowInvalidHostnames",
+            "replica_set",
+            "auth_source",
+            "auth_mechanism",
+            "members_auto_discover",
+            "tls_allow_invalid_hostnames",
+            "options",
+        }
         options.update({key: value for key, value in extras.items() if key not in known})
         if _bool(extras.get("allow_insecure", False), "allow_insecure"):
             options["tlsAllowInvalidCertificates"] = True
@@ -132,34 +154,44 @@ class MongoTopologyHook(BaseHook):
     conn_type = CONN_TYPE
     hook_name = "MongoDB (change data capture)"
 
-    def __init__(self, mongo_conn_id: str = default_conn_name, *,
-                 connect_backoff_initial_delay_ms: int = DEFAULT_INITIAL_DELAY_MS,
-                 connect_backoff_max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
-                 connect_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 connect_timeout_ms: int | None = None,
-                 server_selection_timeout_ms: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        mongo_conn_id: str = default_conn_name,
+        *,
+        connect_backoff_initial_delay_ms: int = DEFAULT_INITIAL_DELAY_MS,
+        connect_backoff_max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        connect_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        connect_timeout_ms: int | None = None,
+        server_selection_timeout_ms: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.mongo_conn_id = mongo_conn_id
-        self.policy = BackoffPolicy(connect_backoff_initial_delay_ms, connect_backoff_max_delay_ms,
-                                    connect_max_attempts)
+        self.policy = BackoffPolicy(
+            connect_backoff_initial_delay_ms, connect_backoff_max_delay_ms, connect_max_attempts
+        )
         self.connect_timeout_ms = connect_timeout_ms
         self.server_selection_timeout_ms = server_selection_timeout_ms
         self._client: MongoClient | None = None
 
     @classmethod
-    def from_config(cls, config, mongo_conn_id: str = default_conn_name) -> "MongoTopologyHook":
+    def from_config(cls, config, mongo_conn_id: str = default_conn_name) -> MongoTopologyHook:
         """A hook using a ConnectorConfig's connect.* and mongodb.*.timeout.ms properties."""
-        return cls(mongo_conn_id,
-                   connect_backoff_initial_delay_ms=config.connect_backoff_initial_delay_ms,
-                   connect_backoff_max_delay_ms=config.connect_backoff_max_delay_ms,
-                   connect_max_attempts=config.connect_max_attempts,
-                   connect_timeout_ms=config.mongodb_connect_timeout_ms,
-                   server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms)
+        return cls(
+            mongo_conn_id,
+            connect_backoff_initial_delay_ms=config.connect_backoff_initial_delay_ms,
+            connect_backoff_max_delay_ms=config.connect_backoff_max_delay_ms,
+            connect_max_attempts=config.connect_max_attempts,
+            connect_timeout_ms=config.mongodb_connect_timeout_ms,
+            server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
+        )
 
     def get_connection_details(self) -> MongoConnectionDetails:
-        return details_from_connection(self.get_connection(self.mongo_conn_id),
-                                       connect_timeout_ms=self.connect_timeout_ms,
-                                       server_selection_timeout_ms=self.server_selection_timeout_ms)
+        return details_from_connection(
+            self.get_connection(self.mongo_conn_id),
+            connect_timeout_ms=self.connect_timeout_ms,
+            server_selection_timeout_ms=self.server_selection_timeout_ms,
+        )
 
     def get_conn(self) -> MongoClient:
         """A pymongo client whose first contact succeeded (retried per the connect.* values)."""
@@ -176,7 +208,7 @@ class MongoTopologyHook(BaseHook):
             self._client.close()
             self._client = None
 
-    def __enter__(self) -> "MongoTopologyHook":
+    def __enter__(self) -> MongoTopologyHook:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -185,9 +217,10 @@ class MongoTopologyHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """The Airflow UI's "Test" button: one attempt, then the discovered topology."""
         try:
-            topology = discover(self.get_connection_details(),
-                                policy=BackoffPolicy(self.policy.initial_delay_ms,
-                                                     self.policy.max_delay_ms, 0))
+            topology = discover(
+                self.get_connection_details(),
+                policy=BackoffPolicy(self.policy.initial_delay_ms, self.policy.max_delay_ms, 0),
+            )
         except MongoCdcError as error:
             return False, str(error)
         names = ", ".join(topology.replica_set_names)

@@ -56,7 +56,7 @@ def parse_connector_config(connector_config: Mapping[str, Any] | str) -> Connect
             raise ConfigError(
                 "The connector configuration is not valid JSON",
                 cause=f"{error.msg} at line {error.lineno} column {error.colno}",
-                fix="give a JSON object of Debezium property names, e.g. {\"topic.prefix\": \"shop\"}",
+                fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
             ) from None
     return ConnectorConfig.from_properties(connector_config)
 
@@ -74,18 +74,31 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     application_name: str = ""
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields, "connector_config", "mongo_conn_id", "kafka_conn_id",
+        *SparkSubmitOperator.template_fields,
+        "connector_config",
+        "mongo_conn_id",
+        "kafka_conn_id",
         "spark_conn_id",
     )
     template_fields_renderers = {"connector_config": "json", "conf": "json"}
     ui_color = "#4fa94d"
 
-    def __init__(self, *, connector_config: Mapping[str, Any] | str, mongo_conn_id: str = "mongocdc_default",
-                 kafka_conn_id: str = "kafka_default", spark_conn_id: str = "spark_default",
-                 name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        connector_config: Mapping[str, Any] | str,
+        mongo_conn_id: str = "mongocdc_default",
+        kafka_conn_id: str = "kafka_default",
+        spark_conn_id: str = "spark_default",
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("conn_id", spark_conn_id)
-        super().__init__(application=application_path(self.application_name),
-                         name=name or f"mongocdc-{self.application_name}", **kwargs)
+        super().__init__(
+            application=application_path(self.application_name),
+            name=name or f"mongocdc-{self.application_name}",
+            **kwargs,
+        )
         self.connector_config = connector_config
         self.mongo_conn_id = mongo_conn_id
         self.kafka_conn_id = kafka_conn_id
@@ -114,12 +127,20 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     # -- the connector's lease ----------------------------------------------------------------------
     def hold_lease(self, context, config: ConnectorConfig, kind: str):
         """Hold the connector's lease (core/lease.py) for this task while the block runs."""
-        from airflow_provider_mongocdc.core.lease import DEFAULT_TTL, ConnectorLease, owner_for_task, task_owner
+        from airflow_provider_mongocdc.core.lease import (
+            DEFAULT_TTL,
+            ConnectorLease,
+            owner_for_task,
+            task_owner,
+        )
 
         ttl = getattr(self, "lease_ttl", None) or self.execution_timeout or DEFAULT_TTL
         lease = ConnectorLease.for_config(self.kafka_config(), config)
-        owner = task_owner(context) if context and "ti" in context else \
-            owner_for_task(self.dag_id, self.task_id, "manual")
+        owner = (
+            task_owner(context)
+            if context and "ti" in context
+            else owner_for_task(self.dag_id, self.task_id, "manual")
+        )
         return lease.hold(owner, kind, ttl)
 
     # -- run ---------------------------------------------------------------------------------------
@@ -148,8 +169,12 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             self.conf = {"spark.ui.showConsoleProgress": "false", **(self.conf or {})}
             self._conn_id = self.spark_conn_id  # templated here; SparkSubmitOperator reads _conn_id
             self._hook = None  # rebuild the hook with the arguments set above
-            self.log.info("Running %s for connector %s: %s", self.application_name, config.topic_prefix,
-                          {k: v for k, v in spec.redacted().items() if k != "connector"})
+            self.log.info(
+                "Running %s for connector %s: %s",
+                self.application_name,
+                config.topic_prefix,
+                {k: v for k, v in spec.redacted().items() if k != "connector"},
+            )
             try:
                 super().execute(context)
             except Exception as error:

@@ -33,11 +33,15 @@ def _report(value: Any) -> dict[str, Any] | None:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ConfigError("The gap report is not JSON",
-                              fix="pass the OplogGapSensor's XCom value (a JSON object)") from None
+            raise ConfigError(
+                "The gap report is not JSON", fix="pass the OplogGapSensor's XCom value (a JSON object)"
+            ) from None
     if not isinstance(value, Mapping):
-        raise ConfigError("The gap report must be a JSON object", cause=f"got {type(value).__name__}",
-                          fix="pass the OplogGapSensor's XCom value")
+        raise ConfigError(
+            "The gap report must be a JSON object",
+            cause=f"got {type(value).__name__}",
+            fix="pass the OplogGapSensor's XCom value",
+        )
     return dict(value)
 
 
@@ -73,14 +77,25 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     ``reset_offset``, which the mode decides).
     """
 
-    template_fields: Sequence[str] = (*MongoSnapshotOperator.template_fields, "reason", "mode",
-                                      "gap_report", "spark_conn_id")
+    template_fields: Sequence[str] = (
+        *MongoSnapshotOperator.template_fields,
+        "reason",
+        "mode",
+        "gap_report",
+        "spark_conn_id",
+    )
     template_fields_renderers = {**MongoSnapshotOperator.template_fields_renderers, "gap_report": "json"}
     ui_color = "#c9e4a6"
 
-    def __init__(self, *, collections: Sequence[str] | str | None = None, reason: str = "",
-                 mode: str = MANUAL, gap_report: Mapping[str, Any] | str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        collections: Sequence[str] | str | None = None,
+        reason: str = "",
+        mode: str = MANUAL,
+        gap_report: Mapping[str, Any] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         for fixed in ("force", "reset_offset"):
             if fixed in kwargs:
                 raise TypeError(f"MongoResnapshotOperator sets {fixed} from its mode; do not pass it")
@@ -104,20 +119,29 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         if not gap:
             found = self.check_gap(config)
             if found.gap:
-                self.log.warning("A stored resume point is no longer in the oplog (%s): the re-snapshot "
-                                 "copies every collection and resets the offset", found.describe())
+                self.log.warning(
+                    "A stored resume point is no longer in the oplog (%s): the re-snapshot "
+                    "copies every collection and resets the offset",
+                    found.describe(),
+                )
                 gap, report = True, found.to_dict()
                 gap_partitions = report["gap_partitions"]
         if gap and collections:
             raise ConfigError(
                 "A re-snapshot after an oplog gap must copy every captured collection",
                 cause=f"the stored resume point of {', '.join(gap_partitions) or 'the connector'} is no "
-                      "longer in the oplog, so changes of every collection were lost, but collections "
-                      f"{', '.join(collections)} were chosen",
-                fix="trigger the re-snapshot again with collections empty")
-        return {"mode": GAP if gap else MANUAL, "reason": str(self.reason or ""),
-                "collections": collections, "reset_offset": gap, "gap_partitions": gap_partitions,
-                "gap_report": report}
+                "longer in the oplog, so changes of every collection were lost, but collections "
+                f"{', '.join(collections)} were chosen",
+                fix="trigger the re-snapshot again with collections empty",
+            )
+        return {
+            "mode": GAP if gap else MANUAL,
+            "reason": str(self.reason or ""),
+            "collections": collections,
+            "reset_offset": gap,
+            "gap_partitions": gap_partitions,
+            "gap_report": report,
+        }
 
     def check_gap(self, config: ConnectorConfig):
         """The connector's gap report now (as OplogGapSensor computes it)."""
@@ -126,8 +150,11 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
 
         details = MongoTopologyHook.from_config(config, self.mongo_conn_id).get_connection_details()
         store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
-        policy = BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
-                               min(config.connect_max_attempts, 2))
+        policy = BackoffPolicy(
+            config.connect_backoff_initial_delay_ms,
+            config.connect_backoff_max_delay_ms,
+            min(config.connect_max_attempts, 2),
+        )
         return GapChecker(config, details, policy=policy).check(store.read_all(), offsets_topic=store.topic)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
@@ -143,11 +170,14 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         self._hook = None
         self._decision = self.decide(config)
         decision = self._decision
-        self.log.info("Re-snapshot of connector %s (mode %s%s): %s; the streaming offset %s",
-                      config.topic_prefix, decision["mode"],
-                      f", reason: {decision['reason']}" if decision["reason"] else "",
-                      ", ".join(decision["collections"]) or "every captured collection",
-                      "moves to the new snapshot's start" if decision["reset_offset"] else "stays as it is")
+        self.log.info(
+            "Re-snapshot of connector %s (mode %s%s): %s; the streaming offset %s",
+            config.topic_prefix,
+            decision["mode"],
+            f", reason: {decision['reason']}" if decision["reason"] else "",
+            ", ".join(decision["collections"]) or "every captured collection",
+            "moves to the new snapshot's start" if decision["reset_offset"] else "stays as it is",
+        )
         summary = dict(super().execute(context))  # holds the connector's lease while it runs
         summary["resnapshot"] = {key: value for key, value in decision.items() if key != "gap_report"}
         if decision["gap_report"]:

@@ -52,11 +52,22 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     """
 
     application_name = "snapshot"
-    template_fields: Sequence[str] = (*MongoCdcSparkSubmitOperator.template_fields, "collections",
-                                      "force", "reset_offset")
+    template_fields: Sequence[str] = (
+        *MongoCdcSparkSubmitOperator.template_fields,
+        "collections",
+        "force",
+        "reset_offset",
+    )
 
-    def __init__(self, *, collections: Sequence[str] | str | None = None, force: bool | str = False,
-                 reset_offset: bool | str = True, lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        collections: Sequence[str] | str | None = None,
+        force: bool | str = False,
+        reset_offset: bool | str = True,
+        lease_ttl: timedelta | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.collections = collections
         self.force = force
@@ -97,11 +108,16 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
             self.log.info(
                 "Snapshot %s %s: %d documents (%s) in %d chunks (%d skipped as already committed), "
                 "%d bytes, %.1f s; position recorded before copying: %s",
-                summary.get("snapshot_id"), "resumed and completed" if summary.get("resumed") else "completed",
+                summary.get("snapshot_id"),
+                "resumed and completed" if summary.get("resumed") else "completed",
                 summary.get("documents", 0),
                 ", ".join(f"{ns}: {n}" for ns, n in (summary.get("collections") or {}).items()) or "none",
-                summary.get("chunks", 0), summary.get("chunks_skipped", 0), summary.get("bytes", 0),
-                summary.get("duration_s", 0.0), summary.get("start_position"))
+                summary.get("chunks", 0),
+                summary.get("chunks_skipped", 0),
+                summary.get("bytes", 0),
+                summary.get("duration_s", 0.0),
+                summary.get("start_position"),
+            )
         return summary
 
 
@@ -115,4 +131,6 @@ def _as_bool(value: Any, name: str) -> bool:
         return False
     from airflow_provider_mongocdc.core.errors import ConfigError
 
-    raise ConfigError(f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false")
+    raise ConfigError(
+        f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false"
+    )

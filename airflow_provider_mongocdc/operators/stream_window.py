@@ -45,11 +45,20 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
     """
 
     application_name = "stream_window"
-    template_fields: Sequence[str] = (*MongoCdcSparkSubmitOperator.template_fields,
-                                      "idle_timeout", "max_duration")
+    template_fields: Sequence[str] = (
+        *MongoCdcSparkSubmitOperator.template_fields,
+        "idle_timeout",
+        "max_duration",
+    )
 
-    def __init__(self, *, idle_timeout: float | None = None, max_duration: float | None = None,
-                 lease_ttl: timedelta | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        idle_timeout: float | None = None,
+        max_duration: float | None = None,
+        lease_ttl: timedelta | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
@@ -78,13 +87,25 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         self.log.info(
             "Stream window up to %s: %d events %s in %d transactions, %d bytes, %d batches; "
             "lag p50=%s ms p95=%s ms max=%s ms; %.1f s; positions %s -> %s",
-            summary.get("window_end"), summary.get("events", 0), summary.get("events_by_op", {}),
-            summary.get("transactions", 0), summary.get("bytes", 0),
-            summary.get("batches_committed", 0), lag.get("p50"), lag.get("p95"), lag.get("max"),
-            summary.get("duration_s", 0.0), summary.get("start_position"), summary.get("end_position"))
+            summary.get("window_end"),
+            summary.get("events", 0),
+            summary.get("events_by_op", {}),
+            summary.get("transactions", 0),
+            summary.get("bytes", 0),
+            summary.get("batches_committed", 0),
+            lag.get("p50"),
+            lag.get("p95"),
+            lag.get("max"),
+            summary.get("duration_s", 0.0),
+            summary.get("start_position"),
+            summary.get("end_position"),
+        )
         for partition in summary.get("partitions", []):
             if not partition.get("reached_end"):
-                self.log.warning("Stream %s stopped before the window end (%s); the next window "
-                                 "continues from %s", partition.get("partition"),
-                                 partition.get("stop_reason"), partition.get("end_position"))
+                self.log.warning(
+                    "Stream %s stopped before the window end (%s); the next window continues from %s",
+                    partition.get("partition"),
+                    partition.get("stop_reason"),
+                    partition.get("end_position"),
+                )
         return summary

@@ -25,14 +25,17 @@ def connector_properties(connector_config: Mapping[str, Any] | str) -> dict[str,
         try:
             connector_config = json.loads(connector_config)
         except json.JSONDecodeError as error:
-            raise ConfigError("The connector configuration is not valid JSON",
-                              cause=f"{error.msg} at line {error.lineno} column {error.colno}",
-                              fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}'
-                              ) from None
+            raise ConfigError(
+                "The connector configuration is not valid JSON",
+                cause=f"{error.msg} at line {error.lineno} column {error.colno}",
+                fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
+            ) from None
     if not isinstance(connector_config, Mapping):
-        raise ConfigError("The connector configuration must be a JSON object",
-                          cause=f"got {type(connector_config).__name__}",
-                          fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}')
+        raise ConfigError(
+            "The connector configuration must be a JSON object",
+            cause=f"got {type(connector_config).__name__}",
+            fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
+        )
     return dict(connector_config)
 
 
@@ -72,18 +75,28 @@ class OplogGapSensor(BaseSensorOperator):
     operator_extra_links = (ResnapshotTriggerLink(),)
     ui_color = "#f0e4d0"
 
-    def __init__(self, *, connector_config: Mapping[str, Any] | str,
-                 mongo_conn_id: str = "mongocdc_default", kafka_conn_id: str = "kafka_default",
-                 headroom_warning: timedelta | float = timedelta(hours=6), connect_max_attempts: int = 2,
-                 connector: str | None = None,
-                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 resnapshot_dag_id: str = RESNAPSHOT_DAG_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        connector_config: Mapping[str, Any] | str,
+        mongo_conn_id: str = "mongocdc_default",
+        kafka_conn_id: str = "kafka_default",
+        headroom_warning: timedelta | float = timedelta(hours=6),
+        connect_max_attempts: int = 2,
+        connector: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        resnapshot_dag_id: str = RESNAPSHOT_DAG_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.connector_config = connector_config
         self.mongo_conn_id = mongo_conn_id
         self.kafka_conn_id = kafka_conn_id
-        self.headroom_warning = (headroom_warning if isinstance(headroom_warning, timedelta)
-                                 else timedelta(seconds=float(headroom_warning)))
+        self.headroom_warning = (
+            headroom_warning
+            if isinstance(headroom_warning, timedelta)
+            else timedelta(seconds=float(headroom_warning))
+        )
         self.connect_max_attempts = connect_max_attempts
         self.connector = connector
         self.deferrable = deferrable
@@ -99,20 +112,28 @@ class OplogGapSensor(BaseSensorOperator):
         from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
 
         config = ConnectorConfig.from_properties(self.properties())
-        policy = BackoffPolicy(config.connect_backoff_initial_delay_ms, config.connect_backoff_max_delay_ms,
-                               min(config.connect_max_attempts, self.connect_max_attempts))
+        policy = BackoffPolicy(
+            config.connect_backoff_initial_delay_ms,
+            config.connect_backoff_max_delay_ms,
+            min(config.connect_max_attempts, self.connect_max_attempts),
+        )
         details = MongoTopologyHook.from_config(config, self.mongo_conn_id).get_connection_details()
         store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
         return GapChecker(config, details, policy=policy, connector=self.connector).check(
-            store.read_all(), offsets_topic=store.topic)
+            store.read_all(), offsets_topic=store.topic
+        )
 
     def poke(self, context) -> PokeReturnValue:
         report = self.check()
         log_report(self.log, report, self.headroom_warning.total_seconds())
         if report.gap:
-            self.log.error("Connector %s: the stored resume point of %s is no longer in the oplog; "
-                           "a re-snapshot is needed (DAG %s)", report.connector,
-                           ", ".join(report.to_dict()["gap_partitions"]), self.resnapshot_dag_id)
+            self.log.error(
+                "Connector %s: the stored resume point of %s is no longer in the oplog; "
+                "a re-snapshot is needed (DAG %s)",
+                report.connector,
+                ", ".join(report.to_dict()["gap_partitions"]),
+                self.resnapshot_dag_id,
+            )
             return PokeReturnValue(is_done=True, xcom_value=report.to_dict())
         return PokeReturnValue(is_done=False)
 
@@ -123,10 +144,14 @@ class OplogGapSensor(BaseSensorOperator):
         # Validate before handing over to the triggerer, so a bad configuration fails here.
         ConnectorConfig.from_properties(self.properties())
         self.defer(
-            trigger=OplogGapTrigger(self.properties(), self.mongo_conn_id, self.kafka_conn_id,
-                                    poll_interval=self.poke_interval,
-                                    headroom_warning=self.headroom_warning.total_seconds(),
-                                    connector=self.connector),
+            trigger=OplogGapTrigger(
+                self.properties(),
+                self.mongo_conn_id,
+                self.kafka_conn_id,
+                poll_interval=self.poke_interval,
+                headroom_warning=self.headroom_warning.total_seconds(),
+                connector=self.connector,
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
         )
@@ -134,9 +159,13 @@ class OplogGapSensor(BaseSensorOperator):
     def execute_complete(self, context, event: Mapping[str, Any]) -> dict[str, Any]:
         if event.get("status") == "gap":
             report = event["report"]
-            self.log.error("Connector %s: the stored resume point of %s is no longer in the oplog; "
-                           "a re-snapshot is needed (DAG %s)", report.get("connector"),
-                           ", ".join(report.get("gap_partitions") or []), self.resnapshot_dag_id)
+            self.log.error(
+                "Connector %s: the stored resume point of %s is no longer in the oplog; "
+                "a re-snapshot is needed (DAG %s)",
+                report.get("connector"),
+                ", ".join(report.get("gap_partitions") or []),
+                self.resnapshot_dag_id,
+            )
             return report
         if event.get("status") == "error":
             # A MongoCdcError, not an AirflowException: soft_fail must not turn a failed check

@@ -31,17 +31,25 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from pymongo.errors import PyMongoError
 
+from airflow_provider_mongocdc.core import errors
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import redact_uri
-from airflow_provider_mongocdc.core import errors
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, MongoCdcError
-from airflow_provider_mongocdc.core.oplog_gap import AsyncGapChecker, GapReport
 from airflow_provider_mongocdc.core.offsets import OffsetStore
+from airflow_provider_mongocdc.core.oplog_gap import AsyncGapChecker, GapReport
 
 
 def error_event(error: MongoCdcError) -> TriggerEvent:
-    return TriggerEvent({"status": "error", "error": type(error).__name__, "problem": error.problem,
-                         "cause": error.cause, "fix": error.fix, "message": str(error)})
+    return TriggerEvent(
+        {
+            "status": "error",
+            "error": type(error).__name__,
+            "problem": error.problem,
+            "cause": error.cause,
+            "fix": error.fix,
+            "message": str(error),
+        }
+    )
 
 
 def event_error(event: Mapping[str, Any]) -> MongoCdcError:
@@ -49,26 +57,35 @@ def event_error(event: Mapping[str, Any]) -> MongoCdcError:
     cls = getattr(errors, str(event.get("error")), None)
     if not (isinstance(cls, type) and issubclass(cls, MongoCdcError)):
         cls = MongoCdcError
-    return cls(event.get("problem") or event.get("message") or "The oplog gap check failed",
-               cause=event.get("cause"), fix=event.get("fix"))
+    return cls(
+        event.get("problem") or event.get("message") or "The oplog gap check failed",
+        cause=event.get("cause"),
+        fix=event.get("fix"),
+    )
 
 
 def log_report(log, report: GapReport, headroom_warning_s: float) -> None:
     """Log a check: each partition at INFO, low headroom as a WARNING, a gap as an ERROR."""
     for check in report.checks:
-        log.info("Connector %s, partition %s: %s", report.connector, check.partition.rs,
-                 check.note or check.status)
+        log.info(
+            "Connector %s, partition %s: %s", report.connector, check.partition.rs, check.note or check.status
+        )
     for check in report.low_headroom(headroom_warning_s):
         log.warning(
             "Connector %s, partition %s: the stored position leaves the oplog in about %d s (below "
             "the headroom warning of %d s). Run the windows more often, or enlarge the oplog "
             "(replSetResizeOplog, or oplogMinRetentionHours), before data is lost",
-            report.connector, check.partition.rs, check.headroom_seconds, int(headroom_warning_s))
+            report.connector,
+            check.partition.rs,
+            check.headroom_seconds,
+            int(headroom_warning_s),
+        )
     for note in report.notes:
         log.info("Connector %s: %s", report.connector, note)
     for check in report.gaps:
-        log.error("Connector %s, partition %s: OPLOG GAP: %s", report.connector, check.partition.rs,
-                  check.note)
+        log.error(
+            "Connector %s, partition %s: OPLOG GAP: %s", report.connector, check.partition.rs, check.note
+        )
 
 
 class OplogGapTrigger(BaseTrigger):
@@ -83,9 +100,15 @@ class OplogGapTrigger(BaseTrigger):
     :param connector: Kafka Connect connector name of the offset keys (default: topic.prefix).
     """
 
-    def __init__(self, connector_config: Mapping[str, Any], mongo_conn_id: str, kafka_conn_id: str,
-                 poll_interval: float = 60.0, headroom_warning: float = 6 * 3600.0,
-                 connector: str | None = None):
+    def __init__(
+        self,
+        connector_config: Mapping[str, Any],
+        mongo_conn_id: str,
+        kafka_conn_id: str,
+        poll_interval: float = 60.0,
+        headroom_warning: float = 6 * 3600.0,
+        connector: str | None = None,
+    ):
         super().__init__()
         self.connector_config = dict(connector_config)
         self.mongo_conn_id = mongo_conn_id
@@ -95,14 +118,17 @@ class OplogGapTrigger(BaseTrigger):
         self.connector = connector
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "connector_config": self.connector_config,
-            "mongo_conn_id": self.mongo_conn_id,
-            "kafka_conn_id": self.kafka_conn_id,
-            "poll_interval": self.poll_interval,
-            "headroom_warning": self.headroom_warning,
-            "connector": self.connector,
-        })
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "connector_config": self.connector_config,
+                "mongo_conn_id": self.mongo_conn_id,
+                "kafka_conn_id": self.kafka_conn_id,
+                "poll_interval": self.poll_interval,
+                "headroom_warning": self.headroom_warning,
+                "connector": self.connector,
+            },
+        )
 
     async def check_once(self) -> GapReport:
         """One check of every partition (resolves the connections, reads the offsets)."""
@@ -112,14 +138,17 @@ class OplogGapTrigger(BaseTrigger):
         config = ConnectorConfig.from_properties(self.connector_config)
         mongo_conn = await BaseHook.aget_connection(self.mongo_conn_id)
         details = details_from_connection(
-            mongo_conn, connect_timeout_ms=config.mongodb_connect_timeout_ms,
-            server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms)
+            mongo_conn,
+            connect_timeout_ms=config.mongodb_connect_timeout_ms,
+            server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
+        )
         kafka_conn = await BaseHook.aget_connection(self.kafka_conn_id)
         store = OffsetStore(kafka_config_from_connection(kafka_conn), config.offsets_topic)
         # The Kafka client is synchronous: read the offsets in a worker thread, off the event loop.
         states = await asyncio.to_thread(store.read_all)
         return await AsyncGapChecker(config, details, connector=self.connector).check(
-            states, offsets_topic=store.topic)
+            states, offsets_topic=store.topic
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
@@ -129,15 +158,19 @@ class OplogGapTrigger(BaseTrigger):
                 yield error_event(error)
                 return
             except AirflowNotFoundException as error:
-                yield error_event(ConfigError(str(error), fix="create the connection, or pass the id of "
-                                                             "an existing one"))
+                yield error_event(
+                    ConfigError(str(error), fix="create the connection, or pass the id of an existing one")
+                )
                 return
             except PyMongoError as error:
-                yield error_event(ConnectionFailedError(
-                    "The oplog check failed on MongoDB",
-                    cause=f"{type(error).__name__}: {redact_uri(str(error))}",
-                    fix="this is not a gap: check the MongoDB deployment and the connection; the check "
-                        "runs again with the task's next try"))
+                yield error_event(
+                    ConnectionFailedError(
+                        "The oplog check failed on MongoDB",
+                        cause=f"{type(error).__name__}: {redact_uri(str(error))}",
+                        fix="this is not a gap: check the MongoDB deployment and the connection; the check "
+                        "runs again with the task's next try",
+                    )
+                )
                 return
             log_report(self.log, report, self.headroom_warning)
             if report.gap:

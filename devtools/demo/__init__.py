@@ -44,9 +44,19 @@ from pymongo.errors import PyMongoError
 from airflow_provider_mongocdc.core.errors import MongoCdcError
 from devtools.demo import data as sample
 from devtools.demo import report
-from devtools.demo.services import (MARKER_ENV, MONGODB_URI_ENV, AirflowCommand, DemoError, LocalMongod,
-                                    MongoServer, airflow_environment, find_mongod, mongocdc_offsets_show,
-                                    processes_marked, tail)
+from devtools.demo.services import (
+    MARKER_ENV,
+    MONGODB_URI_ENV,
+    AirflowCommand,
+    DemoError,
+    LocalMongod,
+    MongoServer,
+    airflow_environment,
+    find_mongod,
+    mongocdc_offsets_show,
+    processes_marked,
+    tail,
+)
 from devtools.kafka import KafkaBroker, KafkaLaunchError
 from devtools.kafka.broker import JAR_DIR
 from devtools.mongosim import MongoSim, MongoSimError
@@ -58,8 +68,10 @@ STEPS = 6
 MIGRATE_TIMEOUT_S = 600
 DAG_TEST_TIMEOUT_S = 900
 # The operators' summary lines in the task logs: "<message> [<logger of the operator>]".
-SUMMARY_LINE = re.compile(r"\]\s+((?:Snapshot |No snapshot|Stream ).*?)\s+"
-                          r"\[airflow\.task\.operators\.airflow_provider_mongocdc\.operators\.\w+\.(\w+)\]")
+SUMMARY_LINE = re.compile(
+    r"\]\s+((?:Snapshot |No snapshot|Stream ).*?)\s+"
+    r"\[airflow\.task\.operators\.airflow_provider_mongocdc\.operators\.\w+\.(\w+)\]"
+)
 OPERATOR_TASKS = {"MongoSnapshotOperator": "snapshot", "MongoStreamWindowOperator": "window"}
 
 
@@ -125,41 +137,62 @@ class Demo:
     def start_services(self) -> None:
         home = self.work_dir / "airflow"
         home.mkdir()
-        config = {"topic.prefix": TOPIC_PREFIX,
-                  "collection.include.list": ",".join(f"{re.escape(self.database_name)}\\.{name}"
-                                                      for name in sample.COLLECTIONS),
-                  "provide.transaction.metadata": "true",
-                  "snapshot.max.threads": "2",
-                  "snapshot.chunk.size": "100"}
+        config = {
+            "topic.prefix": TOPIC_PREFIX,
+            "collection.include.list": ",".join(
+                f"{re.escape(self.database_name)}\\.{name}" for name in sample.COLLECTIONS
+            ),
+            "provide.transaction.metadata": "true",
+            "snapshot.max.threads": "2",
+            "snapshot.chunk.size": "100",
+        }
         pool = f"mongocdc_{TOPIC_PREFIX}"
-        self.env = airflow_environment(home, self.work_dir, {
-            "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(config),
-            "MONGOCDC_POOL": pool,
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        })
+        self.env = airflow_environment(
+            home,
+            self.work_dir,
+            {
+                "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(config),
+                "MONGOCDC_POOL": pool,
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            },
+        )
         # The metadata database is created while Kafka and MongoDB start.
         migrate = self.airflow("db", "migrate")
 
         self.broker = KafkaBroker(self.work_dir / "kafka")
         self.broker.start()
-        say(f"      Kafka: Apache Kafka {kafka_version()} broker (KRaft, one node) at "
-            f"{self.broker.bootstrap_servers}, pid {self.broker.pid}, started in {self.broker.start_seconds:.1f} s")
+        say(
+            f"      Kafka: Apache Kafka {kafka_version()} broker (KRaft, one node) at "
+            f"{self.broker.bootstrap_servers}, pid {self.broker.pid}, started in {self.broker.start_seconds:.1f} s"
+        )
 
         self.mongo = self.start_mongodb()
         if self.mongo.kind == "simulator":
-            say(f"      MongoDB: simulator (devtools/mongosim) — not a real mongod; set {MONGODB_URI_ENV} "
-                "to use yours (or put mongod on PATH)")
+            say(
+                f"      MongoDB: simulator (devtools/mongosim) — not a real mongod; set {MONGODB_URI_ENV} "
+                "to use yours (or put mongod on PATH)"
+            )
             say(f"               {self.mongo.description}, pid {self.mongo.pid}")
         else:
-            say(f"      MongoDB: {self.mongo.description}" + (f", pid {self.mongo.pid}" if self.mongo.pid else ""))
-        self.env["AIRFLOW_CONN_MONGOCDC_DEFAULT"] = json.dumps({"conn_type": "mongocdc", "host": self.mongo.uri})
+            say(
+                f"      MongoDB: {self.mongo.description}"
+                + (f", pid {self.mongo.pid}" if self.mongo.pid else "")
+            )
+        self.env["AIRFLOW_CONN_MONGOCDC_DEFAULT"] = json.dumps(
+            {"conn_type": "mongocdc", "host": self.mongo.uri}
+        )
         self.env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
-            {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": self.broker.bootstrap_servers}})
+            {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": self.broker.bootstrap_servers}}
+        )
 
         migrate.wait(MIGRATE_TIMEOUT_S)
-        self.airflow("pools", "set", pool, "1", f"MongoDB CDC connector {TOPIC_PREFIX}").wait(MIGRATE_TIMEOUT_S)
-        say(f"      Airflow: AIRFLOW_HOME={home} (SQLite, examples off, dags from {self.env['AIRFLOW__CORE__DAGS_FOLDER']}), "
-            f"pool {pool} (1 slot)")
+        self.airflow("pools", "set", pool, "1", f"MongoDB CDC connector {TOPIC_PREFIX}").wait(
+            MIGRATE_TIMEOUT_S
+        )
+        say(
+            f"      Airflow: AIRFLOW_HOME={home} (SQLite, examples off, dags from {self.env['AIRFLOW__CORE__DAGS_FOLDER']}), "
+            f"pool {pool} (1 slot)"
+        )
         say(f"      connector configuration (Variable mongocdc_connector_config): {json.dumps(config)}")
 
     def start_mongodb(self) -> MongoServer:
@@ -174,8 +207,12 @@ class Demo:
         self.sim.start()
         with self.sim.client(tz_aware=True) as client:
             version = client.server_info().get("version", "?")
-        return MongoServer("simulator", self.sim.uri, self.sim.pid,
-                           f"one-member replica set rs0 at {self.sim.uri}, reports MongoDB {version}")
+        return MongoServer(
+            "simulator",
+            self.sim.uri,
+            self.sim.pid,
+            f"one-member replica set rs0 at {self.sim.uri}, reports MongoDB {version}",
+        )
 
     def load_data(self) -> None:
         with self.mongo.client() as client:
@@ -186,18 +223,26 @@ class Demo:
                     raise DemoError(
                         f"The database {self.database_name!r} on your MongoDB already has the collections "
                         f"{sorted(existing)}; the demo does not write into existing data. Fix: set "
-                        f"{DATABASE_ENV} to a database name that does not exist yet.")
+                        f"{DATABASE_ENV} to a database name that does not exist yet."
+                    )
             self.collections_created = True
             counts = sample.load(database, sample.generate())
-        say("      " + ", ".join(f"{self.database_name}.{name}: {n} documents" for name, n in counts.items())
-            + f" ({sum(counts.values())} in all)")
-        say("      types: ObjectId and string _id, Decimal128 prices, datetimes, Int64, doubles, booleans, "
-            "nulls, nested documents, arrays of documents")
+        say(
+            "      "
+            + ", ".join(f"{self.database_name}.{name}: {n} documents" for name, n in counts.items())
+            + f" ({sum(counts.values())} in all)"
+        )
+        say(
+            "      types: ObjectId and string _id, Decimal128 prices, datetimes, Int64, doubles, booleans, "
+            "nulls, nested documents, arrays of documents"
+        )
 
     def change_data(self) -> None:
         with self.mongo.client() as client:
             applied = sample.apply_changes(client, client[self.database_name])
-            counts = {name: client[self.database_name][name].count_documents({}) for name in sample.COLLECTIONS}
+            counts = {
+                name: client[self.database_name][name].count_documents({}) for name in sample.COLLECTIONS
+            }
         say(f"      {applied.describe()}")
         say("      now: " + ", ".join(f"{self.database_name}.{name}: {n}" for name, n in counts.items()))
 
@@ -210,8 +255,9 @@ class Demo:
         output = self.airflow("dags", "test", DAG_ID, logical_date).wait(DAG_TEST_TIMEOUT_S)
         summaries = operator_summaries(output)
         for task, text in summaries:
-            wrapped = textwrap.wrap(f"{task} task: {text}", report.WIDTH - 6, subsequent_indent="  ",
-                                    break_long_words=False)
+            wrapped = textwrap.wrap(
+                f"{task} task: {text}", report.WIDTH - 6, subsequent_indent="  ", break_long_words=False
+            )
             for line in wrapped:
                 say("      " + line)
         if not summaries:
@@ -233,7 +279,9 @@ class Demo:
             for line in report.render_event(event, title):
                 say(line)
 
-        say(f"\n  Offsets: $ mongocdc offsets show --bootstrap-servers {bootstrap} --topic-prefix {TOPIC_PREFIX}")
+        say(
+            f"\n  Offsets: $ mongocdc offsets show --bootstrap-servers {bootstrap} --topic-prefix {TOPIC_PREFIX}"
+        )
         shown = mongocdc_offsets_show(bootstrap, TOPIC_PREFIX)
         lines = report.pretty(shown, 10, report.WIDTH - 4)
         for line in lines[:50]:
@@ -241,22 +289,28 @@ class Demo:
         if len(lines) > 50:
             say(f"    … ({len(lines) - 50} more lines)")
 
-        say("\n  Check: the state rebuilt from the topics (last event per key, deletes and tombstones "
-            "removing it) against MongoDB:")
+        say(
+            "\n  Check: the state rebuilt from the topics (last event per key, deletes and tombstones "
+            "removing it) against MongoDB:"
+        )
         by_topic = {r.topic: r for r in reports}
         results = []
         with self.mongo.client() as client:
             database = client[self.database_name]
             for collection in sample.COLLECTIONS:
                 topic = f"{TOPIC_PREFIX}.{self.database_name}.{collection}"
-                comparison = report.compare(database, collection, by_topic.get(topic, report.TopicReport(topic)))
+                comparison = report.compare(
+                    database, collection, by_topic.get(topic, report.TopicReport(topic))
+                )
                 results.append(comparison)
                 say(comparison.line(topic))
         documents = sum(c.documents for c in results)
         rebuilt = sum(c.rebuilt for c in results)
         ok = all(c.ok for c in results)
-        say(f"\n  CHECK {'OK' if ok else 'MISMATCH'}: {rebuilt} keys rebuilt from the topics, {documents} "
-            f"documents in MongoDB, {sum(not c.ok for c in results)} of {len(results)} collections differ")
+        say(
+            f"\n  CHECK {'OK' if ok else 'MISMATCH'}: {rebuilt} keys rebuilt from the topics, {documents} "
+            f"documents in MongoDB, {sum(not c.ok for c in results)} of {len(results)} collections differ"
+        )
         return ok
 
     # -- stopping ------------------------------------------------------------------------------------
@@ -265,8 +319,10 @@ class Demo:
         stopped = []
         for command in self.airflow_commands:
             if command.stop():
-                stopped.append(f"airflow {command.args[0]} {command.args[1]} (pid {command.process.pid}, "
-                               "with its Spark application if any)")
+                stopped.append(
+                    f"airflow {command.args[0]} {command.args[1]} (pid {command.process.pid}, "
+                    "with its Spark application if any)"
+                )
         if self.mongo is not None and self.mongo.kind == "yours" and self.collections_created:
             names = ", ".join(f"{self.database_name}.{name}" for name in sample.COLLECTIONS)
             try:
@@ -312,8 +368,11 @@ def _raise_interrupted(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    argparse.ArgumentParser(
+        prog="python -m devtools.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     began = time.monotonic()
     work_dir = Path(tempfile.mkdtemp(prefix="mongocdc-demo-"))
     log_fd, log_name = tempfile.mkstemp(prefix="mongocdc-demo-", suffix=".log")
@@ -322,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupted)
-    say("mongocdc demo: MongoDB -> Airflow (snapshot and stream-window tasks on Spark) -> Debezium-style "
-        "events in Kafka")
+    say(
+        "mongocdc demo: MongoDB -> Airflow (snapshot and stream-window tasks on Spark) -> Debezium-style "
+        "events in Kafka"
+    )
     say(f"  work dir {work_dir} (removed at the end); Airflow and Spark output go to {log_path}")
     failure: str | None = None
     code = 0
@@ -334,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             demo.run()
             if not demo.check_ok:
-                failure, code = "the state rebuilt from the topics differs from MongoDB (see MISMATCH above)", 1
+                failure, code = (
+                    "the state rebuilt from the topics differs from MongoDB (see MISMATCH above)",
+                    1,
+                )
         except KeyboardInterrupt:
             failure, code = "interrupted (Ctrl-C)", 130
         except Interrupted as signal_name:
@@ -367,15 +431,23 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  removed {work_dir}")
     total = time.monotonic() - began
     if demo is not None and demo.step_times:
-        say("\nTime per step: " + ", ".join(f"{n}. {t:.0f} s" for n, (_, t) in enumerate(demo.step_times, 1))
-            + f"; total {total:.0f} s")
+        say(
+            "\nTime per step: "
+            + ", ".join(f"{n}. {t:.0f} s" for n, (_, t) in enumerate(demo.step_times, 1))
+            + f"; total {total:.0f} s"
+        )
     if failure is None:
-        say(f"\nDemo finished: the pipeline works end to end (total {total:.0f} s). "
-            f"Airflow's and Spark's output: {log_path}")
+        say(
+            f"\nDemo finished: the pipeline works end to end (total {total:.0f} s). "
+            f"Airflow's and Spark's output: {log_path}"
+        )
         return 0
     print(f"\nDemo FAILED: {failure}", file=sys.stderr)
     if code in (130, 143):
         print(f"Airflow's and Spark's output so far: {log_path}", file=sys.stderr)
     else:
-        print(f"Airflow's and Spark's output: {log_path}; its last lines:\n{tail(log_path, 40)}", file=sys.stderr)
+        print(
+            f"Airflow's and Spark's output: {log_path}; its last lines:\n{tail(log_path, 40)}",
+            file=sys.stderr,
+        )
     return code

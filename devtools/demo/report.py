@@ -63,9 +63,12 @@ def demo_topics(bootstrap: str, prefix: str) -> list[str]:
     offsets topic."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     names = admin.list_topics(timeout=15).topics
-    wanted = [name for name in names
-              if (name.startswith(f"{prefix}.") and name != f"{prefix}.offsets")
-              or name == f"__debezium-heartbeat.{prefix}"]
+    wanted = [
+        name
+        for name in names
+        if (name.startswith(f"{prefix}.") and name != f"{prefix}.offsets")
+        or name == f"__debezium-heartbeat.{prefix}"
+    ]
     return sorted(wanted)
 
 
@@ -77,13 +80,17 @@ def read_events(bootstrap: str, topic: str) -> TopicReport:
 
 
 def counts_table(reports: list[TopicReport]) -> list[str]:
-    lines = [f"  {'topic':<34} {'r':>5} {'c':>5} {'u':>5} {'d':>5} {'tombstones':>11} {'in txn':>7}"
-             f" {'BEGIN':>6} {'END':>5} {'total':>6}"]
+    lines = [
+        f"  {'topic':<34} {'r':>5} {'c':>5} {'u':>5} {'d':>5} {'tombstones':>11} {'in txn':>7}"
+        f" {'BEGIN':>6} {'END':>5} {'total':>6}"
+    ]
     for report in reports:
         ops = report.ops
-        lines.append(f"  {report.topic:<34} {ops['r']:>5} {ops['c']:>5} {ops['u']:>5} {ops['d']:>5} "
-                     f"{ops['tombstone']:>11} {ops['in_txn']:>7} {ops['BEGIN']:>6} {ops['END']:>5} "
-                     f"{len(report.events):>6}")
+        lines.append(
+            f"  {report.topic:<34} {ops['r']:>5} {ops['c']:>5} {ops['u']:>5} {ops['d']:>5} "
+            f"{ops['tombstone']:>11} {ops['in_txn']:>7} {ops['BEGIN']:>6} {ops['END']:>5} "
+            f"{len(report.events):>6}"
+        )
     return lines
 
 
@@ -102,9 +109,11 @@ def pretty(value: Any, expand_depth: int, width: int, indent: str = "") -> list[
     deeper or any list of plain values on one line, each line trimmed to ``width``. The first
     line carries no indentation (it follows a label or stands alone); the others carry
     ``indent`` and more."""
+
     def expandable(item: Any) -> bool:
         return (isinstance(item, dict) and bool(item)) or (
-            isinstance(item, list) and any(isinstance(x, (dict, list)) for x in item))
+            isinstance(item, list) and any(isinstance(x, (dict, list)) for x in item)
+        )
 
     compact = _compact(value)
     if expand_depth <= 0 or not expandable(value) or (indent and len(indent) + len(compact) <= width - 30):
@@ -130,8 +139,10 @@ def render_event(event: Event, title: str) -> list[str]:
     """The payload of one event: one field per line; ``after``/``before`` (Extended JSON strings
     in the event) shown parsed, one document field per line; long values trimmed."""
     pad = "     "
-    lines = [f"  -- {title}: {event.topic} @ offset {event.offset}",
-             trim(f"{pad}key: {_compact(event.key)}", WIDTH)]
+    lines = [
+        f"  -- {title}: {event.topic} @ offset {event.offset}",
+        trim(f"{pad}key: {_compact(event.key)}", WIDTH),
+    ]
     if event.value is None:
         lines.append(f"{pad}value: null (tombstone)")
         return lines
@@ -143,9 +154,16 @@ def render_event(event: Event, title: str) -> list[str]:
             lines.extend(pad + line for line in body[1:])
         elif name == "source" and isinstance(value, dict):
             fields = [f"{k}={trim(v if isinstance(v, str) else _compact(v), 48)}" for k, v in value.items()]
-            lines.extend(pad + line for line in textwrap.wrap(
-                "source: " + ", ".join(fields), WIDTH - len(pad), subsequent_indent="  ",
-                break_long_words=False, break_on_hyphens=False))
+            lines.extend(
+                pad + line
+                for line in textwrap.wrap(
+                    "source: " + ", ".join(fields),
+                    WIDTH - len(pad),
+                    subsequent_indent="  ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
         elif isinstance(value, dict):
             body = pretty(value, 1, WIDTH - len(pad))
             lines.append(trim(f"{pad}{name}: {body[0]}", WIDTH))
@@ -170,14 +188,27 @@ def pick_samples(reports: list[TopicReport], prefix: str, database: str) -> list
     data = [f"{prefix}.{database}.orders", f"{prefix}.{database}.products", f"{prefix}.{database}.customers"]
     choices = [
         ("read (snapshot)", first(data, lambda e: e.value is not None and e.value.get("op") == "r")),
-        ("update inside the transaction", first(data, lambda e: e.value is not None and e.value.get("op") == "u"
-                                               and e.value.get("transaction"))
-         or first(data, lambda e: e.value is not None and e.value.get("op") == "u")),
+        (
+            "update inside the transaction",
+            first(
+                data,
+                lambda e: e.value is not None and e.value.get("op") == "u" and e.value.get("transaction"),
+            )
+            or first(data, lambda e: e.value is not None and e.value.get("op") == "u"),
+        ),
         ("delete", first(data, lambda e: e.value is not None and e.value.get("op") == "d")),
-        ("transaction BEGIN", first([f"{prefix}.transaction"],
-                                    lambda e: e.value is not None and e.value.get("status") == "BEGIN")),
-        ("transaction END", first([f"{prefix}.transaction"],
-                                  lambda e: e.value is not None and e.value.get("status") == "END")),
+        (
+            "transaction BEGIN",
+            first(
+                [f"{prefix}.transaction"], lambda e: e.value is not None and e.value.get("status") == "BEGIN"
+            ),
+        ),
+        (
+            "transaction END",
+            first(
+                [f"{prefix}.transaction"], lambda e: e.value is not None and e.value.get("status") == "END"
+            ),
+        ),
     ]
     return [(title, event) for title, event in choices if event is not None]
 
@@ -219,11 +250,15 @@ class Comparison:
 
     def line(self, topic: str) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
-        text = (f"  {verdict:<8} {self.collection:<16} {self.documents:>4} documents in MongoDB, "
-                f"{self.rebuilt:>4} rebuilt from {topic}")
+        text = (
+            f"  {verdict:<8} {self.collection:<16} {self.documents:>4} documents in MongoDB, "
+            f"{self.rebuilt:>4} rebuilt from {topic}"
+        )
         if not self.ok:
-            text += (f" ({len(self.missing)} missing, {len(self.extra)} extra, {len(self.different)} different;"
-                     f" e.g. {(self.missing + self.extra + self.different)[0]})")
+            text += (
+                f" ({len(self.missing)} missing, {len(self.extra)} extra, {len(self.different)} different;"
+                f" e.g. {(self.missing + self.extra + self.different)[0]})"
+            )
         return text
 
 
@@ -231,7 +266,9 @@ def compare(database: Database, collection: str, report: TopicReport) -> Compari
     rebuilt = rebuilt_state(report)
     actual = mongo_state(database, collection)
     return Comparison(
-        collection, len(actual), len(rebuilt),
+        collection,
+        len(actual),
+        len(rebuilt),
         missing=sorted(set(actual) - set(rebuilt)),
         extra=sorted(set(rebuilt) - set(actual)),
         different=sorted(k for k in set(actual) & set(rebuilt) if actual[k] != rebuilt[k]),

@@ -147,44 +147,77 @@ class LocalMongod:
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        command = [self.executable, "--replSet", "rs0", "--bind_ip", "127.0.0.1", "--port", str(self.port),
-                   "--dbpath", str(data), "--logpath", str(self.log_path), "--oplogSize", "128",
-                   "--wiredTigerCacheSizeGB", "0.25"]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, preexec_fn=tied_to_parent(signal.SIGTERM))
-        direct = MongoClient(f"mongodb://127.0.0.1:{self.port}/?directConnection=true",
-                             serverSelectionTimeoutMS=1000, tz_aware=True)
+        command = [
+            self.executable,
+            "--replSet",
+            "rs0",
+            "--bind_ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dbpath",
+            str(data),
+            "--logpath",
+            str(self.log_path),
+            "--oplogSize",
+            "128",
+            "--wiredTigerCacheSizeGB",
+            "0.25",
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=tied_to_parent(signal.SIGTERM),
+        )
+        direct = MongoClient(
+            f"mongodb://127.0.0.1:{self.port}/?directConnection=true",
+            serverSelectionTimeoutMS=1000,
+            tz_aware=True,
+        )
         try:
             self._wait(direct, lambda: direct.admin.command("ping"), "to accept connections")
             try:
-                direct.admin.command("replSetInitiate", {
-                    "_id": "rs0", "members": [{"_id": 0, "host": f"127.0.0.1:{self.port}"}]})
+                direct.admin.command(
+                    "replSetInitiate",
+                    {"_id": "rs0", "members": [{"_id": 0, "host": f"127.0.0.1:{self.port}"}]},
+                )
             except OperationFailure as error:
                 if error.code != 23:  # AlreadyInitialized
                     raise DemoError(f"replSetInitiate on the local mongod failed: {error}") from None
-            self._wait(direct, lambda: direct.admin.command("hello").get("isWritablePrimary"),
-                       "to become primary")
+            self._wait(
+                direct, lambda: direct.admin.command("hello").get("isWritablePrimary"), "to become primary"
+            )
             version = direct.server_info().get("version", "?")
         finally:
             direct.close()
-        return MongoServer("mongod", f"mongodb://127.0.0.1:{self.port}/?replicaSet=rs0", self.process.pid,
-                           f"local mongod {version} ({self.executable}), one-member replica set rs0 on "
-                           f"127.0.0.1:{self.port}")
+        return MongoServer(
+            "mongod",
+            f"mongodb://127.0.0.1:{self.port}/?replicaSet=rs0",
+            self.process.pid,
+            f"local mongod {version} ({self.executable}), one-member replica set rs0 on "
+            f"127.0.0.1:{self.port}",
+        )
 
     def _wait(self, client: MongoClient, check, what: str) -> None:
         deadline = time.monotonic() + self.START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise DemoError(f"mongod ({self.executable}) exited with code {self.process.returncode} while "
-                                f"waiting for it {what}; its log ({self.log_path}) ends with:\n{tail(self.log_path)}")
+                raise DemoError(
+                    f"mongod ({self.executable}) exited with code {self.process.returncode} while "
+                    f"waiting for it {what}; its log ({self.log_path}) ends with:\n{tail(self.log_path)}"
+                )
             try:
                 if check():
                     return
             except PyMongoError:
                 pass
             time.sleep(0.5)
-        raise DemoError(f"mongod ({self.executable}) did not start {what} within {self.START_TIMEOUT_S:.0f} s; "
-                        f"its log ({self.log_path}) ends with:\n{tail(self.log_path)}")
+        raise DemoError(
+            f"mongod ({self.executable}) did not start {what} within {self.START_TIMEOUT_S:.0f} s; "
+            f"its log ({self.log_path}) ends with:\n{tail(self.log_path)}"
+        )
 
     def stop(self) -> None:
         if self.process is not None:
@@ -197,26 +230,32 @@ def airflow_environment(home: Path, work_dir: Path, extra: dict[str, str]) -> di
     """The environment of the demo's Airflow commands: a throwaway AIRFLOW_HOME with SQLite,
     examples off, the repository's dags/ folder. The caller's own Airflow settings (AIRFLOW_*)
     are left out so that the demo never touches another Airflow installation."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_") and k != "MONGOCDC_CONNECTOR_CONFIG"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AIRFLOW_") and k != "MONGOCDC_CONNECTOR_CONFIG"
+    }
     spark_conf = home / "spark-conf"
     spark_conf.mkdir(parents=True, exist_ok=True)
     (spark_conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_CONF_DIR": str(spark_conf),
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-        MARKER_ENV: str(work_dir),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_CONF_DIR": str(spark_conf),
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+            MARKER_ENV: str(work_dir),
+        }
+    )
     env.update(extra)
     return env
 
@@ -231,9 +270,15 @@ class AirflowCommand:
         self.started_at = log.tell()
         self.interrupted = False
         self.log_path = Path(log.name)
-        self.process = subprocess.Popen([str(VENV_BIN / "airflow"), *self.args], env=env, cwd=cwd,
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        preexec_fn=tied_to_parent(signal.SIGTERM))
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "airflow"), *self.args],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=tied_to_parent(signal.SIGTERM),
+        )
 
     def wait(self, timeout_s: float) -> str:
         """Wait for the command; returns its output. Stops it (and its children) on timeout,
@@ -242,7 +287,9 @@ class AirflowCommand:
             code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             stop_group(self.process, grace_s=AIRFLOW_STOP_GRACE_S)
-            raise DemoError(f"'airflow {' '.join(self.args)}' did not finish within {timeout_s:.0f} s") from None
+            raise DemoError(
+                f"'airflow {' '.join(self.args)}' did not finish within {timeout_s:.0f} s"
+            ) from None
         except BaseException:
             self.interrupted = True
             stop_group(self.process, grace_s=AIRFLOW_STOP_GRACE_S)
@@ -252,8 +299,10 @@ class AirflowCommand:
         output = self.output()
         if code != 0:
             reason = first_error(output)
-            raise DemoError(f"'airflow {' '.join(self.args)}' failed with exit code {code}"
-                            + (f": {reason}" if reason else ""))
+            raise DemoError(
+                f"'airflow {' '.join(self.args)}' failed with exit code {code}"
+                + (f": {reason}" if reason else "")
+            )
         return output
 
     def output(self) -> str:
@@ -299,8 +348,15 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def mongocdc_offsets_show(bootstrap: str, topic_prefix: str) -> dict:
     """``mongocdc offsets show`` (the provider's command line), parsed."""
-    command = [str(VENV_BIN / "mongocdc"), "offsets", "show", "--bootstrap-servers", bootstrap,
-               "--topic-prefix", topic_prefix]
+    command = [
+        str(VENV_BIN / "mongocdc"),
+        "offsets",
+        "show",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic-prefix",
+        topic_prefix,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise DemoError(f"'mongocdc offsets show' failed (exit {result.returncode}): {result.stderr.strip()}")

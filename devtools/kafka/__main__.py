@@ -1,9 +1,9 @@
 """Command line for the local Kafka broker.
 
-    python -m devtools.kafka fetch                 # fetch the broker jars with Maven
-    python -m devtools.kafka start --state DIR     # start detached; prints the bootstrap servers
-    python -m devtools.kafka stop --state DIR      # stop it by its PID and remove its data
-    python -m devtools.kafka run [--seconds N]     # run in the foreground until Ctrl-C (or N seconds)
+python -m devtools.kafka fetch                 # fetch the broker jars with Maven
+python -m devtools.kafka start --state DIR     # start detached; prints the bootstrap servers
+python -m devtools.kafka stop --state DIR      # stop it by its PID and remove its data
+python -m devtools.kafka run [--seconds N]     # run in the foreground until Ctrl-C (or N seconds)
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from devtools.kafka.broker import KafkaBroker, KafkaLaunchError, ensure_jars, st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.kafka", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.kafka",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="fetch the broker jars from Maven Central")
     start = sub.add_parser("start", help="start a detached broker")
@@ -43,8 +46,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"A broker is already recorded in {state_file}; stop it first.", file=sys.stderr)
                 return 1
             broker = KafkaBroker(state / "kafka-data", tie_to_parent=False).start()
-            state_file.write_text(json.dumps({"pid": broker.pid, "bootstrap": broker.bootstrap_servers,
-                                              "data_dir": str(broker.data_dir)}))
+            state_file.write_text(
+                json.dumps(
+                    {
+                        "pid": broker.pid,
+                        "bootstrap": broker.bootstrap_servers,
+                        "data_dir": str(broker.data_dir),
+                    }
+                )
+            )
             print(broker.bootstrap_servers)
             return 0
         if args.command == "stop":
@@ -60,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             with KafkaBroker() as broker:
-                print(f"Kafka broker ready at {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it.",
-                      flush=True)
+                print(
+                    f"Kafka broker ready at {broker.bootstrap_servers} (pid {broker.pid}); Ctrl-C stops it.",
+                    flush=True,
+                )
                 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
                 deadline = time.monotonic() + args.seconds if args.seconds else None
                 try:

@@ -74,8 +74,15 @@ def ensure_jars(quiet: bool = True) -> Path:
         )
     if JAR_DIR.exists():
         shutil.rmtree(JAR_DIR)
-    cmd = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies",
-           f"-DoutputDirectory={JAR_DIR}", "-DincludeScope=runtime"]
+    cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={JAR_DIR}",
+        "-DincludeScope=runtime",
+    ]
     if quiet:
         cmd.insert(2, "-q")
     result = subprocess.run(cmd, capture_output=quiet, text=True)
@@ -120,8 +127,14 @@ class KafkaBroker:
     killed test run leaves nothing behind; the command line's detached mode turns it off.
     """
 
-    def __init__(self, data_dir: str | os.PathLike | None = None, *, heap: str = "512m",
-                 tie_to_parent: bool = True, extra_settings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        *,
+        heap: str = "512m",
+        tie_to_parent: bool = True,
+        extra_settings: dict[str, str] | None = None,
+    ):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="mongocdc-kafka-"))
         self.heap = heap
@@ -143,18 +156,20 @@ class KafkaBroker:
 
     def _write_config(self) -> Path:
         settings = dict(BROKER_SETTINGS)
-        settings.update({
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "log.dirs": str(self.data_dir / "logs"),
-        })
+        settings.update(
+            {
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+                "log.dirs": str(self.data_dir / "logs"),
+            }
+        )
         settings.update(self.extra_settings)
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return path
 
-    def start(self) -> "KafkaBroker":
+    def start(self) -> KafkaBroker:
         jars = ensure_jars()
         began = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -166,26 +181,42 @@ class KafkaBroker:
         java = _java()
         cluster_id = _cluster_id()
         fmt = subprocess.run(
-            [java, "-Xmx256m", f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}", "-cp",
-             classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
-            capture_output=True, text=True, timeout=120,
+            [
+                java,
+                "-Xmx256m",
+                f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}",
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if fmt.returncode != 0:
             raise KafkaLaunchError(f"Formatting the KRaft log directory failed: {fmt.stdout}{fmt.stderr}")
         self._launch(config, began, classpath)
         return self
 
-    def restart(self) -> "KafkaBroker":
+    def restart(self) -> KafkaBroker:
         """Start this broker again after :meth:`kill` or ``stop(keep_data=True)``: the same ports,
         the same data directory and cluster id (the KRaft log directory is already formatted), so
         clients configured with :attr:`bootstrap_servers` reconnect and find their topics,
         committed records and transaction state again."""
         if self.pid is not None and _alive(self.pid):
-            raise KafkaLaunchError(f"The Kafka broker (pid {self.pid}) is still running; kill or stop it first")
+            raise KafkaLaunchError(
+                f"The Kafka broker (pid {self.pid}) is still running; kill or stop it first"
+            )
         if not self.port or not (self.data_dir / "logs" / "meta.properties").exists():
             raise KafkaLaunchError(
                 f"No formatted KRaft log directory under {self.data_dir} to restart from; "
-                "call start() first (and stop(keep_data=True) rather than stop())")
+                "call start() first (and stop(keep_data=True) rather than stop())"
+            )
         jars = ensure_jars()
         began = time.monotonic()
         self._wait_ports_free(began + START_TIMEOUT_S)
@@ -203,17 +234,31 @@ class KafkaBroker:
                 return
             except OSError as error:
                 if time.monotonic() >= deadline:
-                    raise KafkaLaunchError(f"Cannot restart the Kafka broker: port {port} stays busy ({error})")
+                    raise KafkaLaunchError(
+                        f"Cannot restart the Kafka broker: port {port} stays busy ({error})"
+                    ) from None
                 time.sleep(0.25)
 
     def _launch(self, config: Path, began: float, classpath: str, keep_data: bool = False) -> None:
         java = _java()
         log = open(self.log_path, "ab")
-        cmd = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-               f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}",
-               "-cp", classpath, "kafka.Kafka", str(config)]
+        cmd = [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(config),
+        ]
         self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if self.tie_to_parent else os.setsid,
         )
         log.close()
@@ -241,8 +286,9 @@ class KafkaBroker:
             except OSError:
                 time.sleep(0.25)
                 continue
-            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0,
-                                 "logger": _quiet_logger()})
+            admin = AdminClient(
+                {"bootstrap.servers": self.bootstrap_servers, "log_level": 0, "logger": _quiet_logger()}
+            )
             try:
                 metadata = admin.list_topics(timeout=5)
                 if metadata.brokers:
@@ -286,7 +332,7 @@ class KafkaBroker:
         if self._own_dir and not keep_data:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

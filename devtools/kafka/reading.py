@@ -36,8 +36,9 @@ def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
     while True:
         ends = {}
         for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in partitions},
-                                         isolation_level=level, request_timeout=10)
+            futures = admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in partitions}, isolation_level=level, request_timeout=10
+            )
             ends[level] = {tp.partition: future.result().offset for tp, future in futures.items()}
         if ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
             return True
@@ -46,9 +47,15 @@ def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
         time.sleep(0.1)
 
 
-def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed",
-               timeout: float = 30.0, extra_config: dict | None = None,
-               settle: float = 5.0) -> list[ReadRecord]:
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation: str = "read_committed",
+    timeout: float = 30.0,
+    extra_config: dict | None = None,
+    settle: float = 5.0,
+) -> list[ReadRecord]:
     """Every record of ``topic`` from the beginning to the end offsets seen at the call.
 
     With ``read_committed`` (the default) the end is the last stable offset, so records of

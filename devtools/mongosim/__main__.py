@@ -30,8 +30,11 @@ def _positive(value: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.mongosim", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.mongosim",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--mode", choices=("replset", "standalone", "sharded"), default="replset")
     parser.add_argument("--members", type=int, choices=(1, 3), default=1)
     parser.add_argument("--shards", type=_positive, default=2)
@@ -39,15 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", default=None, metavar="USER:PASSWORD")
     parser.add_argument("--oplog-max-entries", type=_positive, default=None)
     parser.add_argument("--oplog-max-bytes", type=_positive, default=None)
-    parser.add_argument("--noop-interval", type=float, default=10.0,
-                        help="seconds between periodic no-op oplog writes on an idle server (MongoDB: 10)")
+    parser.add_argument(
+        "--noop-interval",
+        type=float,
+        default=10.0,
+        help="seconds between periodic no-op oplog writes on an idle server (MongoDB: 10)",
+    )
     parser.add_argument("--max-wire-version", type=int, choices=sorted(WIRE_VERSIONS), default=21)
     parser.add_argument("--max-seconds", type=float, default=3600.0)
     parser.add_argument("--describe", action="store_true", help="print a JSON description on the second line")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     auth_text = args.auth or os.environ.get("MONGOSIM_AUTH")
     auth = None
@@ -59,10 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "standalone" and (args.oplog_max_entries or args.oplog_max_bytes):
         parser.error("a standalone server has no oplog")
 
-    deployment = Deployment(args.mode, members=args.members, shards=args.shards, auth=auth,
-                            oplog_max_entries=args.oplog_max_entries, oplog_max_bytes=args.oplog_max_bytes,
-                            port=args.port, noop_interval=args.noop_interval,
-                            max_wire_version=args.max_wire_version)
+    deployment = Deployment(
+        args.mode,
+        members=args.members,
+        shards=args.shards,
+        auth=auth,
+        oplog_max_entries=args.oplog_max_entries,
+        oplog_max_bytes=args.oplog_max_bytes,
+        port=args.port,
+        noop_interval=args.noop_interval,
+        max_wire_version=args.max_wire_version,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

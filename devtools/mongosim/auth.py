@@ -29,10 +29,17 @@ def saslprep(text: str) -> str:
     mapped = "".join(" " if stringprep.in_table_c12(c) else c for c in text if not stringprep.in_table_b1(c))
     normalized = unicodedata.normalize("NFKC", mapped)
     for char in normalized:
-        if (stringprep.in_table_c21(char) or stringprep.in_table_c22(char) or stringprep.in_table_c3(char)
-                or stringprep.in_table_c4(char) or stringprep.in_table_c5(char)
-                or stringprep.in_table_c6(char) or stringprep.in_table_c7(char)
-                or stringprep.in_table_c8(char) or stringprep.in_table_c9(char)):
+        if (
+            stringprep.in_table_c21(char)
+            or stringprep.in_table_c22(char)
+            or stringprep.in_table_c3(char)
+            or stringprep.in_table_c4(char)
+            or stringprep.in_table_c5(char)
+            or stringprep.in_table_c6(char)
+            or stringprep.in_table_c7(char)
+            or stringprep.in_table_c8(char)
+            or stringprep.in_table_c9(char)
+        ):
             raise ValueError("password contains a prohibited character")
     return normalized
 
@@ -50,7 +57,9 @@ class Credentials:
             salted = hashlib.pbkdf2_hmac(digest, secret, salt, iterations)
             client_key = hmac.new(salted, b"Client Key", digest).digest()
             self.keys[mechanism] = {
-                "digest": digest, "iterations": iterations, "salt": salt,
+                "digest": digest,
+                "iterations": iterations,
+                "salt": salt,
                 "stored_key": hashlib.new(digest, client_key).digest(),
                 "server_key": hmac.new(salted, b"Server Key", digest).digest(),
             }
@@ -71,8 +80,11 @@ def _unescape(name: str) -> str:
 class Conversation:
     def __init__(self, credentials: Credentials, mechanism: str, payload: bytes):
         if mechanism not in MECHANISMS:
-            raise CommandError(2, f"Received authentication for mechanism {mechanism} which is not enabled",
-                               code_name="MechanismUnavailable")
+            raise CommandError(
+                2,
+                f"Received authentication for mechanism {mechanism} which is not enabled",
+                code_name="MechanismUnavailable",
+            )
         text = payload.decode("utf-8")
         if not text.startswith("n,"):
             raise auth_failed()
@@ -85,7 +97,9 @@ class Conversation:
         self.keys = credentials.keys[mechanism] if self.user == credentials.user else None
         self.nonce = self.client_nonce + base64.b64encode(os.urandom(24)).decode()
         keys = self.keys or {"salt": os.urandom(16), "iterations": MECHANISMS[mechanism][1]}
-        self.server_first = f"r={self.nonce},s={base64.b64encode(keys['salt']).decode()},i={keys['iterations']}"
+        self.server_first = (
+            f"r={self.nonce},s={base64.b64encode(keys['salt']).decode()},i={keys['iterations']}"
+        )
         self.done = False
 
     def first_reply(self) -> bytes:

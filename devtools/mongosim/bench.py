@@ -37,8 +37,13 @@ def main(argv: list[str] | None = None) -> int:
 
         started = time.perf_counter()
         for low in range(0, args.docs, args.batch):
-            coll.insert_many([{"_id": i, "n": i, "payload": payload} for i in range(low, min(args.docs, low + args.batch))],
-                             ordered=False)
+            coll.insert_many(
+                [
+                    {"_id": i, "n": i, "payload": payload}
+                    for i in range(low, min(args.docs, low + args.batch))
+                ],
+                ordered=False,
+            )
         print(f"insert_many (batches of {args.batch}): {_rate(args.docs, time.perf_counter() - started)}")
 
         started = time.perf_counter()
@@ -46,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"find, one client, full scan: {_rate(count, time.perf_counter() - started)}")
 
         started = time.perf_counter()
-        count = sum(1 for _ in coll.find({"_id": {"$gte": args.docs // 4, "$lt": args.docs // 2}}).sort("_id", 1))
+        count = sum(
+            1 for _ in coll.find({"_id": {"$gte": args.docs // 4, "$lt": args.docs // 2}}).sort("_id", 1)
+        )
         print(f"find, one client, sorted _id range: {_rate(count, time.perf_counter() - started)}")
 
         step = args.docs // args.readers
@@ -63,14 +70,18 @@ def main(argv: list[str] | None = None) -> int:
             thread.start()
         for thread in threads:
             thread.join()
-        print(f"find, {args.readers} concurrent clients, _id ranges: {_rate(sum(counts), time.perf_counter() - started)}")
+        print(
+            f"find, {args.readers} concurrent clients, _id ranges: {_rate(sum(counts), time.perf_counter() - started)}"
+        )
 
         events_coll = client.bench.events
         events = min(args.docs, 20_000)
         with events_coll.watch(batch_size=1000) as stream:
             started = time.perf_counter()
             for low in range(0, events, args.batch):
-                events_coll.insert_many([{"_id": i, "payload": payload} for i in range(low, min(events, low + args.batch))])
+                events_coll.insert_many(
+                    [{"_id": i, "payload": payload} for i in range(low, min(events, low + args.batch))]
+                )
             insert_seconds = time.perf_counter() - started
             started = time.perf_counter()
             seen = 0

@@ -29,11 +29,14 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
-CODEC = CodecOptions(document_class=dict, tz_aware=False,
-                     uuid_representation=UuidRepresentation.UNSPECIFIED,
-                     datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+CODEC = CodecOptions(
+    document_class=dict,
+    tz_aware=False,
+    uuid_representation=UuidRepresentation.UNSPECIFIED,
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+)
 
-MAX_BSON_SIZE = 16 * 1024 * 1024          # maxBsonObjectSize
+MAX_BSON_SIZE = 16 * 1024 * 1024  # maxBsonObjectSize
 MAX_INTERNAL_BSON_SIZE = MAX_BSON_SIZE + 16 * 1024  # BSONObjMaxInternalSize (16793600)
 MAX_MESSAGE_SIZE = 48_000_000
 MAX_WRITE_BATCH = 100_000
@@ -207,9 +210,21 @@ def ts_from_key(key: int) -> Timestamp:
 
 
 def type_name(value) -> str:
-    return {5: "null", 10: "number", 15: "string", 20: "object", 25: "array", 30: "binData",
-            35: "objectId", 40: "bool", 45: "date", 47: "timestamp", 50: "regex", -1: "minKey",
-            127: "maxKey"}.get(type_order(value), "unknown")
+    return {
+        5: "null",
+        10: "number",
+        15: "string",
+        20: "object",
+        25: "array",
+        30: "binData",
+        35: "objectId",
+        40: "bool",
+        45: "date",
+        47: "timestamp",
+        50: "regex",
+        -1: "minKey",
+        127: "maxKey",
+    }.get(type_order(value), "unknown")
 
 
 def to_relaxed_json(value) -> str:

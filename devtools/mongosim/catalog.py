@@ -22,18 +22,34 @@ def new_uuid() -> Binary:
 
 
 def valid_collection_name(name) -> bool:
-    return isinstance(name, str) and bool(name) and "$" not in name and "\x00" not in name \
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and "$" not in name
+        and "\x00" not in name
         and not name.startswith(".")
+    )
 
 
 def valid_db_name(name) -> bool:
-    return isinstance(name, str) and bool(name) and not any(c in name for c in '/\\. "$\x00') \
-        and len(name) < 64
+    return (
+        isinstance(name, str) and bool(name) and not any(c in name for c in '/\\. "$\x00') and len(name) < 64
+    )
 
 
 class Collection:
-    __slots__ = ("db", "name", "uuid", "options", "docs", "sizes", "total_size", "indexes",
-                 "shard_key", "version")
+    __slots__ = (
+        "db",
+        "name",
+        "uuid",
+        "options",
+        "docs",
+        "sizes",
+        "total_size",
+        "indexes",
+        "shard_key",
+        "version",
+    )
 
     def __init__(self, db: str, name: str, options: dict | None = None, uuid: Binary | None = None):
         self.db = db
@@ -45,7 +61,7 @@ class Collection:
         self.total_size = 0
         self.indexes: list[dict] = [dict(ID_INDEX)]
         self.shard_key: dict | None = None
-        self.version = 0   # bumped on every write (transactions check it)
+        self.version = 0  # bumped on every write (transactions check it)
 
     @property
     def ns(self) -> str:
@@ -74,7 +90,7 @@ class Collection:
             self.version += 1
         return doc
 
-    def clone_empty(self, db: str, name: str) -> "Collection":
+    def clone_empty(self, db: str, name: str) -> Collection:
         other = Collection(db, name, self.options, self.uuid)
         other.indexes = [dict(i) for i in self.indexes]
         other.shard_key = self.shard_key
@@ -82,16 +98,26 @@ class Collection:
 
     def info(self) -> dict:
         """The listCollections entry."""
-        return {"name": self.name, "type": "collection", "options": dict(self.options),
-                "info": {"readOnly": False, "uuid": self.uuid}, "idIndex": dict(ID_INDEX)}
+        return {
+            "name": self.name,
+            "type": "collection",
+            "options": dict(self.options),
+            "info": {"readOnly": False, "uuid": self.uuid},
+            "idIndex": dict(ID_INDEX),
+        }
 
     def stats(self) -> dict:
         count = len(self.docs)
         size = self.total_size
-        return {"count": count, "size": size, "avgObjSize": (size // count) if count else 0,
-                "storageSize": _storage_size(size), "nindexes": len(self.indexes),
-                "totalIndexSize": _index_size(count) * len(self.indexes),
-                "indexSizes": {i["name"]: _index_size(count) for i in self.indexes}}
+        return {
+            "count": count,
+            "size": size,
+            "avgObjSize": (size // count) if count else 0,
+            "storageSize": _storage_size(size),
+            "nindexes": len(self.indexes),
+            "totalIndexSize": _index_size(count) * len(self.indexes),
+            "indexSizes": {i["name"]: _index_size(count) for i in self.indexes},
+        }
 
 
 def _storage_size(size: int) -> int:

@@ -24,8 +24,16 @@ from devtools.mongosim import bsonutil, diff, query, tokens
 from devtools.mongosim.catalog import INTERNAL_DBS
 from devtools.mongosim.errors import CommandError, fatal_change_stream, history_lost
 
-ALLOWED_STAGES = {"$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith",
-                  "$redact"}
+ALLOWED_STAGES = {
+    "$match",
+    "$project",
+    "$addFields",
+    "$set",
+    "$unset",
+    "$replaceRoot",
+    "$replaceWith",
+    "$redact",
+}
 CRUD = {"i": "insert", "u": None, "d": "delete"}
 DEFAULT_AWAIT_MS = 1000
 
@@ -35,51 +43,85 @@ class Spec:
 
     def __init__(self, stage: dict, pipeline: list, scope: tuple):
         if not isinstance(stage, dict):
-            raise CommandError(50808, "$changeStream stage expects a document as argument",
-                               code_name="Location50808")
-        known = {"fullDocument", "fullDocumentBeforeChange", "resumeAfter", "startAfter",
-                 "startAtOperationTime", "allChangesForCluster", "showExpandedEvents",
-                 "showSystemEvents", "showRawUpdateDescription", "allowToRunOnConfigDB",
-                 "allowToRunOnSystemNS", "$_passthrough"}
+            raise CommandError(
+                50808, "$changeStream stage expects a document as argument", code_name="Location50808"
+            )
+        known = {
+            "fullDocument",
+            "fullDocumentBeforeChange",
+            "resumeAfter",
+            "startAfter",
+            "startAtOperationTime",
+            "allChangesForCluster",
+            "showExpandedEvents",
+            "showSystemEvents",
+            "showRawUpdateDescription",
+            "allowToRunOnConfigDB",
+            "allowToRunOnSystemNS",
+            "$_passthrough",
+        }
         for key in stage:
             if key not in known:
-                raise CommandError(40415, f"BSON field '$changeStream.{key}' is an unknown field.",
-                                   code_name="Location40415")
+                raise CommandError(
+                    40415, f"BSON field '$changeStream.{key}' is an unknown field.", code_name="Location40415"
+                )
         self.full_document = stage.get("fullDocument", "default")
         if self.full_document not in ("default", "updateLookup", "whenAvailable", "required"):
-            raise CommandError(2, "Enumeration value '" + str(self.full_document) + "' for field "
-                               "'$changeStream.fullDocument' is not a valid value.", code_name="BadValue")
+            raise CommandError(
+                2,
+                "Enumeration value '" + str(self.full_document) + "' for field "
+                "'$changeStream.fullDocument' is not a valid value.",
+                code_name="BadValue",
+            )
         self.before = stage.get("fullDocumentBeforeChange", "off")
         if self.before not in ("off", "whenAvailable", "required"):
-            raise CommandError(2, "Enumeration value '" + str(self.before) + "' for field "
-                               "'$changeStream.fullDocumentBeforeChange' is not a valid value.",
-                               code_name="BadValue")
+            raise CommandError(
+                2,
+                "Enumeration value '" + str(self.before) + "' for field "
+                "'$changeStream.fullDocumentBeforeChange' is not a valid value.",
+                code_name="BadValue",
+            )
         options = [k for k in ("resumeAfter", "startAfter", "startAtOperationTime") if k in stage]
         if len(options) > 1:
-            raise CommandError(40674, "Only one type of resume option is allowed, but multiple were found.",
-                               code_name="Location40674")
+            raise CommandError(
+                40674,
+                "Only one type of resume option is allowed, but multiple were found.",
+                code_name="Location40674",
+            )
         self.resume_after = stage.get("resumeAfter")
         self.start_after = stage.get("startAfter")
         self.start_at = stage.get("startAtOperationTime")
         if self.start_at is not None and not isinstance(self.start_at, Timestamp):
-            raise CommandError(14, "BSON field '$changeStream.startAtOperationTime' is the wrong type, "
-                               "expected type 'timestamp'", code_name="TypeMismatch")
+            raise CommandError(
+                14,
+                "BSON field '$changeStream.startAtOperationTime' is the wrong type, "
+                "expected type 'timestamp'",
+                code_name="TypeMismatch",
+            )
         self.expanded = bool(stage.get("showExpandedEvents", False))
         self.scope = scope
         self.pipeline = []
         for item in pipeline:
             if not isinstance(item, dict) or len(item) != 1:
-                raise CommandError(40323, "A pipeline stage specification object must contain exactly "
-                                   "one field.", code_name="Location40323")
+                raise CommandError(
+                    40323,
+                    "A pipeline stage specification object must contain exactly one field.",
+                    code_name="Location40323",
+                )
             name = next(iter(item))
             if name == "$changeStream":
-                raise CommandError(40602, "$changeStream is only valid as the first stage in a pipeline.",
-                                   code_name="Location40602")
+                raise CommandError(
+                    40602,
+                    "$changeStream is only valid as the first stage in a pipeline.",
+                    code_name="Location40602",
+                )
             if name not in ALLOWED_STAGES:
                 raise CommandError(20, f"{name} is not permitted in a $changeStream pipeline")
             self.pipeline.append(item)
         self._match_only = all(next(iter(s)) == "$match" for s in self.pipeline)
-        self._matchers = [query.compile_filter(s["$match"]) for s in self.pipeline] if self._match_only else []
+        self._matchers = (
+            [query.compile_filter(s["$match"]) for s in self.pipeline] if self._match_only else []
+        )
 
     def apply_pipeline(self, event: dict) -> dict | None:
         if not self.pipeline:
@@ -98,7 +140,8 @@ class Spec:
                 "Encountered an event whose _id field, which contains the resume token, was modified by "
                 "the pipeline. Modifying the _id field of an event makes it impossible to resume the "
                 "stream from that point. Only transformations that retain the unmodified _id field are "
-                "allowed.")
+                "allowed."
+            )
         return out
 
 
@@ -143,7 +186,7 @@ class ChangeStreamCursor:
         self.spec = spec
         self.nodes = nodes
         self.deployment = deployment
-        self.lookup = lookup               # (db, coll, uuid, documentKey) -> doc | None
+        self.lookup = lookup  # (db, coll, uuid, documentKey) -> doc | None
         self.ns = ns
         self.buffer: collections.deque = collections.deque()
         self.closed = False
@@ -154,7 +197,9 @@ class ChangeStreamCursor:
 
     # -- start / resume --------------------------------------------------------------------------
     def _oldest_key(self) -> int | None:
-        keys = [n.oplog.oldest_key for n in self.nodes if n.oplog is not None and n.oplog.oldest_key is not None]
+        keys = [
+            n.oplog.oldest_key for n in self.nodes if n.oplog is not None and n.oplog.oldest_key is not None
+        ]
         return max(keys) if keys else None
 
     def _start(self) -> None:
@@ -167,8 +212,11 @@ class ChangeStreamCursor:
             except tokens.TokenError as error:
                 raise CommandError(260, f"Failed to decode resume token: {error}") from error
             if data.from_invalidate and spec.resume_after is not None:
-                raise CommandError(260, "Attempting to resume a change stream using 'resumeAfter' is not "
-                                   "allowed from an invalidate notification.")
+                raise CommandError(
+                    260,
+                    "Attempting to resume a change stream using 'resumeAfter' is not "
+                    "allowed from an invalidate notification.",
+                )
             key = bsonutil.ts_key(data.cluster_time)
             if oldest is not None and key < oldest:
                 raise history_lost("aggregate")
@@ -205,7 +253,8 @@ class ChangeStreamCursor:
                         return
         raise fatal_change_stream(
             "PlanExecutor error during aggregation :: caused by :: cannot resume stream; the resume "
-            f"token was not found. {{_data: \"{data.data}\"}}")
+            f'token was not found. {{_data: "{data.data}"}}'
+        )
 
     # -- scope -----------------------------------------------------------------------------------
     def _in_scope_ns(self, db: str, coll: str) -> bool:
@@ -265,8 +314,9 @@ class ChangeStreamCursor:
                 op_type = "update"
                 update_description = diff.parse_diff(op["o"]["diff"])
         index = txn_op_index or 0
-        token = tokens.encode_token(ts, tokens.TOKEN_TYPE_EVENT, index, False, uuid,
-                                    _event_id(op_type, document_key))
+        token = tokens.encode_token(
+            ts, tokens.TOKEN_TYPE_EVENT, index, False, uuid, _event_id(op_type, document_key)
+        )
         event: dict = {}
         if txn is not None:
             if txn.get("txnNumber") is not None:
@@ -337,13 +387,19 @@ class ChangeStreamCursor:
                 invalidates = True
             elif not _visible_db(db):
                 return []
-        elif self.spec.expanded and any(k in o for k in ("create", "createIndexes", "dropIndexes", "collMod")):
+        elif self.spec.expanded and any(
+            k in o for k in ("create", "createIndexes", "dropIndexes", "collMod")
+        ):
             name_field = next(k for k in ("create", "createIndexes", "dropIndexes", "collMod") if k in o)
             coll = o[name_field]
             if not self._in_scope_ns(db, coll):
                 return []
-            op_type = {"create": "create", "createIndexes": "createIndexes", "dropIndexes": "dropIndexes",
-                       "collMod": "modify"}[name_field]
+            op_type = {
+                "create": "create",
+                "createIndexes": "createIndexes",
+                "dropIndexes": "dropIndexes",
+                "collMod": "modify",
+            }[name_field]
             ns = {"db": db, "coll": coll}
             rest = {k: v for k, v in o.items() if k != name_field}
             if name_field == "createIndexes":
@@ -355,8 +411,9 @@ class ChangeStreamCursor:
         else:
             return []
         index = txn_op_index or 0
-        token = tokens.encode_token(ts, tokens.TOKEN_TYPE_EVENT, index, False, uuid,
-                                    _event_id(op_type, None, description))
+        token = tokens.encode_token(
+            ts, tokens.TOKEN_TYPE_EVENT, index, False, uuid, _event_id(op_type, None, description)
+        )
         event = dict(extra_first)
         if txn is not None:
             if txn.get("txnNumber") is not None:
@@ -377,9 +434,15 @@ class ChangeStreamCursor:
         position = (bsonutil.ts_key(ts), tokens.TOKEN_TYPE_EVENT, index, 0)
         events.append(_Raw(event, {}, node, position, False))
         if invalidates:
-            inv_token = tokens.encode_token(ts, tokens.TOKEN_TYPE_EVENT, index, True, uuid,
-                                            _event_id(op_type, None, description))
-            invalidate = {"_id": inv_token, "operationType": "invalidate", "clusterTime": ts, "wallTime": wall}
+            inv_token = tokens.encode_token(
+                ts, tokens.TOKEN_TYPE_EVENT, index, True, uuid, _event_id(op_type, None, description)
+            )
+            invalidate = {
+                "_id": inv_token,
+                "operationType": "invalidate",
+                "clusterTime": ts,
+                "wallTime": wall,
+            }
             events.append(_Raw(invalidate, {}, node, (position[0], position[1], position[2], 1), True))
         return events
 
@@ -418,27 +481,36 @@ class ChangeStreamCursor:
         if op_type in ("update", "replace", "delete") and needs:
             pre = None
             post = None
-            stored = raw.node.preimage(needs["uuid"], needs["ts"], needs["apply_index"]) if needs["uuid"] else None
+            stored = (
+                raw.node.preimage(needs["uuid"], needs["ts"], needs["apply_index"]) if needs["uuid"] else None
+            )
             if stored is not None:
                 pre = stored
             if op_type == "update" and spec.full_document != "default":
                 event = dict(event)
                 if spec.full_document == "updateLookup":
-                    event["fullDocument"] = self.lookup(needs["db"], needs["coll"], needs["uuid"],
-                                                        event["documentKey"])
+                    event["fullDocument"] = self.lookup(
+                        needs["db"], needs["coll"], needs["uuid"], event["documentKey"]
+                    )
                 else:
                     if pre is not None:
                         post = raw.node.postimage(needs["uuid"], needs["ts"], needs["apply_index"])
                     if post is None and spec.full_document == "required":
-                        raise CommandError(47, "Change stream was configured to require a post-image for "
-                                           "all update events, but the post-image was not found for event: "
-                                           + _describe(event))
+                        raise CommandError(
+                            47,
+                            "Change stream was configured to require a post-image for "
+                            "all update events, but the post-image was not found for event: "
+                            + _describe(event),
+                        )
                     event["fullDocument"] = post
             if spec.before != "off":
                 if pre is None and spec.before == "required":
-                    raise CommandError(47, "Change stream was configured to require a pre-image for all "
-                                       "update, delete and replace events, but the pre-image was not found "
-                                       "for event: " + _describe(event))
+                    raise CommandError(
+                        47,
+                        "Change stream was configured to require a pre-image for all "
+                        "update, delete and replace events, but the pre-image was not found "
+                        "for event: " + _describe(event),
+                    )
                 event = dict(event)
                 event["fullDocumentBeforeChange"] = pre
         return spec.apply_pipeline(event)
@@ -468,12 +540,18 @@ class ChangeStreamCursor:
                     continue
                 encoded = bsonutil.encode(event)
                 if len(encoded) > bsonutil.MAX_INTERNAL_BSON_SIZE:
-                    prefix = "PlanExecutor error during aggregation :: caused by :: " if first else \
-                        "Executor error during getMore :: caused by :: "
-                    raise CommandError(10334, f"{prefix}BSONObj size: {len(encoded)} "
-                                       f"({hex(len(encoded)).upper().replace('0X', '0x')}) is invalid. Size must "
-                                       "be between 0 and 16793600(16MB) First element: _id: { _data: \""
-                                       f"{event['_id']['_data']}\" }}")
+                    prefix = (
+                        "PlanExecutor error during aggregation :: caused by :: "
+                        if first
+                        else "Executor error during getMore :: caused by :: "
+                    )
+                    raise CommandError(
+                        10334,
+                        f"{prefix}BSONObj size: {len(encoded)} "
+                        f"({hex(len(encoded)).upper().replace('0X', '0x')}) is invalid. Size must "
+                        'be between 0 and 16793600(16MB) First element: _id: { _data: "'
+                        f'{event["_id"]["_data"]}" }}',
+                    )
                 if out and total + len(encoded) > bsonutil.MAX_BSON_SIZE:
                     # Does not fit: give it back for the next batch.
                     self.buffer.appendleft(raw)
@@ -505,10 +583,9 @@ class ChangeStreamCursor:
 
 
 def _describe(event: dict) -> str:
-    parts = [f"operationType: \"{event.get('operationType')}\""]
+    parts = [f'operationType: "{event.get("operationType")}"']
     if "ns" in event:
         parts.append("ns: " + bsonutil.to_relaxed_json(event["ns"]))
     parts.append("clusterTime: " + bsonutil.to_relaxed_json(event.get("clusterTime")))
     parts.append("txnNumber: " + (str(event["txnNumber"]) if "txnNumber" in event else "missing"))
     return "{" + ", ".join(parts) + "}"
-

@@ -29,7 +29,7 @@ class Command:
     def __init__(self, func, name: str, kind: str, admin_only: bool, in_txn: bool, auth: bool):
         self.func = func
         self.name = name
-        self.kind = kind              # "read", "write" or "none" (no replica-set state check)
+        self.kind = kind  # "read", "write" or "none" (no replica-set state check)
         self.admin_only = admin_only
         self.in_txn = in_txn
         self.auth = auth
@@ -40,6 +40,7 @@ def command(*names, kind: str = "none", admin_only: bool = False, in_txn: bool =
         for name in names:
             HANDLERS[name.lower()] = Command(func, name, kind, admin_only, in_txn, auth)
         return func
+
     return register
 
 
@@ -72,7 +73,7 @@ class FindCursor:
         self.ns = ns
         self.docs = docs
         self.position = 0
-        self.limit = limit            # 0: no limit
+        self.limit = limit  # 0: no limit
         self.returned = 0
         self.killed: CommandError | None = None
 
@@ -115,10 +116,16 @@ class OplogTailCursor:
         while True:
             if self.killed is not None:
                 raise self.killed
-            if self.last_key >= 0 and self.oplog.dropped_through > self.last_key and \
-                    (not self.oplog.keys or self.oplog.keys[0] > self.last_key):
-                raise CommandError(136, "Executor error during getMore :: caused by :: CollectionScan died due "
-                                   "to position in capped collection being deleted.")
+            if (
+                self.last_key >= 0
+                and self.oplog.dropped_through > self.last_key
+                and (not self.oplog.keys or self.oplog.keys[0] > self.last_key)
+            ):
+                raise CommandError(
+                    136,
+                    "Executor error during getMore :: caused by :: CollectionScan died due "
+                    "to position in capped collection being deleted.",
+                )
             out = []
             total = 0
             index = self.oplog.index_after(self.last_key)
@@ -154,7 +161,7 @@ class Cursors:
 
     def add(self, cursor, lsid, txn) -> int:
         while True:
-            cursor_id = random.randint(1, 2 ** 62)
+            cursor_id = random.randint(1, 2**62)
             if cursor_id not in self.cursors:
                 break
         self.cursors[cursor_id] = {"cursor": cursor, "lsid": lsid, "txn": txn, "used": time.monotonic()}
@@ -195,17 +202,25 @@ def _positive_int(value, name: str, allow_zero: bool = True) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float, Int64)):
-        raise CommandError(14, f"BSON field '{name}' is the wrong type '{bsonutil.type_name(value)}', "
-                           "expected types '[long, int, decimal, double]'", code_name="TypeMismatch")
+        raise CommandError(
+            14,
+            f"BSON field '{name}' is the wrong type '{bsonutil.type_name(value)}', "
+            "expected types '[long, int, decimal, double]'",
+            code_name="TypeMismatch",
+        )
     value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
-        raise CommandError(51024, f"BSON field '{name}' value must be >= {0 if allow_zero else 1}, actual "
-                           f"value '{value}'", code_name="Location51024")
+        raise CommandError(
+            51024,
+            f"BSON field '{name}' value must be >= {0 if allow_zero else 1}, actual value '{value}'",
+            code_name="Location51024",
+        )
     return value
 
 
-def open_cursor(call: Call, ns: str, docs: list, batch_size: int | None, limit: int = 0,
-                single_batch: bool = False) -> dict:
+def open_cursor(
+    call: Call, ns: str, docs: list, batch_size: int | None, limit: int = 0, single_batch: bool = False
+) -> dict:
     cursor = FindCursor(ns, docs, limit)
     first_size = DEFAULT_BATCH if batch_size is None else batch_size
     if first_size == 0 and not single_batch:
@@ -230,17 +245,36 @@ def cmd_ping(call: Call) -> dict:
 @command("buildInfo", auth=False)
 def cmd_build_info(call: Call) -> dict:
     version = call.endpoint.deployment.version
-    return {"version": version, "gitVersion": "mongosim", "versionArray": [int(x) for x in version.split(".")] + [0],
-            "bits": 64, "debug": False, "maxBsonObjectSize": bsonutil.MAX_BSON_SIZE,
-            "storageEngines": ["wiredTiger"], "modules": [], "openssl": {"running": "disabled"},
-            "javascriptEngine": "none", "sysInfo": "deprecated", "allocator": "system",
-            "buildEnvironment": {"target_os": "linux"}}
+    return {
+        "version": version,
+        "gitVersion": "mongosim",
+        "versionArray": [int(x) for x in version.split(".")] + [0],
+        "bits": 64,
+        "debug": False,
+        "maxBsonObjectSize": bsonutil.MAX_BSON_SIZE,
+        "storageEngines": ["wiredTiger"],
+        "modules": [],
+        "openssl": {"running": "disabled"},
+        "javascriptEngine": "none",
+        "sysInfo": "deprecated",
+        "allocator": "system",
+        "buildEnvironment": {"target_os": "linux"},
+    }
 
 
 @command("hostInfo")
 def cmd_host_info(call: Call) -> dict:
-    return {"system": {"currentTime": _now(), "hostname": "127.0.0.1", "cpuAddrSize": 64, "numCores": 2,
-                       "cpuArch": "x86_64"}, "os": {"type": "Linux"}, "extra": {}}
+    return {
+        "system": {
+            "currentTime": _now(),
+            "hostname": "127.0.0.1",
+            "cpuAddrSize": 64,
+            "numCores": 2,
+            "cpuArch": "x86_64",
+        },
+        "os": {"type": "Linux"},
+        "extra": {},
+    }
 
 
 @command("getCmdLineOpts")
@@ -283,12 +317,19 @@ def cmd_connection_status(call: Call) -> dict:
 def cmd_server_status(call: Call) -> dict:
     endpoint = call.endpoint
     deployment = endpoint.deployment
-    out = {"host": endpoint.host, "version": deployment.version,
-           "process": "mongos" if endpoint.is_mongos else "mongod", "pid": Int64(deployment.pid),
-           "uptime": float(int(time.time() - deployment.started)),
-           "uptimeMillis": Int64(int((time.time() - deployment.started) * 1000)),
-           "localTime": _now(), "connections": {"current": endpoint.server.connection_count() if endpoint.server else 0,
-                                                "available": 10000}}
+    out = {
+        "host": endpoint.host,
+        "version": deployment.version,
+        "process": "mongos" if endpoint.is_mongos else "mongod",
+        "pid": Int64(deployment.pid),
+        "uptime": float(int(time.time() - deployment.started)),
+        "uptimeMillis": Int64(int((time.time() - deployment.started) * 1000)),
+        "localTime": _now(),
+        "connections": {
+            "current": endpoint.server.connection_count() if endpoint.server else 0,
+            "available": 10000,
+        },
+    }
     rs = getattr(endpoint, "replset", None)
     if rs is not None and rs.set_name:
         out["repl"] = endpoint.hello_fields(legacy=False)
@@ -300,8 +341,14 @@ def cmd_list_commands(call: Call) -> dict:
     return {"commands": {c.name: {"help": "", "adminOnly": c.admin_only} for c in HANDLERS.values()}}
 
 
-@command("endSessions", "killSessions", "refreshSessions", "killAllSessions", "killAllSessionsByPattern",
-         auth=False)
+@command(
+    "endSessions",
+    "killSessions",
+    "refreshSessions",
+    "killAllSessions",
+    "killAllSessionsByPattern",
+    auth=False,
+)
 def cmd_end_sessions(call: Call) -> dict:
     return {}
 
@@ -331,8 +378,12 @@ def _check_write_target(call: Call, db: str, name: str) -> None:
     if db == "local" and name == "oplog.rs":
         raise CommandError(20, "cannot write to 'local.oplog.rs'")
     if name.startswith("system.") and name not in ("system.js",):
-        raise CommandError(13, f"cannot write to '{db}.{name}'" if db not in ("admin", "config") else
-                           f"not authorized on {db} to execute command")
+        raise CommandError(
+            13,
+            f"cannot write to '{db}.{name}'"
+            if db not in ("admin", "config")
+            else f"not authorized on {db} to execute command",
+        )
 
 
 def _write_error(index: int, error: CommandError) -> dict:
@@ -346,8 +397,9 @@ def cmd_insert(call: Call) -> dict:
     name = call.collection_name()
     docs = call.cmd.get("documents")
     if not isinstance(docs, list) or not docs:
-        raise CommandError(2, "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-                           code_name="InvalidLength")
+        raise CommandError(
+            2, "Write batch sizes must be between 1 and 100000. Got 0 operations.", code_name="InvalidLength"
+        )
     _check_write_target(call, call.db, name)
     ordered = call.cmd.get("ordered", True)
     n = 0
@@ -373,8 +425,9 @@ def cmd_update(call: Call) -> dict:
     name = call.collection_name()
     updates = call.cmd.get("updates")
     if not isinstance(updates, list) or not updates:
-        raise CommandError(2, "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-                           code_name="InvalidLength")
+        raise CommandError(
+            2, "Write batch sizes must be between 1 and 100000. Got 0 operations.", code_name="InvalidLength"
+        )
     _check_write_target(call, call.db, name)
     ordered = call.cmd.get("ordered", True)
     n = modified = 0
@@ -383,11 +436,22 @@ def cmd_update(call: Call) -> dict:
     for index, spec in enumerate(updates):
         try:
             if not isinstance(spec, dict) or "q" not in spec or "u" not in spec:
-                raise CommandError(40414, "BSON field 'update.updates.q' is missing but a required field",
-                                   code_name="Location40414")
-            result = call.backend.update(call.op, call.db, name, spec["q"] or {}, spec["u"],
-                                         upsert=bool(spec.get("upsert")), multi=bool(spec.get("multi")),
-                                         array_filters=spec.get("arrayFilters"), sort=spec.get("sort"))
+                raise CommandError(
+                    40414,
+                    "BSON field 'update.updates.q' is missing but a required field",
+                    code_name="Location40414",
+                )
+            result = call.backend.update(
+                call.op,
+                call.db,
+                name,
+                spec["q"] or {},
+                spec["u"],
+                upsert=bool(spec.get("upsert")),
+                multi=bool(spec.get("multi")),
+                array_filters=spec.get("arrayFilters"),
+                sort=spec.get("sort"),
+            )
             n += result["n"]
             modified += result["nModified"]
             if result["upserted"] is not None:
@@ -411,8 +475,9 @@ def cmd_delete(call: Call) -> dict:
     name = call.collection_name()
     deletes = call.cmd.get("deletes")
     if not isinstance(deletes, list) or not deletes:
-        raise CommandError(2, "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-                           code_name="InvalidLength")
+        raise CommandError(
+            2, "Write batch sizes must be between 1 and 100000. Got 0 operations.", code_name="InvalidLength"
+        )
     _check_write_target(call, call.db, name)
     ordered = call.cmd.get("ordered", True)
     n = 0
@@ -420,12 +485,18 @@ def cmd_delete(call: Call) -> dict:
     for index, spec in enumerate(deletes):
         try:
             if not isinstance(spec, dict) or "q" not in spec or "limit" not in spec:
-                raise CommandError(40414, "BSON field 'delete.deletes.limit' is missing but a required field",
-                                   code_name="Location40414")
+                raise CommandError(
+                    40414,
+                    "BSON field 'delete.deletes.limit' is missing but a required field",
+                    code_name="Location40414",
+                )
             limit = spec["limit"]
             if limit not in (0, 1):
-                raise CommandError(9, "The limit field in delete objects must be 0 or 1. Got " + str(limit),
-                                   code_name="FailedToParse")
+                raise CommandError(
+                    9,
+                    "The limit field in delete objects must be 0 or 1. Got " + str(limit),
+                    code_name="FailedToParse",
+                )
             count, _ = call.backend.delete(call.op, call.db, name, spec["q"] or {}, int(limit))
             n += count
         except CommandError as error:
@@ -456,12 +527,24 @@ def cmd_find_and_modify(call: Call) -> dict:
         raise CommandError(9, "Either an update or remove=true must be specified", code_name="FailedToParse")
     if remove:
         if cmd.get("upsert"):
-            raise CommandError(9, "Cannot specify both upsert=true and remove=true", code_name="FailedToParse")
+            raise CommandError(
+                9, "Cannot specify both upsert=true and remove=true", code_name="FailedToParse"
+            )
         count, doc = call.backend.delete(call.op, call.db, name, spec, 1, sort=sort)
         value = query.project(doc, fields) if doc is not None and fields else doc
         return {"lastErrorObject": {"n": count}, "value": value}
-    result = call.backend.update(call.op, call.db, name, spec, update, upsert=bool(cmd.get("upsert")),
-                                 multi=False, array_filters=cmd.get("arrayFilters"), sort=sort, return_docs=True)
+    result = call.backend.update(
+        call.op,
+        call.db,
+        name,
+        spec,
+        update,
+        upsert=bool(cmd.get("upsert")),
+        multi=False,
+        array_filters=cmd.get("arrayFilters"),
+        sort=sort,
+        return_docs=True,
+    )
     doc = result["after"] if cmd.get("new") else result["before"]
     if doc is not None and fields:
         doc = query.project(doc, fields)
@@ -490,12 +573,20 @@ def _check_hint(call: Call, db: str, name: str, hint) -> None:
         if any(i["name"] == hint for i in indexes) or hint == "_id_":
             return
     elif isinstance(hint, dict):
-        if "$natural" in hint or any(dict(i["key"]) == dict(hint) for i in indexes) or dict(hint) == {"_id": 1}:
+        if (
+            "$natural" in hint
+            or any(dict(i["key"]) == dict(hint) for i in indexes)
+            or dict(hint) == {"_id": 1}
+        ):
             return
     if meta is None:
         return
-    raise CommandError(2, "error processing query: ns=" + f"{db}.{name} ... planner returned error :: caused "
-                       "by :: hint provided does not correspond to an existing index", code_name="BadValue")
+    raise CommandError(
+        2,
+        "error processing query: ns=" + f"{db}.{name} ... planner returned error :: caused "
+        "by :: hint provided does not correspond to an existing index",
+        code_name="BadValue",
+    )
 
 
 @command("find", kind="read", in_txn=True)
@@ -504,8 +595,11 @@ def cmd_find(call: Call) -> dict:
     cmd = call.cmd
     spec = cmd.get("filter") or {}
     if not isinstance(spec, dict):
-        raise CommandError(14, "BSON field 'FindCommandRequest.filter' is the wrong type, expected type "
-                           "'object'", code_name="TypeMismatch")
+        raise CommandError(
+            14,
+            "BSON field 'FindCommandRequest.filter' is the wrong type, expected type 'object'",
+            code_name="TypeMismatch",
+        )
     _check_hint(call, call.db, name, cmd.get("hint"))
     if cmd.get("tailable"):
         return _tailable_find(call, name, spec)
@@ -518,7 +612,11 @@ def cmd_find(call: Call) -> dict:
     single_batch = bool(cmd.get("singleBatch"))
     limit = 0
     if limit_value is not None:
-        if isinstance(limit_value, (int, float, Int64)) and not isinstance(limit_value, bool) and limit_value < 0:
+        if (
+            isinstance(limit_value, (int, float, Int64))
+            and not isinstance(limit_value, bool)
+            and limit_value < 0
+        ):
             limit = -int(limit_value)
             single_batch = True
         else:
@@ -540,13 +638,26 @@ def cmd_find(call: Call) -> dict:
 def _tailable_find(call: Call, name: str, spec: dict) -> dict:
     oplog = call.backend.oplog_view() if (call.db, name) == ("local", "oplog.rs") else None
     if oplog is None:
-        raise CommandError(2, f"error processing query: ns={call.db}.{name} :: caused by :: tailable cursor "
-                           "requested on non capped collection", code_name="BadValue")
-    cursor = OplogTailCursor(f"{call.db}.{name}", oplog, query.compile_filter(spec), call.endpoint.deployment,
-                             bool(call.cmd.get("awaitData")), call.cmd.get("projection"))
+        raise CommandError(
+            2,
+            f"error processing query: ns={call.db}.{name} :: caused by :: tailable cursor "
+            "requested on non capped collection",
+            code_name="BadValue",
+        )
+    cursor = OplogTailCursor(
+        f"{call.db}.{name}",
+        oplog,
+        query.compile_filter(spec),
+        call.endpoint.deployment,
+        bool(call.cmd.get("awaitData")),
+        call.cmd.get("projection"),
+    )
     batch_size = call.cmd.get("batchSize")
-    batch = cursor.next_batch(DEFAULT_BATCH if batch_size is None else int(batch_size), None) \
-        if batch_size != 0 else []
+    batch = (
+        cursor.next_batch(DEFAULT_BATCH if batch_size is None else int(batch_size), None)
+        if batch_size != 0
+        else []
+    )
     cursor_id = call.cursors.add(cursor, call.cmd.get("lsid"), None)
     return _cursor_reply(cursor_id, cursor.ns, batch, True)
 
@@ -555,8 +666,11 @@ def _tailable_find(call: Call, name: str, spec: dict) -> dict:
 def cmd_get_more(call: Call) -> dict:
     cursor_id = call.arg()
     if isinstance(cursor_id, bool) or not isinstance(cursor_id, (int, Int64)):
-        raise CommandError(14, "BSON field 'getMore.getMore' is the wrong type, expected type 'long'",
-                           code_name="TypeMismatch")
+        raise CommandError(
+            14,
+            "BSON field 'getMore.getMore' is the wrong type, expected type 'long'",
+            code_name="TypeMismatch",
+        )
     collection = call.cmd.get("collection")
     entry = call.cursors.get(int(cursor_id))
     if entry is None:
@@ -564,8 +678,10 @@ def cmd_get_more(call: Call) -> dict:
     cursor = entry["cursor"]
     ns = f"{call.db}.{collection}"
     if cursor.ns != ns:
-        raise CommandError(13, f"Requested getMore on namespace '{ns}', but cursor belongs to a different "
-                           f"namespace {cursor.ns}")
+        raise CommandError(
+            13,
+            f"Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {cursor.ns}",
+        )
     batch_size = call.cmd.get("batchSize")
     batch_size = None if batch_size is None else _positive_int(batch_size, "batchSize")
     if cursor.kind == "changeStream":
@@ -632,8 +748,11 @@ def cmd_distinct(call: Call) -> dict:
     name = call.collection_name()
     key = call.cmd.get("key")
     if not isinstance(key, str):
-        raise CommandError(14, "BSON field 'distinct.key' is the wrong type, expected type 'string'",
-                           code_name="TypeMismatch")
+        raise CommandError(
+            14,
+            "BSON field 'distinct.key' is the wrong type, expected type 'string'",
+            code_name="TypeMismatch",
+        )
     docs = _read_docs(call, call.db, name, call.cmd.get("query") or {})
     seen = set()
     values = []
@@ -663,8 +782,11 @@ def _change_stream_scope(call: Call, stage: dict) -> tuple:
             raise CommandError(73, f"$changeStream may not be opened on the internal {db} database")
         return ("database", db), f"{db}.$cmd.aggregate"
     if stage.get("allChangesForCluster"):
-        raise CommandError(73, "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found "
-                           f"{db}.{target}")
+        raise CommandError(
+            73,
+            "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found "
+            f"{db}.{target}",
+        )
     if db in INTERNAL_DBS:
         raise CommandError(73, f"$changeStream may not be opened on the internal {db} database")
     if isinstance(target, str) and target.startswith("system."):
@@ -674,12 +796,16 @@ def _change_stream_scope(call: Call, stage: dict) -> tuple:
 
 def _aggregate_change_stream(call: Call, pipeline: list, batch_size) -> dict:
     if getattr(call.op, "txn", None) is not None:
-        raise CommandError(263, "Operation not permitted in transaction :: caused by :: $changeStream is not "
-                           "supported in a transaction")
+        raise CommandError(
+            263,
+            "Operation not permitted in transaction :: caused by :: $changeStream is not "
+            "supported in a transaction",
+        )
     nodes = call.backend.change_stream_nodes()
     if nodes is None:
-        raise CommandError(40573, "The $changeStream stage is only supported on replica sets",
-                           code_name="Location40573")
+        raise CommandError(
+            40573, "The $changeStream stage is only supported on replica sets", code_name="Location40573"
+        )
     stage = pipeline[0]["$changeStream"]
     scope, ns = _change_stream_scope(call, stage if isinstance(stage, dict) else {})
     spec = Spec(stage, pipeline[1:], scope)
@@ -693,8 +819,11 @@ def _aggregate_change_stream(call: Call, pipeline: list, batch_size) -> dict:
 
 def _coll_stats_stage(call: Call, db: str, name: str, options: dict) -> list:
     if not isinstance(options, dict):
-        raise CommandError(5447000, "$collStats must take a nested object but found: " + str(options),
-                           code_name="Location5447000")
+        raise CommandError(
+            5447000,
+            "$collStats must take a nested object but found: " + str(options),
+            code_name="Location5447000",
+        )
     out = []
     for host, shard, stats in call.backend.coll_stats(call.op, db, name):
         doc = {"ns": f"{db}.{name}"}
@@ -703,21 +832,29 @@ def _coll_stats_stage(call: Call, db: str, name: str, options: dict) -> list:
         doc["host"] = host
         doc["localTime"] = _now()
         if "latencyStats" in options:
-            doc["latencyStats"] = {"reads": {"latency": Int64(0), "ops": Int64(0)},
-                                   "writes": {"latency": Int64(0), "ops": Int64(0)},
-                                   "commands": {"latency": Int64(0), "ops": Int64(0)},
-                                   "transactions": {"latency": Int64(0), "ops": Int64(0)}}
+            doc["latencyStats"] = {
+                "reads": {"latency": Int64(0), "ops": Int64(0)},
+                "writes": {"latency": Int64(0), "ops": Int64(0)},
+                "commands": {"latency": Int64(0), "ops": Int64(0)},
+                "transactions": {"latency": Int64(0), "ops": Int64(0)},
+            }
         if "storageStats" in options:
             if stats is None:
-                raise CommandError(26, "Unable to retrieve storageStats in $collStats stage :: caused by :: "
-                                   f"Collection [{db}.{name}] not found.")
+                raise CommandError(
+                    26,
+                    "Unable to retrieve storageStats in $collStats stage :: caused by :: "
+                    f"Collection [{db}.{name}] not found.",
+                )
             storage = dict(stats)
             storage.pop("ns", None)
             doc["storageStats"] = storage
         if "count" in options:
             if stats is None:
-                raise CommandError(26, "Unable to retrieve count in $collStats stage :: caused by :: "
-                                   f"Collection [{db}.{name}] not found.")
+                raise CommandError(
+                    26,
+                    "Unable to retrieve count in $collStats stage :: caused by :: "
+                    f"Collection [{db}.{name}] not found.",
+                )
             doc["count"] = stats["count"]
         out.append(doc)
     return out
@@ -727,12 +864,18 @@ def _coll_stats_stage(call: Call, db: str, name: str, options: dict) -> list:
 def cmd_aggregate(call: Call) -> dict:
     pipeline = call.cmd.get("pipeline")
     if not isinstance(pipeline, list):
-        raise CommandError(40414, "BSON field 'aggregate.pipeline' is missing but a required field",
-                           code_name="Location40414")
+        raise CommandError(
+            40414,
+            "BSON field 'aggregate.pipeline' is missing but a required field",
+            code_name="Location40414",
+        )
     cursor_spec = call.cmd.get("cursor")
     if cursor_spec is None and not call.cmd.get("explain"):
-        raise CommandError(9, "The 'cursor' option is required, except for aggregate with the explain "
-                           "argument", code_name="FailedToParse")
+        raise CommandError(
+            9,
+            "The 'cursor' option is required, except for aggregate with the explain argument",
+            code_name="FailedToParse",
+        )
     batch_size = (cursor_spec or {}).get("batchSize")
     batch_size = None if batch_size is None else _positive_int(batch_size, "cursor.batchSize")
     if pipeline and isinstance(pipeline[0], dict) and "$changeStream" in pipeline[0]:
@@ -741,12 +884,19 @@ def cmd_aggregate(call: Call) -> dict:
         if isinstance(stage, dict) and stage and next(iter(stage)) in ("$out", "$merge"):
             raise CommandError(2, f"{next(iter(stage))} is not supported by the simulator")
         if isinstance(stage, dict) and "$changeStream" in stage:
-            raise CommandError(40602, "$changeStream is only valid as the first stage in a pipeline.",
-                               code_name="Location40602")
+            raise CommandError(
+                40602,
+                "$changeStream is only valid as the first stage in a pipeline.",
+                code_name="Location40602",
+            )
     target = call.arg()
     if not isinstance(target, str):
-        raise CommandError(73, "{aggregate: 1} is not valid for '" + (pipeline and next(iter(pipeline[0])) or "")
-                           + "'; a collection is required.")
+        raise CommandError(
+            73,
+            "{aggregate: 1} is not valid for '"
+            + (pipeline and next(iter(pipeline[0])) or "")
+            + "'; a collection is required.",
+        )
     name = target
     ns = f"{call.db}.{name}"
     rest = pipeline
@@ -759,8 +909,9 @@ def cmd_aggregate(call: Call) -> dict:
     else:
         docs = _read_docs(call, call.db, name, {})
     if any(isinstance(s, dict) and "$collStats" in s for s in rest):
-        raise CommandError(40602, "$collStats is only valid as the first stage in a pipeline.",
-                           code_name="Location40602")
+        raise CommandError(
+            40602, "$collStats is only valid as the first stage in a pipeline.", code_name="Location40602"
+        )
     db = call.db
 
     def resolver(other: str) -> list:
@@ -768,7 +919,9 @@ def cmd_aggregate(call: Call) -> dict:
 
     result = query.run_pipeline(docs, rest, resolver) if rest else docs
     if call.cmd.get("explain"):
-        return {"stages": [{"$cursor": {"queryPlanner": {"namespace": ns, "winningPlan": {"stage": "COLLSCAN"}}}}]}
+        return {
+            "stages": [{"$cursor": {"queryPlanner": {"namespace": ns, "winningPlan": {"stage": "COLLSCAN"}}}}]
+        }
     return open_cursor(call, ns, result, batch_size)
 
 
@@ -809,22 +962,62 @@ def cmd_list_collections(call: Call) -> dict:
 @command("create", kind="write", in_txn=True)
 def cmd_create(call: Call) -> dict:
     name = call.collection_name()
-    options = {k: v for k, v in call.cmd.items() if k not in (
-        "create", "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "$clusterTime", "writeConcern",
-        "$readPreference", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors", "readConcern")}
+    options = {
+        k: v
+        for k, v in call.cmd.items()
+        if k
+        not in (
+            "create",
+            "$db",
+            "lsid",
+            "txnNumber",
+            "autocommit",
+            "startTransaction",
+            "$clusterTime",
+            "writeConcern",
+            "$readPreference",
+            "comment",
+            "apiVersion",
+            "apiStrict",
+            "apiDeprecationErrors",
+            "readConcern",
+        )
+    }
     for key in options:
-        if key not in ("capped", "size", "max", "changeStreamPreAndPostImages", "validator", "validationLevel",
-                       "validationAction", "collation", "storageEngine", "indexOptionDefaults",
-                       "expireAfterSeconds", "clusteredIndex", "timeseries", "viewOn", "pipeline",
-                       "encryptedFields", "idIndex", "flags", "autoIndexId"):
-            raise CommandError(40415, f"BSON field 'create.{key}' is an unknown field.", code_name="Location40415")
+        if key not in (
+            "capped",
+            "size",
+            "max",
+            "changeStreamPreAndPostImages",
+            "validator",
+            "validationLevel",
+            "validationAction",
+            "collation",
+            "storageEngine",
+            "indexOptionDefaults",
+            "expireAfterSeconds",
+            "clusteredIndex",
+            "timeseries",
+            "viewOn",
+            "pipeline",
+            "encryptedFields",
+            "idIndex",
+            "flags",
+            "autoIndexId",
+        ):
+            raise CommandError(
+                40415, f"BSON field 'create.{key}' is an unknown field.", code_name="Location40415"
+            )
     if "viewOn" in options or "timeseries" in options:
         raise CommandError(2, "views and time-series collections are not supported by the simulator")
     if "changeStreamPreAndPostImages" in options:
         value = options["changeStreamPreAndPostImages"]
         if not isinstance(value, dict) or "enabled" not in value:
-            raise CommandError(40414, "BSON field 'changeStreamPreAndPostImages.enabled' is missing but a "
-                               "required field", code_name="Location40414")
+            raise CommandError(
+                40414,
+                "BSON field 'changeStreamPreAndPostImages.enabled' is missing but a required field",
+                code_name="Location40414",
+            )
         if not value["enabled"]:
             options.pop("changeStreamPreAndPostImages")
         else:
@@ -867,9 +1060,24 @@ def cmd_rename_collection(call: Call) -> dict:
 @command("collMod", kind="write")
 def cmd_coll_mod(call: Call) -> dict:
     name = call.collection_name()
-    changes = {k: v for k, v in call.cmd.items() if k not in (
-        "collMod", "$db", "lsid", "txnNumber", "$clusterTime", "writeConcern", "$readPreference", "comment",
-        "apiVersion", "apiStrict", "apiDeprecationErrors")}
+    changes = {
+        k: v
+        for k, v in call.cmd.items()
+        if k
+        not in (
+            "collMod",
+            "$db",
+            "lsid",
+            "txnNumber",
+            "$clusterTime",
+            "writeConcern",
+            "$readPreference",
+            "comment",
+            "apiVersion",
+            "apiStrict",
+            "apiDeprecationErrors",
+        )
+    }
     call.backend.coll_mod(call.op, call.db, name, changes)
     return {}
 
@@ -894,7 +1102,9 @@ def cmd_list_indexes(call: Call) -> dict:
     if meta is None:
         raise CommandError(26, f"ns does not exist: {call.db}.{name}")
     cursor_spec = call.cmd.get("cursor") or {}
-    return open_cursor(call, f"{call.db}.{name}", [dict(i) for i in meta.indexes], cursor_spec.get("batchSize"))
+    return open_cursor(
+        call, f"{call.db}.{name}", [dict(i) for i in meta.indexes], cursor_spec.get("batchSize")
+    )
 
 
 @command("dropIndexes", "deleteIndexes", kind="write")
@@ -918,10 +1128,21 @@ def cmd_db_stats(call: Call) -> dict:
             storage += stats["storageSize"]
             indexes += stats.get("nindexes", 0)
             index_size += stats.get("totalIndexSize", 0)
-    return {"db": call.db, "collections": len(infos), "views": 0, "objects": objects,
-            "avgObjSize": (size / objects) if objects else 0, "dataSize": float(size),
-            "storageSize": float(storage), "indexes": indexes, "indexSize": float(index_size),
-            "totalSize": float(storage + index_size), "scaleFactor": 1, "fsUsedSize": 0.0, "fsTotalSize": 0.0}
+    return {
+        "db": call.db,
+        "collections": len(infos),
+        "views": 0,
+        "objects": objects,
+        "avgObjSize": (size / objects) if objects else 0,
+        "dataSize": float(size),
+        "storageSize": float(storage),
+        "indexes": indexes,
+        "indexSize": float(index_size),
+        "totalSize": float(storage + index_size),
+        "scaleFactor": 1,
+        "fsUsedSize": 0.0,
+        "fsTotalSize": 0.0,
+    }
 
 
 @command("collStats", kind="read")
@@ -948,10 +1169,18 @@ def cmd_coll_stats(call: Call) -> dict:
             extra["max"] = stats.get("max", Int64(0))
     if not found:
         raise CommandError(26, f"Collection [{call.db}.{name}] not found.")
-    reply = {"ns": f"{call.db}.{name}", "size": size // scale, "count": count,
-             "avgObjSize": (size // count) if count else 0, "storageSize": storage // scale,
-             "nindexes": nindexes, "totalIndexSize": total_index // scale,
-             "indexSizes": {}, "capped": capped, "scaleFactor": scale}
+    reply = {
+        "ns": f"{call.db}.{name}",
+        "size": size // scale,
+        "count": count,
+        "avgObjSize": (size // count) if count else 0,
+        "storageSize": storage // scale,
+        "nindexes": nindexes,
+        "totalIndexSize": total_index // scale,
+        "indexSizes": {},
+        "capped": capped,
+        "scaleFactor": scale,
+    }
     meta = call.backend.collection_meta(call.op, call.db, name)
     if meta is not None:
         reply["indexSizes"] = {i["name"]: max(4096, count * 24) // scale for i in meta.indexes}
@@ -998,8 +1227,12 @@ def cmd_data_size(call: Call) -> dict:
         return {"size": 0, "numObjects": 0, "millis": 0, "estimate": bool(call.cmd.get("estimate"))}
     keyed, meta = _range_docs(call, ns, pattern, call.cmd.get("min"), call.cmd.get("max"))
     size = sum(bsonutil.bson_size(d) for _, d in keyed)
-    return {"estimate": bool(call.cmd.get("estimate")), "size": size, "numObjects": len(keyed),
-            "millis": int((time.monotonic() - started) * 1000)}
+    return {
+        "estimate": bool(call.cmd.get("estimate")),
+        "size": size,
+        "numObjects": len(keyed),
+        "millis": int((time.monotonic() - started) * 1000),
+    }
 
 
 @command("splitVector", kind="read")
@@ -1010,15 +1243,20 @@ def cmd_split_vector(call: Call) -> dict:
         raise CommandError(73, "Invalid namespace specified")
     pattern = call.cmd.get("keyPattern")
     if not isinstance(pattern, dict) or not pattern:
-        raise CommandError(40414, "BSON field 'splitVector.keyPattern' is missing but a required field",
-                           code_name="Location40414")
+        raise CommandError(
+            40414,
+            "BSON field 'splitVector.keyPattern' is missing but a required field",
+            code_name="Location40414",
+        )
     db, _, name = ns.partition(".")
     meta = call.backend.collection_meta(call.op, db, name)
     if meta is None:
         raise CommandError(26, "ns not found")
     fields = list(pattern)
-    if not any(list(i["key"])[:len(fields)] == fields for i in meta.indexes):
-        raise CommandError(27, f"couldn't find index over splitting key {bsonutil.to_relaxed_json(dict(pattern))}")
+    if not any(list(i["key"])[: len(fields)] == fields for i in meta.indexes):
+        raise CommandError(
+            27, f"couldn't find index over splitting key {bsonutil.to_relaxed_json(dict(pattern))}"
+        )
     force = bool(call.cmd.get("force"))
     max_bytes = call.cmd.get("maxChunkSizeBytes")
     if max_bytes is None and call.cmd.get("maxChunkSize") is not None:
@@ -1073,16 +1311,22 @@ def cmd_set_oplog_retention(call: Call) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float, Int64)) or int(value) < 1:
             raise CommandError(2, f"{name} must be a positive number or null", code_name="BadValue")
         return int(value)
+
     max_entries, max_bytes = limit("maxEntries"), limit("maxBytes")
     oplogs = call.backend.oplogs()
     if not oplogs:
         raise CommandError(76, "not running with --replSet", code_name="NoReplicationEnabled")
     for oplog in oplogs:
         oplog.set_retention(max_entries, max_bytes)
-    return {"maxEntries": max_entries, "maxBytes": max_bytes, "count": sum(len(o.entries) for o in oplogs),
-            "size": sum(o.total_bytes for o in oplogs),
-            "firstTs": max((o.entries[0]["ts"] for o in oplogs if o.entries), default=Timestamp(0, 0),
-                           key=bsonutil.ts_key)}
+    return {
+        "maxEntries": max_entries,
+        "maxBytes": max_bytes,
+        "count": sum(len(o.entries) for o in oplogs),
+        "size": sum(o.total_bytes for o in oplogs),
+        "firstTs": max(
+            (o.entries[0]["ts"] for o in oplogs if o.entries), default=Timestamp(0, 0), key=bsonutil.ts_key
+        ),
+    }
 
 
 def _now():

@@ -22,7 +22,8 @@ def _equal(a, b) -> bool:
         if isinstance(a, bool) or isinstance(b, bool):
             return False
         if not (isinstance(a, dict) and isinstance(b, dict)) and not (
-                isinstance(a, list) and isinstance(b, list)):
+            isinstance(a, list) and isinstance(b, list)
+        ):
             return False
     if isinstance(a, dict):
         if list(a.keys()) != list(b.keys()):
@@ -47,15 +48,20 @@ class _Node:
         self.children: dict = {}
         self.resize: int | None = None
 
-    def child(self, name: str, is_array: bool) -> "_Node":
+    def child(self, name: str, is_array: bool) -> _Node:
         node = self.children.get(name)
         if node is None:
             node = self.children[name] = _Node(is_array)
         return node
 
     def empty(self) -> bool:
-        return not (self.deletes or self.updates or self.inserts or self.resize is not None or
-                    any(not c.empty() for c in self.children.values()))
+        return not (
+            self.deletes
+            or self.updates
+            or self.inserts
+            or self.resize is not None
+            or any(not c.empty() for c in self.children.values())
+        )
 
     def serialize(self) -> dict:
         if self.is_array:
@@ -116,7 +122,7 @@ def _log(root: _Node, old: dict, new: dict, parts: list[str], kind: str) -> None
         else:
             return
         if not exists or last:
-            value = _value_at(new, parts[:depth + 1])
+            value = _value_at(new, parts[: depth + 1])
             if kind == "delete" and last:
                 if exists and not node.is_array:
                     node.deletes[part] = False
@@ -133,7 +139,7 @@ def _log(root: _Node, old: dict, new: dict, parts: list[str], kind: str) -> None
                 node.inserts[part] = value
             return
         child_old = parent_old[int(part)] if isinstance(parent_old, list) else parent_old[part]
-        child_new = _value_at(new, parts[:depth + 1])
+        child_new = _value_at(new, parts[: depth + 1])
         if not isinstance(child_old, (dict, list)) or type(child_new) is not type(child_old):
             # The parent changed type: log the whole parent value.
             if child_new is _MISSING:
@@ -207,8 +213,13 @@ def compute_diff(old: dict, new: dict, update) -> dict:
                 # Positional paths: diff the subtree above the first positional component.
                 prefix = parts[:positional]
                 old_sub, new_sub = _value_at(old, prefix), _value_at(new, prefix)
-                if prefix and old_sub is not _MISSING and new_sub is not _MISSING and \
-                        type(old_sub) is type(new_sub) and isinstance(old_sub, (dict, list)):
+                if (
+                    prefix
+                    and old_sub is not _MISSING
+                    and new_sub is not _MISSING
+                    and type(old_sub) is type(new_sub)
+                    and isinstance(old_sub, (dict, list))
+                ):
                     node = root
                     for part in prefix[:-1]:
                         node = node.child(part, False)
@@ -223,9 +234,13 @@ def compute_diff(old: dict, new: dict, update) -> dict:
                 continue
             if old_value is not _MISSING and new_value is not _MISSING and _equal(old_value, new_value):
                 continue
-            if kind == "append" and isinstance(old_value, list) and isinstance(new_value, list) and \
-                    len(new_value) >= len(old_value) and \
-                    all(_equal(a, b) for a, b in zip(old_value, new_value)):
+            if (
+                kind == "append"
+                and isinstance(old_value, list)
+                and isinstance(new_value, list)
+                and len(new_value) >= len(old_value)
+                and all(_equal(a, b) for a, b in zip(old_value, new_value))
+            ):
                 for index in range(len(old_value), len(new_value)):
                     _log(root, old, new, parts + [str(index)], "set")
                 continue
@@ -272,4 +287,3 @@ def is_noop(old: dict, new: dict) -> bool:
 
 def same_value(a, b) -> bool:
     return _equal(a, b)
-

@@ -30,30 +30,36 @@ EMPTY_UID = Binary(hashlib.sha256(b"").digest(), 0)
 
 
 def write_conflict() -> CommandError:
-    return CommandError(112, "Caused by :: Write conflict during plan execution and yielding is "
-                        "disabled. :: Please retry your operation or multi-document transaction.",
-                        labels=["TransientTransactionError"])
+    return CommandError(
+        112,
+        "Caused by :: Write conflict during plan execution and yielding is "
+        "disabled. :: Please retry your operation or multi-document transaction.",
+        labels=["TransientTransactionError"],
+    )
 
 
 def no_such_transaction(txn_number) -> CommandError:
-    return CommandError(251, f"Transaction with {{ txnNumber: {txn_number} }} has been aborted.",
-                        labels=["TransientTransactionError"])
+    return CommandError(
+        251,
+        f"Transaction with {{ txnNumber: {txn_number} }} has been aborted.",
+        labels=["TransientTransactionError"],
+    )
 
 
 class Session:
     def __init__(self, lsid: dict, uid: Binary):
         self.lsid = {"id": lsid["id"], "uid": uid}
         self.last_txn_number = -1
-        self.txn: "Txn | None" = None
-        self.outcomes: dict[int, str] = {}          # txnNumber -> committed / aborted
+        self.txn: Txn | None = None
+        self.outcomes: dict[int, str] = {}  # txnNumber -> committed / aborted
         self.commit_replies: dict[int, Timestamp] = {}
-        self.retry_replies: dict[int, dict] = {}    # txnNumber -> reply of a retryable write
+        self.retry_replies: dict[int, dict] = {}  # txnNumber -> reply of a retryable write
         self.last_write_op_time: Timestamp | None = None
         self.last_used = time.monotonic()
 
 
 class Txn:
-    def __init__(self, node: "DataNode", session: Session, txn_number: int):
+    def __init__(self, node: DataNode, session: Session, txn_number: int):
         self.node = node
         self.session = session
         self.txn_number = txn_number
@@ -75,9 +81,16 @@ class Txn:
 class OpCtx:
     """What a command runs with: the node, the session/transaction, the caller."""
 
-    def __init__(self, node: "DataNode", db: str = "admin", session: Session | None = None,
-                 txn: Txn | None = None, txn_number: int | None = None, retryable: bool = False,
-                 user: str | None = None):
+    def __init__(
+        self,
+        node: DataNode,
+        db: str = "admin",
+        session: Session | None = None,
+        txn: Txn | None = None,
+        txn_number: int | None = None,
+        retryable: bool = False,
+        user: str | None = None,
+    ):
         self.node = node
         self.db = db
         self.session = session
@@ -91,13 +104,19 @@ class OpCtx:
 
 
 class DataNode:
-    def __init__(self, deployment, name: str | None, oplog: bool = True, max_entries: int | None = None,
-                 max_bytes: int | None = None):
+    def __init__(
+        self,
+        deployment,
+        name: str | None,
+        oplog: bool = True,
+        max_entries: int | None = None,
+        max_bytes: int | None = None,
+    ):
         self.deployment = deployment
         self.name = name
         self.catalog = Catalog()
         self.oplog: Oplog | None = Oplog(max_entries, max_bytes) if oplog else None
-        self.preimages: "collections.OrderedDict[tuple, dict]" = collections.OrderedDict()
+        self.preimages: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
         if self.oplog is not None:
             self.oplog.on_truncate = self._truncate_preimages
         self.sessions: dict[bytes, Session] = {}
@@ -136,7 +155,10 @@ class DataNode:
         entry["wall"] = wall_now()
         if session_fields:
             previous = ctx.session.last_write_op_time
-            entry["prevOpTime"] = {"ts": previous or Timestamp(0, 0), "t": Int64(self.term if previous else -1)}
+            entry["prevOpTime"] = {
+                "ts": previous or Timestamp(0, 0),
+                "t": Int64(self.term if previous else -1),
+            }
         return entry
 
     def log(self, entry: dict, ctx: OpCtx | None = None) -> Timestamp:
@@ -241,7 +263,9 @@ class DataNode:
         if coll is None:
             coll = Collection(db, name, options)
             self.catalog.add(coll)
-            ctx.op_time = self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", self._create_o(coll), ui=coll.uuid))
+            ctx.op_time = self.log(
+                self._entry(_ddl(ctx), "c", f"{db}.$cmd", self._create_o(coll), ui=coll.uuid)
+            )
         return coll
 
     @staticmethod
@@ -270,8 +294,12 @@ class DataNode:
         self._check_not_locked(coll)
         self.catalog.remove(db, name)
         count = len(coll.docs)
-        self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", {"drop": name}, ui=coll.uuid,
-                             o2={"numRecords": Int64(count)}), ctx)
+        self.log(
+            self._entry(
+                _ddl(ctx), "c", f"{db}.$cmd", {"drop": name}, ui=coll.uuid, o2={"numRecords": Int64(count)}
+            ),
+            ctx,
+        )
         return True
 
     def drop_database(self, ctx: OpCtx, db: str) -> None:
@@ -313,23 +341,37 @@ class DataNode:
         for key, value in changes.items():
             if key == "changeStreamPreAndPostImages":
                 if not isinstance(value, dict) or "enabled" not in value:
-                    raise CommandError(40414, "BSON field 'changeStreamPreAndPostImages.enabled' is "
-                                       "missing but a required field", code_name="Location40414")
+                    raise CommandError(
+                        40414,
+                        "BSON field 'changeStreamPreAndPostImages.enabled' is missing but a required field",
+                        code_name="Location40414",
+                    )
                 if value.get("enabled"):
                     coll.options[key] = {"enabled": True}
                 else:
                     coll.options.pop(key, None)
-            elif key in ("validator", "validationLevel", "validationAction", "expireAfterSeconds",
-                         "comment", "index"):
+            elif key in (
+                "validator",
+                "validationLevel",
+                "validationAction",
+                "expireAfterSeconds",
+                "comment",
+                "index",
+            ):
                 if key != "comment" and key != "index":
                     coll.options[key] = value
             else:
-                raise CommandError(40415, f"BSON field 'collMod.{key}' is an unknown field.",
-                                   code_name="Location40415")
+                raise CommandError(
+                    40415, f"BSON field 'collMod.{key}' is an unknown field.", code_name="Location40415"
+                )
         o = {"collMod": name}
         o.update({k: v for k, v in changes.items() if k != "comment"})
-        self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", o, ui=coll.uuid,
-                             o2={"collectionOptions_old": old_options}), ctx)
+        self.log(
+            self._entry(
+                _ddl(ctx), "c", f"{db}.$cmd", o, ui=coll.uuid, o2={"collectionOptions_old": old_options}
+            ),
+            ctx,
+        )
         return old_options
 
     def create_indexes(self, ctx: OpCtx, db: str, name: str, indexes: list) -> tuple[int, int, bool]:
@@ -338,18 +380,23 @@ class DataNode:
         before = len(coll.indexes)
         for spec in indexes:
             if not isinstance(spec, dict) or not isinstance(spec.get("key"), dict) or not spec["key"]:
-                raise CommandError(9, "Error in specification: the 'key' field is required",
-                                   code_name="FailedToParse")
+                raise CommandError(
+                    9, "Error in specification: the 'key' field is required", code_name="FailedToParse"
+                )
             if "name" not in spec:
-                raise CommandError(9, "Error in specification: the 'name' field is required",
-                                   code_name="FailedToParse")
+                raise CommandError(
+                    9, "Error in specification: the 'name' field is required", code_name="FailedToParse"
+                )
             same_name = next((i for i in coll.indexes if i["name"] == spec["name"]), None)
             if same_name is not None:
                 if dict(same_name["key"]) != dict(spec["key"]):
-                    raise CommandError(86, "An existing index has the same name as the requested index. "
-                                       f"When index names are not specified, they are auto generated and "
-                                       f"can cause conflicts. Please refer to our documentation. Requested "
-                                       f"index: {spec}, existing index: {same_name}")
+                    raise CommandError(
+                        86,
+                        "An existing index has the same name as the requested index. "
+                        f"When index names are not specified, they are auto generated and "
+                        f"can cause conflicts. Please refer to our documentation. Requested "
+                        f"index: {spec}, existing index: {same_name}",
+                    )
                 continue
             if any(dict(i["key"]) == dict(spec["key"]) for i in coll.indexes):
                 continue
@@ -373,8 +420,14 @@ class DataNode:
             names = index if isinstance(index, list) else [index]
             dropped = []
             for item in names:
-                match = next((i for i in coll.indexes if i["name"] == item or (
-                    isinstance(item, dict) and dict(i["key"]) == dict(item))), None)
+                match = next(
+                    (
+                        i
+                        for i in coll.indexes
+                        if i["name"] == item or (isinstance(item, dict) and dict(i["key"]) == dict(item))
+                    ),
+                    None,
+                )
                 if match is None:
                     raise CommandError(27, f"index not found with name [{item}]")
                 if match["name"] == "_id_":
@@ -382,16 +435,28 @@ class DataNode:
                 dropped.append(match)
         coll.indexes = [i for i in coll.indexes if i not in dropped]
         for index_spec in dropped:
-            self.log(self._entry(_ddl(ctx), "c", f"{db}.$cmd", {"dropIndexes": name, "index": index_spec["name"]},
-                                 ui=coll.uuid, o2=dict(index_spec)), ctx)
+            self.log(
+                self._entry(
+                    _ddl(ctx),
+                    "c",
+                    f"{db}.$cmd",
+                    {"dropIndexes": name, "index": index_spec["name"]},
+                    ui=coll.uuid,
+                    o2=dict(index_spec),
+                ),
+                ctx,
+            )
         return before
 
     def _check_not_locked(self, coll: Collection) -> None:
         prefix = coll.ns
         if any(key[0] == prefix for key in self.locks):
             raise CommandError(
-                117, f"Unable to acquire an exclusive lock on collection {coll.ns}: a transaction holds "
-                "locks on it", labels=[])
+                117,
+                f"Unable to acquire an exclusive lock on collection {coll.ns}: a transaction holds "
+                "locks on it",
+                labels=[],
+            )
 
     # -- document writes -------------------------------------------------------------------------
     def _wait_unlocked(self, ctx: OpCtx, ns: str, key) -> None:
@@ -409,8 +474,16 @@ class DataNode:
                 raise CommandError(50, "operation exceeded time limit")
             self.deployment.cv.wait(min(remaining, 0.5))
 
-    def _apply(self, ctx: OpCtx, coll: Collection, key, new_doc: dict | None, old_doc: dict | None,
-               entry: dict, size: int | None = None) -> None:
+    def _apply(
+        self,
+        ctx: OpCtx,
+        coll: Collection,
+        key,
+        new_doc: dict | None,
+        old_doc: dict | None,
+        entry: dict,
+        size: int | None = None,
+    ) -> None:
         """Apply one document write (new_doc None = delete) and log it."""
         self._wait_unlocked(ctx, coll.ns, key)
         if ctx.txn is not None:
@@ -430,15 +503,20 @@ class DataNode:
                 docs.pop(key, None)
             else:
                 docs[key] = new_doc
-            self._txn_append(ctx, coll, entry, (old_doc, new_doc) if coll.pre_and_post_images and
-                             old_doc is not None else None)
+            self._txn_append(
+                ctx,
+                coll,
+                entry,
+                (old_doc, new_doc) if coll.pre_and_post_images and old_doc is not None else None,
+            )
             return
         if new_doc is None:
             coll.remove(key)
         else:
             coll.put(key, new_doc, size)
-        entry_full = self._entry(ctx, entry["op"], entry["ns"], entry["o"], ui=entry.get("ui"),
-                                 o2=entry.get("o2"))
+        entry_full = self._entry(
+            ctx, entry["op"], entry["ns"], entry["o"], ui=entry.get("ui"), o2=entry.get("o2")
+        )
         if coll.pre_and_post_images and old_doc is not None and entry["op"] in ("u", "d"):
             self.preimages[(bytes(coll.uuid), bsonutil.ts_key(entry_full["ts"]), 0)] = (old_doc, new_doc)
         self.log(entry_full, ctx)
@@ -466,18 +544,32 @@ class DataNode:
             raise duplicate_key(coll, doc["_id"])
         size = bsonutil.bson_size(doc)
         if size > bsonutil.MAX_BSON_SIZE:
-            raise CommandError(10334, f"object to insert too large. size in bytes: {size}, max size: "
-                               f"{bsonutil.MAX_BSON_SIZE}")
+            raise CommandError(
+                10334,
+                f"object to insert too large. size in bytes: {size}, max size: {bsonutil.MAX_BSON_SIZE}",
+            )
         entry = {"op": "i", "ns": coll.ns, "ui": coll.uuid, "o": doc, "o2": self.document_key(coll, doc)}
         self._apply(ctx, coll, key, doc, None, entry, size)
 
-    def update(self, ctx: OpCtx, db: str, name: str, spec: dict, update, upsert: bool = False,
-               multi: bool = False, array_filters=None, sort=None, return_docs: bool = False) -> dict:
+    def update(
+        self,
+        ctx: OpCtx,
+        db: str,
+        name: str,
+        spec: dict,
+        update,
+        upsert: bool = False,
+        multi: bool = False,
+        array_filters=None,
+        sort=None,
+        return_docs: bool = False,
+    ) -> dict:
         """Returns {n, nModified, upserted (id or None), before, after}."""
         query.validate_update(update)
         if multi and isinstance(update, dict) and not query.is_operator_update(update):
-            raise CommandError(9, "multi update is not supported for replacement-style update",
-                               code_name="FailedToParse")
+            raise CommandError(
+                9, "multi update is not supported for replacement-style update", code_name="FailedToParse"
+            )
         coll, docs = self.view(ctx, db, name)
         matched = self.candidates(docs, spec) if coll is not None else []
         if sort:
@@ -495,8 +587,11 @@ class DataNode:
                 continue
             size = bsonutil.bson_size(new)
             if size > bsonutil.MAX_BSON_SIZE:
-                raise CommandError(17419, f"Resulting document after update is larger than "
-                                   f"{bsonutil.MAX_BSON_SIZE}", code_name="Location17419")
+                raise CommandError(
+                    17419,
+                    f"Resulting document after update is larger than {bsonutil.MAX_BSON_SIZE}",
+                    code_name="Location17419",
+                )
             key = bsonutil.id_key(doc["_id"])
             if isinstance(update, dict) and not query.is_operator_update(update):
                 o = new
@@ -524,7 +619,9 @@ class DataNode:
                 before, after = None, new
         return {"n": n, "nModified": modified, "upserted": upserted, "before": before, "after": after}
 
-    def delete(self, ctx: OpCtx, db: str, name: str, spec: dict, limit: int, sort=None) -> tuple[int, dict | None]:
+    def delete(
+        self, ctx: OpCtx, db: str, name: str, spec: dict, limit: int, sort=None
+    ) -> tuple[int, dict | None]:
         coll, docs = self.view(ctx, db, name)
         if coll is None:
             return 0, None
@@ -564,8 +661,9 @@ class DataNode:
             if live is None:
                 live = coll
                 self.catalog.add(coll)
-            key = bsonutil.id_key(op["o"]["_id"] if op["op"] == "i" else op["o2"]["_id"] if op["op"] == "u"
-                                  else op["o"]["_id"])
+            key = bsonutil.id_key(
+                op["o"]["_id"] if op["op"] == "i" else op["o2"]["_id"] if op["op"] == "u" else op["o"]["_id"]
+            )
             if (coll.ns, key) in applied_keys:
                 continue
             applied_keys.add((coll.ns, key))
@@ -576,8 +674,13 @@ class DataNode:
                 live.put(key, final)
         commit_ts = None
         if txn.ops:
-            entry = {"lsid": txn.session.lsid, "txnNumber": Int64(txn.txn_number), "op": "c",
-                     "ns": "admin.$cmd", "o": {"applyOps": list(txn.ops)}}
+            entry = {
+                "lsid": txn.session.lsid,
+                "txnNumber": Int64(txn.txn_number),
+                "op": "c",
+                "ns": "admin.$cmd",
+                "o": {"applyOps": list(txn.ops)},
+            }
             entry["ts"] = ts or self.clock.tick()
             entry["t"] = Int64(self.term)
             entry["v"] = Int64(2)
@@ -631,9 +734,13 @@ def _validate_id(value) -> None:
 
 
 def duplicate_key(coll: Collection, id_value) -> CommandError:
-    return CommandError(11000, f"E11000 duplicate key error collection: {coll.ns} index: _id_ dup key: "
-                        f"{{ _id: {bsonutil.to_relaxed_json(id_value)} }}",
-                        keyPattern={"_id": 1}, keyValue={"_id": id_value})
+    return CommandError(
+        11000,
+        f"E11000 duplicate key error collection: {coll.ns} index: _id_ dup key: "
+        f"{{ _id: {bsonutil.to_relaxed_json(id_value)} }}",
+        keyPattern={"_id": 1},
+        keyValue={"_id": id_value},
+    )
 
 
 def check_namespace(db: str, name: str) -> None:
@@ -696,9 +803,18 @@ class NodeBackend:
 
     def list_collections(self, ctx: OpCtx, db: str) -> list[dict]:
         if db == "local" and self.node.oplog is not None:
-            return [{"name": "oplog.rs", "type": "collection",
-                     "options": {"capped": True, "size": self.node.oplog.stats()["maxSize"], "autoIndexId": False},
-                     "info": {"readOnly": False, "uuid": self.node.oplog_uuid}}]
+            return [
+                {
+                    "name": "oplog.rs",
+                    "type": "collection",
+                    "options": {
+                        "capped": True,
+                        "size": self.node.oplog.stats()["maxSize"],
+                        "autoIndexId": False,
+                    },
+                    "info": {"readOnly": False, "uuid": self.node.oplog_uuid},
+                }
+            ]
         if ctx.txn is not None:
             colls = [c for ns, c in ctx.txn.colls.items() if c.db == db]
         else:
@@ -715,7 +831,10 @@ class NodeBackend:
                 out.append((internal, 8192 if internal != "local" else 4096, False))
             names.discard(internal)
         for name in sorted(names):
-            size = sum(c.stats()["storageSize"] + c.stats()["totalIndexSize"] for c in self.node.catalog.collections(name))
+            size = sum(
+                c.stats()["storageSize"] + c.stats()["totalIndexSize"]
+                for c in self.node.catalog.collections(name)
+            )
             out.append((name, size, False))
         return out
 

@@ -63,11 +63,46 @@ CODE_NAMES = {
 }
 
 # Codes after which a retryable write may be retried (the server adds RetryableWriteError).
-RETRYABLE_WRITE_CODES = {6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150,
-                         13388, 234, 133}
+RETRYABLE_WRITE_CODES = {
+    6,
+    7,
+    89,
+    91,
+    189,
+    262,
+    9001,
+    10107,
+    11600,
+    11602,
+    13435,
+    13436,
+    63,
+    150,
+    13388,
+    234,
+    133,
+}
 # Codes that make a change stream resumable (the server adds ResumableChangeStreamError on getMore).
-RESUMABLE_CHANGE_STREAM_CODES = {6, 7, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602,
-                                 13388, 13435, 13436, 43}
+RESUMABLE_CHANGE_STREAM_CODES = {
+    6,
+    7,
+    63,
+    89,
+    91,
+    133,
+    150,
+    189,
+    234,
+    262,
+    9001,
+    10107,
+    11600,
+    11602,
+    13388,
+    13435,
+    13436,
+    43,
+}
 # "Not primary" and "node is recovering" codes (pymongo re-checks the server after these).
 STATE_CHANGE_CODES = {10107, 13435, 11600, 11602, 13436, 189, 91}
 
@@ -75,8 +110,9 @@ STATE_CHANGE_CODES = {10107, 13435, 11600, 11602, 13436, 189, 91}
 class CommandError(Exception):
     """A command failure, serialised as MongoDB does ({ok: 0, errmsg, code, codeName, ...})."""
 
-    def __init__(self, code: int, errmsg: str, labels: list[str] | None = None, code_name: str | None = None,
-                 **extra):
+    def __init__(
+        self, code: int, errmsg: str, labels: list[str] | None = None, code_name: str | None = None, **extra
+    ):
         super().__init__(errmsg)
         self.code = code
         self.errmsg = errmsg
@@ -101,11 +137,16 @@ class CloseConnection(Exception):
 
 
 def history_lost(during: str) -> CommandError:
-    prefix = {"aggregate": "PlanExecutor error during aggregation :: caused by :: ",
-              "getMore": "Executor error during getMore :: caused by :: "}.get(during, "")
+    prefix = {
+        "aggregate": "PlanExecutor error during aggregation :: caused by :: ",
+        "getMore": "Executor error during getMore :: caused by :: ",
+    }.get(during, "")
     return CommandError(
-        286, prefix + "Resume of change stream was not possible, as the resume point may no longer "
-        "be in the oplog.", labels=["NonResumableChangeStreamError"])
+        286,
+        prefix + "Resume of change stream was not possible, as the resume point may no longer "
+        "be in the oplog.",
+        labels=["NonResumableChangeStreamError"],
+    )
 
 
 def fatal_change_stream(message: str) -> CommandError:

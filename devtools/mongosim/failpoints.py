@@ -50,8 +50,9 @@ class FailPoint:
                 raise CommandError(2, "'mode' must be one of 'off', 'alwaysOn', 'times', and 'skip'")
             if data is not None:
                 if not isinstance(data, dict):
-                    raise CommandError(14, "the 'data' option must be a BSON object",
-                                       code_name="TypeMismatch")
+                    raise CommandError(
+                        14, "the 'data' option must be a BSON object", code_name="TypeMismatch"
+                    )
                 self.data = dict(data)
             self.entered = 0
             return previous

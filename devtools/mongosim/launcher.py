@@ -36,11 +36,20 @@ class MongoSim:
     pymongo (or build a URI with them) yourself.
     """
 
-    def __init__(self, mode: str = "replset", members: int = 1, shards: int = 2,
-                 auth: tuple[str, str] | None = None, oplog_max_entries: int | None = None,
-                 oplog_max_bytes: int | None = None, port: int = 0, max_seconds: float = 3600,
-                 noop_interval: float | None = None, max_wire_version: int | None = None,
-                 extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        mode: str = "replset",
+        members: int = 1,
+        shards: int = 2,
+        auth: tuple[str, str] | None = None,
+        oplog_max_entries: int | None = None,
+        oplog_max_bytes: int | None = None,
+        port: int = 0,
+        max_seconds: float = 3600,
+        noop_interval: float | None = None,
+        max_wire_version: int | None = None,
+        extra_args: list[str] | None = None,
+    ):
         if mode not in ("replset", "standalone", "sharded"):
             raise ValueError(f"mode must be replset, standalone or sharded, not {mode!r}")
         self.mode = mode
@@ -64,9 +73,22 @@ class MongoSim:
 
     # -- process ---------------------------------------------------------------------------------
     def command_line(self) -> list[str]:
-        cmd = [sys.executable, "-m", "devtools.mongosim", "--mode", self.mode,
-               "--members", str(self.members), "--shards", str(self.shards), "--port", str(self.port),
-               "--max-seconds", str(self.max_seconds), "--describe"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "devtools.mongosim",
+            "--mode",
+            self.mode,
+            "--members",
+            str(self.members),
+            "--shards",
+            str(self.shards),
+            "--port",
+            str(self.port),
+            "--max-seconds",
+            str(self.max_seconds),
+            "--describe",
+        ]
         if self.oplog_max_entries is not None:
             cmd += ["--oplog-max-entries", str(self.oplog_max_entries)]
         if self.oplog_max_bytes is not None:
@@ -77,7 +99,7 @@ class MongoSim:
             cmd += ["--max-wire-version", str(self.max_wire_version)]
         return cmd + self.extra_args
 
-    def start(self) -> "MongoSim":
+    def start(self) -> MongoSim:
         began = time.monotonic()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
@@ -85,8 +107,14 @@ class MongoSim:
             # Credentials go through the environment, never argv.
             env["MONGOSIM_AUTH"] = f"{self.auth[0]}:{self.auth[1]}"
         self.process = subprocess.Popen(
-            self.command_line(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, cwd=str(REPO), preexec_fn=_die_with_parent)
+            self.command_line(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=str(REPO),
+            preexec_fn=_die_with_parent,
+        )
         self.pid = self.process.pid
         try:
             self.uri = self._read_line(began, "URI")
@@ -110,8 +138,9 @@ class MongoSim:
         fd = self.process.stdout.fileno()
         while b"\n" not in self._pending:
             if time.monotonic() - began > START_TIMEOUT_S:
-                raise MongoSimError(f"The MongoDB simulator did not print its {what} within "
-                                    f"{START_TIMEOUT_S:.0f}s")
+                raise MongoSimError(
+                    f"The MongoDB simulator did not print its {what} within {START_TIMEOUT_S:.0f}s"
+                )
             ready, _, _ = select.select([fd], [], [], 0.2)
             if ready:
                 chunk = os.read(fd, 65536)
@@ -122,7 +151,8 @@ class MongoSim:
                 err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
                 raise MongoSimError(
                     f"The MongoDB simulator exited with code {self.process.returncode} before printing its "
-                    f"{what}: {err[-2000:]}")
+                    f"{what}: {err[-2000:]}"
+                )
         line, _, self._pending = self._pending.partition(b"\n")
         return line.decode().strip()
 
@@ -157,7 +187,7 @@ class MongoSim:
             except ProcessLookupError:
                 pass
 
-    def __enter__(self) -> "MongoSim":
+    def __enter__(self) -> MongoSim:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -178,8 +208,9 @@ class MongoSim:
         """Limit the oplog (on every shard in sharded mode); the oldest entries go at once."""
         for uri in self.shard_uris or [self.uri]:
             with self.client(uri) as client:
-                client.admin.command({"mongosimSetOplogRetention": 1, "maxEntries": max_entries,
-                                      "maxBytes": max_bytes})
+                client.admin.command(
+                    {"mongosimSetOplogRetention": 1, "maxEntries": max_entries, "maxBytes": max_bytes}
+                )
 
     def step_down(self, seconds: int = 10) -> None:
         """replSetStepDown on the primary (of every shard in sharded mode)."""
@@ -188,8 +219,9 @@ class MongoSim:
         for uri in self.shard_uris or [self.uri]:
             with self.client(uri) as client:
                 try:
-                    client.admin.command({"replSetStepDown": seconds, "secondaryCatchUpPeriodSecs": 0,
-                                          "force": True})
+                    client.admin.command(
+                        {"replSetStepDown": seconds, "secondaryCatchUpPeriodSecs": 0, "force": True}
+                    )
                 except AutoReconnect:
                     pass  # a real primary closes connections while stepping down
 

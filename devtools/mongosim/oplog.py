@@ -17,7 +17,7 @@ from bson.timestamp import Timestamp
 
 from devtools.mongosim import bsonutil
 
-DEFAULT_OPLOG_MAX_BYTES = 1024 * 1024 * 1024   # reported as maxSize when no byte limit is set
+DEFAULT_OPLOG_MAX_BYTES = 1024 * 1024 * 1024  # reported as maxSize when no byte limit is set
 
 
 class ClusterClock:
@@ -69,8 +69,8 @@ class Oplog:
         self.total_bytes = 0
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self.dropped_through = -1      # ts key of the newest entry dropped by retention
-        self.on_truncate = None        # callback(oldest_key) used to drop pre-images
+        self.dropped_through = -1  # ts key of the newest entry dropped by retention
+        self.on_truncate = None  # callback(oldest_key) used to drop pre-images
 
     def append(self, entry: dict) -> None:
         size = bsonutil.bson_size(entry)
@@ -129,7 +129,16 @@ class Oplog:
         count = len(self.entries)
         size = self.total_bytes
         max_size = self.max_bytes if self.max_bytes is not None else DEFAULT_OPLOG_MAX_BYTES
-        return {"ns": ns, "size": size, "count": count, "avgObjSize": (size // count) if count else 0,
-                "storageSize": max(4096, (size + 4095) // 4096 * 4096), "capped": True,
-                "max": Int64(self.max_entries) if self.max_entries is not None else Int64(0),
-                "maxSize": Int64(max_size), "nindexes": 0, "totalIndexSize": 0, "indexSizes": {}}
+        return {
+            "ns": ns,
+            "size": size,
+            "count": count,
+            "avgObjSize": (size // count) if count else 0,
+            "storageSize": max(4096, (size + 4095) // 4096 * 4096),
+            "capped": True,
+            "max": Int64(self.max_entries) if self.max_entries is not None else Int64(0),
+            "maxSize": Int64(max_size),
+            "nindexes": 0,
+            "totalIndexSize": 0,
+            "indexSizes": {},
+        }

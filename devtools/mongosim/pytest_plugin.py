@@ -30,7 +30,8 @@ def _real_uri() -> str | None:
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "simulator_only: needs a simulator-only test command; skipped against a real MongoDB")
+        "markers", "simulator_only: needs a simulator-only test command; skipped against a real MongoDB"
+    )
 
 
 def pytest_runtest_setup(item):

@@ -69,6 +69,7 @@ def compile_filter(spec: dict | None):
             raise CommandError(2, str(error)) from error
         except NotImplementedError as error:
             raise CommandError(2, f"unsupported query operator in the simulator: {error}") from error
+
     return slow
 
 
@@ -106,9 +107,9 @@ def _compile_fast(spec: dict):
         for field, preds in _checks:
             value = doc.get(field, _MISSING)
             if isinstance(value, (list, tuple)):
-                return mm_filtering.filter_applies(_spec, doc)   # array semantics: let mongomock decide
+                return mm_filtering.filter_applies(_spec, doc)  # array semantics: let mongomock decide
             if value is _MISSING:
-                for kind, arg, null_ok in preds:
+                for kind, _arg, null_ok in preds:
                     if kind == "cmp" or not null_ok:
                         return False
                 continue
@@ -123,6 +124,7 @@ def _compile_fast(spec: dict):
                 elif not arg(key):
                     return False
         return True
+
     return predicate
 
 
@@ -132,8 +134,13 @@ def id_equality(spec) -> tuple[bool, object]:
         cond = spec["_id"]
         if isinstance(cond, dict) and len(cond) == 1 and "$eq" in cond:
             cond = cond["$eq"]
-        if not isinstance(cond, dict) and _scalar(cond) or isinstance(cond, dict) and cond and \
-                not any(k.startswith("$") for k in cond):
+        if (
+            not isinstance(cond, dict)
+            and _scalar(cond)
+            or isinstance(cond, dict)
+            and cond
+            and not any(k.startswith("$") for k in cond)
+        ):
             return True, cond
     return False, None
 
@@ -178,7 +185,7 @@ def _sort_value(doc, field: str, descending: bool):
     value = doc.get(field, None) if "." not in field else get_path(doc, field, None)
     if isinstance(value, list):
         if not value:
-            return (-2,)   # an empty array sorts before null
+            return (-2,)  # an empty array sorts before null
         keys = [bsonutil.sort_key(v) for v in value]
         return max(keys) if descending else min(keys)
     return bsonutil.sort_key(value)
@@ -210,8 +217,11 @@ def sort_docs(docs: list, sort_spec) -> list:
         if isinstance(direction, dict):  # {$meta: ...}
             continue
         if direction not in (1, -1, 1.0, -1.0):
-            raise CommandError(15974, "Illegal key in $sort specification: " + f"{field}: {direction}",
-                               code_name="Location15974")
+            raise CommandError(
+                15974,
+                "Illegal key in $sort specification: " + f"{field}: {direction}",
+                code_name="Location15974",
+            )
         fields.append((field, direction < 0))
     if not fields:
         return docs
@@ -220,8 +230,10 @@ def sort_docs(docs: list, sort_spec) -> list:
         return sorted(docs, key=lambda d: _sort_value(d, field, desc), reverse=desc)
 
     def key(doc):
-        return tuple(_Reversed(_sort_value(doc, f, True)) if desc else _sort_value(doc, f, False)
-                     for f, desc in fields)
+        return tuple(
+            _Reversed(_sort_value(doc, f, True)) if desc else _sort_value(doc, f, False) for f, desc in fields
+        )
+
     return sorted(docs, key=key)
 
 
@@ -240,8 +252,9 @@ def project(doc: dict, projection) -> dict:
         elif isinstance(value, float):
             spec[key] = int(value)
     try:
-        if any(isinstance(v, dict) and not set(v) <= {"$slice", "$elemMatch"} for v in spec.values()) or \
-                any(isinstance(v, str) for v in spec.values()):
+        if any(isinstance(v, dict) and not set(v) <= {"$slice", "$elemMatch"} for v in spec.values()) or any(
+            isinstance(v, str) for v in spec.values()
+        ):
             return _aggregate_project(doc, spec)
         projected = _projector._copy_only_fields(doc, spec, dict)  # pylint: disable=protected-access
         if "_id" in projected and next(iter(projected)) != "_id":
@@ -274,29 +287,51 @@ def validate_update(update) -> None:
     if is_operator_update(update):
         for op, fields in update.items():
             if not op.startswith("$"):
-                raise CommandError(9, "Unknown modifier: " + op + ". Expected a valid update modifier "
-                                   "or pipeline-style update specified as an array")
-            if op not in MM_UPDATERS and op not in ("$rename", "$setOnInsert", "$currentDate",
-                                                     "$addToSet", "$pull", "$pullAll", "$push",
-                                                     "$bit"):
-                raise CommandError(9, f"Unknown modifier: {op}. Expected a valid update modifier or "
-                                   "pipeline-style update specified as an array")
+                raise CommandError(
+                    9,
+                    "Unknown modifier: " + op + ". Expected a valid update modifier "
+                    "or pipeline-style update specified as an array",
+                )
+            if op not in MM_UPDATERS and op not in (
+                "$rename",
+                "$setOnInsert",
+                "$currentDate",
+                "$addToSet",
+                "$pull",
+                "$pullAll",
+                "$push",
+                "$bit",
+            ):
+                raise CommandError(
+                    9,
+                    f"Unknown modifier: {op}. Expected a valid update modifier or "
+                    "pipeline-style update specified as an array",
+                )
             if not isinstance(fields, dict):
-                raise CommandError(9, f"Modifiers operate on fields but we found type "
-                                   f"{bsonutil.type_name(fields)} instead. For example: {{$mod: "
-                                   "{<field>: ...}} not {$set: 1}")
+                raise CommandError(
+                    9,
+                    f"Modifiers operate on fields but we found type "
+                    f"{bsonutil.type_name(fields)} instead. For example: {{$mod: "
+                    "{<field>: ...}} not {$set: 1}",
+                )
         paths = [p for fields in update.values() if isinstance(fields, dict) for p in fields]
         for i, a in enumerate(paths):
-            for b in paths[i + 1:]:
+            for b in paths[i + 1 :]:
                 if a == b or a.startswith(b + ".") or b.startswith(a + "."):
                     raise CommandError(40, f"Updating the path '{b}' would create a conflict at '{a}'")
     else:
         for key in update:
             if key.startswith("$"):
-                raise CommandError(2, "The dollar ($) prefixed field '" + key + "' in '" + key +
-                                   "' is not allowed in the context of an update's replacement document."
-                                   " Consider using an aggregation pipeline with $replaceWith.",
-                                   code_name="BadValue")
+                raise CommandError(
+                    2,
+                    "The dollar ($) prefixed field '"
+                    + key
+                    + "' in '"
+                    + key
+                    + "' is not allowed in the context of an update's replacement document."
+                    " Consider using an aggregation pipeline with $replaceWith.",
+                    code_name="BadValue",
+                )
 
 
 def apply_update(doc: dict, query: dict, update, is_insert: bool, array_filters=None) -> dict:
@@ -314,9 +349,16 @@ def apply_update(doc: dict, query: dict, update, is_insert: bool, array_filters=
             _updater._apply_update_document(new, query or {}, update, is_insert)  # pylint: disable=protected-access
         else:
             replacement = dict(update)
-            if "_id" in doc and "_id" in replacement and not bsonutil.values_equal(doc["_id"], replacement["_id"]):
-                raise CommandError(66, "After applying the update, the (immutable) field '_id' was found "
-                                   f"to have been altered to _id: {bsonutil.to_relaxed_json(replacement['_id'])}")
+            if (
+                "_id" in doc
+                and "_id" in replacement
+                and not bsonutil.values_equal(doc["_id"], replacement["_id"])
+            ):
+                raise CommandError(
+                    66,
+                    "After applying the update, the (immutable) field '_id' was found "
+                    f"to have been altered to _id: {bsonutil.to_relaxed_json(replacement['_id'])}",
+                )
             new = {"_id": doc["_id"]} if "_id" in doc else {}
             for key, value in replacement.items():
                 if key != "_id":
@@ -335,8 +377,9 @@ def apply_update(doc: dict, query: dict, update, is_insert: bool, array_filters=
         if "_id" not in new:
             new = {"_id": doc["_id"], **new}
         elif not bsonutil.values_equal(doc["_id"], new["_id"]):
-            raise CommandError(66, "Performing an update on the path '_id' would modify the immutable "
-                               "field '_id'")
+            raise CommandError(
+                66, "Performing an update on the path '_id' would modify the immutable field '_id'"
+            )
         elif next(iter(new)) != "_id":
             new = {"_id": new["_id"], **{k: v for k, v in new.items() if k != "_id"}}
     return new
@@ -368,18 +411,21 @@ class _DatabaseShim:
             def find(self, spec):
                 pred = compile_filter(spec)
                 return [copy.deepcopy(d) for d in docs if pred(d)]
+
         return _Coll()
 
 
 def _bucket_auto(docs, _database, options):
     if not isinstance(options, dict) or "groupBy" not in options or "buckets" not in options:
-        raise CommandError(40246, "$bucketAuto requires 'groupBy' and 'buckets' to be specified",
-                           code_name="Location40246")
+        raise CommandError(
+            40246, "$bucketAuto requires 'groupBy' and 'buckets' to be specified", code_name="Location40246"
+        )
     group_by = options["groupBy"]
     buckets = options["buckets"]
     if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets <= 0:
-        raise CommandError(40243, "The $bucketAuto 'buckets' field must be greater than 0",
-                           code_name="Location40243")
+        raise CommandError(
+            40243, "The $bucketAuto 'buckets' field must be greater than 0", code_name="Location40243"
+        )
     output = options.get("output") or {"count": {"$sum": 1}}
     values = []
     for doc in docs:
@@ -429,8 +475,9 @@ def _sort_by_count(docs, database, options):
 
 def _group_stage(docs, database, options):
     grouped = mm_aggregate._handle_group_stage(docs, database, options)  # pylint: disable=protected-access
-    return [{"_id": d["_id"], **{k: v for k, v in d.items() if k != "_id"}} if "_id" in d else d
-            for d in grouped]
+    return [
+        {"_id": d["_id"], **{k: v for k, v in d.items() if k != "_id"}} if "_id" in d else d for d in grouped
+    ]
 
 
 def _sort_stage(docs, _database, options):
@@ -444,8 +491,9 @@ def _match_stage(docs, _database, options):
 
 def _sample_stage(docs, _database, options):
     if not isinstance(options, dict) or not isinstance(options.get("size"), int) or options["size"] < 0:
-        raise CommandError(28746, "size argument to $sample must be a non-negative integer",
-                           code_name="Location28746")
+        raise CommandError(
+            28746, "size argument to $sample must be a non-negative integer", code_name="Location28746"
+        )
     docs = list(docs)
     size = options["size"]
     if size >= len(docs):
@@ -460,20 +508,33 @@ def _limit_stage(docs, _database, options):
     return list(docs)[:options]
 
 
-mm_aggregate._PIPELINE_HANDLERS.update({  # pylint: disable=protected-access
-    "$bucketAuto": _bucket_auto,
-    "$unset": _unset,
-    "$replaceWith": _replace_with,
-    "$sortByCount": _sort_by_count,
-    "$sort": _sort_stage,
-    "$match": _match_stage,
-    "$sample": _sample_stage,
-    "$limit": _limit_stage,
-    "$group": _group_stage,
-})
+mm_aggregate._PIPELINE_HANDLERS.update(
+    {  # pylint: disable=protected-access
+        "$bucketAuto": _bucket_auto,
+        "$unset": _unset,
+        "$replaceWith": _replace_with,
+        "$sortByCount": _sort_by_count,
+        "$sort": _sort_stage,
+        "$match": _match_stage,
+        "$sample": _sample_stage,
+        "$limit": _limit_stage,
+        "$group": _group_stage,
+    }
+)
 
-_READ_ONLY_STAGES = {"$match", "$sort", "$limit", "$skip", "$count", "$sample", "$group", "$bucketAuto",
-                     "$bucket", "$sortByCount", "$project"}
+_READ_ONLY_STAGES = {
+    "$match",
+    "$sort",
+    "$limit",
+    "$skip",
+    "$count",
+    "$sample",
+    "$group",
+    "$bucketAuto",
+    "$bucket",
+    "$sortByCount",
+    "$project",
+}
 
 
 def run_pipeline(docs: list, pipeline: list, resolver=None) -> list:
@@ -482,12 +543,16 @@ def run_pipeline(docs: list, pipeline: list, resolver=None) -> list:
         raise CommandError(14, "'pipeline' option must be specified as an array")
     for stage in pipeline:
         if not isinstance(stage, dict) or len(stage) != 1:
-            raise CommandError(40323, "A pipeline stage specification object must contain exactly one "
-                               "field.", code_name="Location40323")
+            raise CommandError(
+                40323,
+                "A pipeline stage specification object must contain exactly one field.",
+                code_name="Location40323",
+            )
         name = next(iter(stage))
         if name not in mm_aggregate._PIPELINE_HANDLERS:  # pylint: disable=protected-access
-            raise CommandError(40324, f"Unrecognized pipeline stage name: '{name}'",
-                               code_name="Location40324")
+            raise CommandError(
+                40324, f"Unrecognized pipeline stage name: '{name}'", code_name="Location40324"
+            )
         if mm_aggregate._PIPELINE_HANDLERS[name] is None:  # pylint: disable=protected-access
             raise CommandError(2, f"the {name} stage is not supported by the simulator")
     if any(next(iter(stage)) not in _READ_ONLY_STAGES for stage in pipeline):

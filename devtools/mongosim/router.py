@@ -38,8 +38,17 @@ class RouterSession:
 
 
 class RouterCtx:
-    def __init__(self, router: "Router", db: str, user: str | None, lsid=None, txn_number=None,
-                 in_txn: bool = False, retryable: bool = False, session: RouterSession | None = None):
+    def __init__(
+        self,
+        router: Router,
+        db: str,
+        user: str | None,
+        lsid=None,
+        txn_number=None,
+        in_txn: bool = False,
+        retryable: bool = False,
+        session: RouterSession | None = None,
+    ):
         self.router = router
         self.db = db
         self.user = user
@@ -48,7 +57,7 @@ class RouterCtx:
         self.in_txn = in_txn
         self.retryable = retryable
         self.session = session
-        self.txn = session if in_txn else None     # commands check "txn is not None"
+        self.txn = session if in_txn else None  # commands check "txn is not None"
         self.op_time: Timestamp | None = None
         self._ctxs: dict[int, OpCtx] = {}
 
@@ -80,7 +89,9 @@ class RouterCtx:
         return ctx
 
     def note(self, ctx: OpCtx) -> None:
-        if ctx.op_time is not None and (self.op_time is None or bsonutil.ts_key(ctx.op_time) > bsonutil.ts_key(self.op_time)):
+        if ctx.op_time is not None and (
+            self.op_time is None or bsonutil.ts_key(ctx.op_time) > bsonutil.ts_key(self.op_time)
+        ):
             self.op_time = ctx.op_time
 
 
@@ -96,8 +107,11 @@ class Router(Endpoint):
 
     # -- handshake -------------------------------------------------------------------------------
     def hello_fields(self, legacy: bool) -> dict:
-        return {"ismaster" if legacy else "isWritablePrimary": True, "msg": "isdbgrid",
-                "topologyVersion": self.topology_version()}
+        return {
+            "ismaster" if legacy else "isWritablePrimary": True,
+            "msg": "isdbgrid",
+            "topologyVersion": self.topology_version(),
+        }
 
     def decorate(self, reply: dict) -> dict:
         reply = dict(reply)
@@ -152,8 +166,11 @@ class Router(Endpoint):
         ctx = RouterCtx(self, db, conn.user, lsid=lsid if isinstance(lsid, dict) else None, session=session)
         if autocommit is False:
             if session is None:
-                raise CommandError(50768, "Transaction number requires a session ID to also be specified",
-                                   code_name="Location50768")
+                raise CommandError(
+                    50768,
+                    "Transaction number requires a session ID to also be specified",
+                    code_name="Location50768",
+                )
             number = int(txn_number)
             ctx.txn_number = number
             if lname in ("committransaction", "aborttransaction"):
@@ -162,8 +179,11 @@ class Router(Endpoint):
                 return handler.func(cmds.Call(self, self.backend, conn, cmd, db, ctx))
             if cmd.get("startTransaction"):
                 if number <= session.last_txn_number:
-                    raise CommandError(225, f"Cannot start transaction {number} on session because a newer "
-                                       f"transaction {session.last_txn_number} has already started.")
+                    raise CommandError(
+                        225,
+                        f"Cannot start transaction {number} on session because a newer "
+                        f"transaction {session.last_txn_number} has already started.",
+                    )
                 session.last_txn_number = number
                 session.txn_number = number
                 session.state = "in_progress"
@@ -177,9 +197,12 @@ class Router(Endpoint):
         elif txn_number is not None and lname in WRITE_COMMANDS and session is not None:
             number = int(txn_number)
             if number < session.last_txn_number:
-                raise CommandError(225, f"Retryable write with txnNumber {number} is prohibited on session "
-                                   f"because a newer retryable write with txnNumber {session.last_txn_number} "
-                                   "has already started on this session.")
+                raise CommandError(
+                    225,
+                    f"Retryable write with txnNumber {number} is prohibited on session "
+                    f"because a newer retryable write with txnNumber {session.last_txn_number} "
+                    "has already started on this session.",
+                )
             if number == session.last_txn_number and number in session.retry_replies:
                 return dict(session.retry_replies[number])
             session.last_txn_number = number
@@ -208,8 +231,12 @@ class Router(Endpoint):
         for shard in session.participants:
             for shard_session in shard.sessions.values():
                 txn = shard_session.txn
-                if txn is not None and txn.txn_number == session.txn_number and txn.state == "in_progress" \
-                        and shard_session.last_txn_number == session.txn_number:
+                if (
+                    txn is not None
+                    and txn.txn_number == session.txn_number
+                    and txn.state == "in_progress"
+                    and shard_session.last_txn_number == session.txn_number
+                ):
                     shard.abort_transaction(txn)
         session.state = "aborted"
         session.outcomes[session.txn_number] = "aborted"
@@ -263,19 +290,51 @@ class RouterBackend:
     def _config_docs(self, name: str) -> list | None:
         router = self.router
         if name == "shards":
-            return [{"_id": shard.set_name, "host": f"{shard.set_name}/" + ",".join(m.host for m in shard.members),
-                     "state": 1, "topologyTime": Timestamp(int(router.deployment.started), 1)}
-                    for shard in router.shards]
+            return [
+                {
+                    "_id": shard.set_name,
+                    "host": f"{shard.set_name}/" + ",".join(m.host for m in shard.members),
+                    "state": 1,
+                    "topologyTime": Timestamp(int(router.deployment.started), 1),
+                }
+                for shard in router.shards
+            ]
         if name == "databases":
-            names = sorted({db for shard in router.shards for db in shard.catalog.database_names()
-                            if db not in ("admin", "config", "local")})
-            return [{"_id": db, "primary": router.primary_shard(db).set_name, "partitioned": True,
-                     "version": {"uuid": router.primary_shard(db).oplog_uuid, "timestamp": Timestamp(int(router.deployment.started), 1),
-                                 "lastMod": 1}} for db in names]
+            names = sorted(
+                {
+                    db
+                    for shard in router.shards
+                    for db in shard.catalog.database_names()
+                    if db not in ("admin", "config", "local")
+                }
+            )
+            return [
+                {
+                    "_id": db,
+                    "primary": router.primary_shard(db).set_name,
+                    "partitioned": True,
+                    "version": {
+                        "uuid": router.primary_shard(db).oplog_uuid,
+                        "timestamp": Timestamp(int(router.deployment.started), 1),
+                        "lastMod": 1,
+                    },
+                }
+                for db in names
+            ]
         if name == "collections":
-            return [{"_id": ns, "lastmodEpoch": meta["epoch"], "lastmod": meta["created"], "timestamp": meta["timestamp"],
-                     "uuid": meta["uuid"], "key": dict(meta["key"]), "unique": meta["unique"], "noBalance": False}
-                    for ns, meta in router.sharded.items()]
+            return [
+                {
+                    "_id": ns,
+                    "lastmodEpoch": meta["epoch"],
+                    "lastmod": meta["created"],
+                    "timestamp": meta["timestamp"],
+                    "uuid": meta["uuid"],
+                    "key": dict(meta["key"]),
+                    "unique": meta["unique"],
+                    "noBalance": False,
+                }
+                for ns, meta in router.sharded.items()
+            ]
         return None
 
     # -- reads -----------------------------------------------------------------------------------
@@ -320,14 +379,25 @@ class RouterBackend:
         if meta is not None:
             for field in meta["key"]:
                 if query.get_path(doc, field) is query._MISSING and field != "_id":  # pylint: disable=protected-access
-                    pass   # MongoDB 4.4+ treats a missing shard key field as null
+                    pass  # MongoDB 4.4+ treats a missing shard key field as null
         shard = self.router.shard_of(ns, doc)
         sctx = ctx.shard_ctx(shard)
         shard.insert(sctx, db, name, doc)
         ctx.note(sctx)
 
-    def update(self, ctx: RouterCtx, db: str, name: str, spec, update, upsert=False, multi=False,
-               array_filters=None, sort=None, return_docs=False) -> dict:
+    def update(
+        self,
+        ctx: RouterCtx,
+        db: str,
+        name: str,
+        spec,
+        update,
+        upsert=False,
+        multi=False,
+        array_filters=None,
+        sort=None,
+        return_docs=False,
+    ) -> dict:
         ns = f"{db}.{name}"
         targets = self.router.targets(ns, spec)
         total = {"n": 0, "nModified": 0, "upserted": None, "before": None, "after": None}
@@ -335,8 +405,18 @@ class RouterBackend:
             targets = self._best_target(ctx, db, name, spec, sort, targets)
         for shard in targets:
             sctx = ctx.shard_ctx(shard)
-            result = shard.update(sctx, db, name, spec, update, upsert=False, multi=multi,
-                                  array_filters=array_filters, sort=sort, return_docs=return_docs)
+            result = shard.update(
+                sctx,
+                db,
+                name,
+                spec,
+                update,
+                upsert=False,
+                multi=multi,
+                array_filters=array_filters,
+                sort=sort,
+                return_docs=return_docs,
+            )
             ctx.note(sctx)
             total["n"] += result["n"]
             total["nModified"] += result["nModified"]
@@ -415,6 +495,7 @@ class RouterBackend:
 
         def drop(shard, sctx):
             shard.drop_collection(sctx, db, name)
+
         self._fan_out(ctx, db, drop, sharded)
         self.router.sharded.pop(ns, None)
 
@@ -436,26 +517,36 @@ class RouterBackend:
     def create_indexes(self, ctx, db, name, indexes):
         sharded = f"{db}.{name}" in self.router.sharded
         results = []
-        self._fan_out(ctx, db, lambda shard, sctx: results.append(shard.create_indexes(sctx, db, name, indexes)),
-                      sharded)
+        self._fan_out(
+            ctx,
+            db,
+            lambda shard, sctx: results.append(shard.create_indexes(sctx, db, name, indexes)),
+            sharded,
+        )
         return results[0]
 
     def drop_indexes(self, ctx, db, name, index):
         sharded = f"{db}.{name}" in self.router.sharded
         results = []
-        self._fan_out(ctx, db, lambda shard, sctx: results.append(shard.drop_indexes(sctx, db, name, index)),
-                      sharded)
+        self._fan_out(
+            ctx, db, lambda shard, sctx: results.append(shard.drop_indexes(sctx, db, name, index)), sharded
+        )
         return results[0]
 
     def list_collections(self, ctx, db) -> list:
         if db == "config":
-            return [{"name": n, "type": "collection", "options": {}, "info": {"readOnly": False}}
-                    for n in ("shards", "databases", "collections")]
+            return [
+                {"name": n, "type": "collection", "options": {}, "info": {"readOnly": False}}
+                for n in ("shards", "databases", "collections")
+            ]
         seen = {}
         for shard in self.router.shards:
             sctx = ctx.shard_ctx(shard)
-            colls = [c for c in sctx.txn.colls.values() if c.db == db] if sctx.txn is not None else \
-                shard.catalog.collections(db)
+            colls = (
+                [c for c in sctx.txn.colls.values() if c.db == db]
+                if sctx.txn is not None
+                else shard.catalog.collections(db)
+            )
             for coll in colls:
                 seen.setdefault(coll.name, coll.info())
         return list(seen.values())
@@ -464,10 +555,15 @@ class RouterBackend:
         sizes: dict[str, int] = {}
         for shard in self.router.shards:
             for name in shard.catalog.database_names():
-                size = sum(c.stats()["storageSize"] + c.stats()["totalIndexSize"] for c in shard.catalog.collections(name))
+                size = sum(
+                    c.stats()["storageSize"] + c.stats()["totalIndexSize"]
+                    for c in shard.catalog.collections(name)
+                )
                 sizes[name] = sizes.get(name, 0) + size
         out = [("admin", 8192, False), ("config", 8192, False)]
-        out.extend((name, size, False) for name, size in sorted(sizes.items()) if name not in ("admin", "config"))
+        out.extend(
+            (name, size, False) for name, size in sorted(sizes.items()) if name not in ("admin", "config")
+        )
         return out
 
     def coll_stats(self, ctx, db, name) -> list:
@@ -478,7 +574,9 @@ class RouterBackend:
             if coll is not None:
                 stats = coll.stats()
                 stats["capped"] = bool(coll.options.get("capped"))
-            out.append((shard.primary.host if shard.primary else shard.members[0].host, shard.set_name, stats))
+            out.append(
+                (shard.primary.host if shard.primary else shard.members[0].host, shard.set_name, stats)
+            )
         return out
 
     def change_stream_nodes(self):
@@ -512,6 +610,7 @@ def router_command(*names, kind="none", admin_only=False, in_txn=False):
         for name in names:
             ROUTER_COMMANDS[name.lower()] = cmds.Command(func, name, kind, admin_only, in_txn, True)
         return func
+
     return register
 
 
@@ -549,10 +648,14 @@ def cmd_shard_collection(call: cmds.Call) -> dict:
         raise CommandError(73, "Invalid namespace specified")
     if not isinstance(key, dict) or not key:
         raise CommandError(2, "The shard key pattern must be a non-empty object", code_name="BadValue")
-    for field, kind in key.items():
+    for _field, kind in key.items():
         if kind not in (1, 1.0, "hashed"):
-            raise CommandError(2, f"Unsupported shard key pattern {key}. Pattern must either be a single hashed "
-                               "field, or a list of ascending fields", code_name="BadValue")
+            raise CommandError(
+                2,
+                f"Unsupported shard key pattern {key}. Pattern must either be a single hashed "
+                "field, or a list of ascending fields",
+                code_name="BadValue",
+            )
     db, _, name = ns.partition(".")
     if ns in router.sharded:
         if dict(router.sharded[ns]["key"]) == dict(key):
@@ -576,10 +679,16 @@ def cmd_shard_collection(call: cmds.Call) -> dict:
         other.shard_key = dict(key)
         other.uuid = coll.uuid
         other.indexes = [dict(i) for i in coll.indexes]
-    router.sharded[ns] = {"key": dict(key), "unique": bool(call.cmd.get("unique")), "uuid": coll.uuid,
-                          "epoch": ObjectId(), "created": _now(), "timestamp": router.deployment.clock.now}
+    router.sharded[ns] = {
+        "key": dict(key),
+        "unique": bool(call.cmd.get("unique")),
+        "uuid": coll.uuid,
+        "epoch": ObjectId(),
+        "created": _now(),
+        "timestamp": router.deployment.clock.now,
+    }
     # Move existing documents to the shard their key hashes to (migrations are not change events).
-    for key_id, doc in list(coll.docs.items()):
+    for _key_id, doc in list(coll.docs.items()):
         target = router.shard_of(ns, doc)
         if target is primary:
             continue
@@ -596,7 +705,9 @@ def cmd_shard_collection(call: cmds.Call) -> dict:
 def cmd_commit_transaction(call: cmds.Call) -> dict:
     ctx: RouterCtx = call.op
     if ctx.session is None:
-        raise CommandError(50768, "commitTransaction must be run within a transaction", code_name="Location50768")
+        raise CommandError(
+            50768, "commitTransaction must be run within a transaction", code_name="Location50768"
+        )
     ts = call.endpoint.commit(ctx)
     return {"_op_time": ts} if ts is not None else {}
 
@@ -617,4 +728,3 @@ def _now():
     from devtools.mongosim.oplog import wall_now
 
     return wall_now()
-

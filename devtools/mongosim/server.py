@@ -18,23 +18,48 @@ from bson.timestamp import Timestamp
 from devtools.mongosim import auth as scram
 from devtools.mongosim import commands as cmds
 from devtools.mongosim.engine import DataNode, NodeBackend, OpCtx, no_such_transaction
-from devtools.mongosim.errors import (RESUMABLE_CHANGE_STREAM_CODES, RETRYABLE_WRITE_CODES, STATE_CHANGE_CODES,
-                                      CloseConnection, CommandError)
+from devtools.mongosim.errors import (
+    RESUMABLE_CHANGE_STREAM_CODES,
+    RETRYABLE_WRITE_CODES,
+    STATE_CHANGE_CODES,
+    CloseConnection,
+    CommandError,
+)
 from devtools.mongosim.failpoints import FAILCOMMAND_MESSAGE, FailPoint
 from devtools.mongosim.oplog import ClusterClock, wall_now
 from devtools.mongosim.wire import WireServer
 
 WIRE_VERSIONS = {21: "7.0.14", 25: "8.0.4"}
-AUTH_EXEMPT = {"hello", "ismaster", "saslstart", "saslcontinue", "authenticate", "ping", "buildinfo",
-               "getnonce", "logout", "endsessions", "connectionstatus"}
+AUTH_EXEMPT = {
+    "hello",
+    "ismaster",
+    "saslstart",
+    "saslcontinue",
+    "authenticate",
+    "ping",
+    "buildinfo",
+    "getnonce",
+    "logout",
+    "endsessions",
+    "connectionstatus",
+}
 WRITE_COMMANDS = {"insert", "update", "delete", "findandmodify"}
 TXN_META = ("lsid", "txnNumber", "autocommit", "startTransaction")
 
 
 class Deployment:
-    def __init__(self, mode: str, members: int = 1, shards: int = 2, auth: tuple[str, str] | None = None,
-                 oplog_max_entries: int | None = None, oplog_max_bytes: int | None = None, port: int = 0,
-                 noop_interval: float = 10.0, max_wire_version: int = 21):
+    def __init__(
+        self,
+        mode: str,
+        members: int = 1,
+        shards: int = 2,
+        auth: tuple[str, str] | None = None,
+        oplog_max_entries: int | None = None,
+        oplog_max_bytes: int | None = None,
+        port: int = 0,
+        noop_interval: float = 10.0,
+        max_wire_version: int = 21,
+    ):
         self.mode = mode
         self.lock = threading.RLock()
         self.cv = threading.Condition(self.lock)
@@ -54,13 +79,21 @@ class Deployment:
             rs = ReplicaSet(self, None, 1, oplog=False)
             self.replsets.append(rs)
         elif mode == "replset":
-            rs = ReplicaSet(self, "rs0", members, oplog_max_entries=oplog_max_entries,
-                            oplog_max_bytes=oplog_max_bytes)
+            rs = ReplicaSet(
+                self, "rs0", members, oplog_max_entries=oplog_max_entries, oplog_max_bytes=oplog_max_bytes
+            )
             self.replsets.append(rs)
         elif mode == "sharded":
             for index in range(shards):
-                self.replsets.append(ReplicaSet(self, f"shard{index}", members, oplog_max_entries=oplog_max_entries,
-                                                oplog_max_bytes=oplog_max_bytes))
+                self.replsets.append(
+                    ReplicaSet(
+                        self,
+                        f"shard{index}",
+                        members,
+                        oplog_max_entries=oplog_max_entries,
+                        oplog_max_bytes=oplog_max_bytes,
+                    )
+                )
             from devtools.mongosim.router import Router
 
             self.router = Router(self, self.replsets)
@@ -90,7 +123,9 @@ class Deployment:
         with self.lock:
             self.cv.notify_all()
         endpoints = ([self.router] if self.router else []) + [m for rs in self.replsets for m in rs.members]
-        stoppers = [threading.Thread(target=e.server.stop, daemon=True) for e in endpoints if e.server is not None]
+        stoppers = [
+            threading.Thread(target=e.server.stop, daemon=True) for e in endpoints if e.server is not None
+        ]
         for stopper in stoppers:
             stopper.start()
         for stopper in stoppers:
@@ -107,10 +142,13 @@ class Deployment:
         return rs.uri
 
     def describe(self) -> dict:
-        return {"uri": self.uri, "mode": self.mode,
-                "shard_uris": [rs.uri for rs in self.replsets] if self.router else [],
-                "members": [m.host for rs in self.replsets for m in rs.members],
-                "mongos": self.router.host if self.router else None}
+        return {
+            "uri": self.uri,
+            "mode": self.mode,
+            "shard_uris": [rs.uri for rs in self.replsets] if self.router else [],
+            "members": [m.host for rs in self.replsets for m in rs.members],
+            "mongos": self.router.host if self.router else None,
+        }
 
     def _maintenance(self) -> None:
         last_noop = time.monotonic()
@@ -122,8 +160,11 @@ class Deployment:
                 if now - last_noop >= self.noop_interval:
                     last_noop = now
                     for rs in self.replsets:
-                        if rs.oplog is not None and rs.primary is not None and \
-                                time.time() - _wall_seconds(rs.last_write_wall) >= self.noop_interval * 0.9:
+                        if (
+                            rs.oplog is not None
+                            and rs.primary is not None
+                            and time.time() - _wall_seconds(rs.last_write_wall) >= self.noop_interval * 0.9
+                        ):
                             rs.log_noop("periodic noop")
                 for rs in self.replsets:
                     rs.reap_transactions()
@@ -211,7 +252,12 @@ class Endpoint:
         handler = cmds.HANDLERS.get(lname) or self.extra_commands().get(lname)
         if handler is None:
             raise CommandError(59, f"no such command: '{name}'")
-        if self.deployment.credentials is not None and conn.user is None and lname not in AUTH_EXEMPT and handler.auth:
+        if (
+            self.deployment.credentials is not None
+            and conn.user is None
+            and lname not in AUTH_EXEMPT
+            and handler.auth
+        ):
             raise CommandError(13, f"Command {name} requires authentication")
         if handler.admin_only and db != "admin":
             raise CommandError(13, f"{name} may only be run against the admin database.")
@@ -234,7 +280,11 @@ class Endpoint:
             retryable = (lname in WRITE_COMMANDS and "txnNumber" in cmd and not in_txn) or commit_or_abort
             if retryable and error.code in RETRYABLE_WRITE_CODES:
                 error.add_label("RetryableWriteError")
-            if in_txn and not commit_or_abort and (error.code in STATE_CHANGE_CODES or error.code in (112, 251)):
+            if (
+                in_txn
+                and not commit_or_abort
+                and (error.code in STATE_CHANGE_CODES or error.code in (112, 251))
+            ):
                 error.add_label("TransientTransactionError")
             if getattr(error, "change_stream_getmore", False) and error.code in RESUMABLE_CHANGE_STREAM_CODES:
                 error.add_label("ResumableChangeStreamError")
@@ -247,9 +297,13 @@ class Endpoint:
         return reply
 
     def cluster_time_fields(self, operation_time: Timestamp) -> dict:
-        return {"$clusterTime": {"clusterTime": self.deployment.clock.now,
-                                 "signature": {"hash": Binary(b"\x00" * 20, 0), "keyId": Int64(0)}},
-                "operationTime": operation_time}
+        return {
+            "$clusterTime": {
+                "clusterTime": self.deployment.clock.now,
+                "signature": {"hash": Binary(b"\x00" * 20, 0), "keyId": Int64(0)},
+            },
+            "operationTime": operation_time,
+        }
 
     # -- handshake -------------------------------------------------------------------------------
     def hello(self, conn, cmd: dict, legacy: bool) -> dict:
@@ -261,9 +315,12 @@ class Endpoint:
         topology = cmd.get("topologyVersion")
         max_await = cmd.get("maxAwaitTimeMS")
         with self.deployment.lock:
-            if isinstance(topology, dict) and max_await is not None and \
-                    topology.get("processId") == self.process_id and \
-                    int(topology.get("counter", -1)) == self.topology_counter:
+            if (
+                isinstance(topology, dict)
+                and max_await is not None
+                and topology.get("processId") == self.process_id
+                and int(topology.get("counter", -1)) == self.topology_counter
+            ):
                 deadline = time.monotonic() + int(max_await) / 1000.0
                 start_counter = self.topology_counter
                 while self.topology_counter == start_counter and not self.deployment._stop.is_set():  # pylint: disable=protected-access
@@ -280,10 +337,17 @@ class Endpoint:
             return reply
 
     def _hello_limits(self, conn) -> dict:
-        return {"maxBsonObjectSize": 16 * 1024 * 1024, "maxMessageSizeBytes": 48000000,
-                "maxWriteBatchSize": 100000, "localTime": wall_now(), "logicalSessionTimeoutMinutes": 30,
-                "connectionId": conn.id, "minWireVersion": 0, "maxWireVersion": self.deployment.max_wire_version,
-                "readOnly": False}
+        return {
+            "maxBsonObjectSize": 16 * 1024 * 1024,
+            "maxMessageSizeBytes": 48000000,
+            "maxWriteBatchSize": 100000,
+            "localTime": wall_now(),
+            "logicalSessionTimeoutMinutes": 30,
+            "connectionId": conn.id,
+            "minWireVersion": 0,
+            "maxWireVersion": self.deployment.max_wire_version,
+            "readOnly": False,
+        }
 
     def hello_fields(self, legacy: bool) -> dict:
         raise NotImplementedError
@@ -308,8 +372,12 @@ class Endpoint:
         if lname == "authenticate":
             raise CommandError(2, "Unsupported mechanism " + str(cmd.get("mechanism")), code_name="BadValue")
         if self.deployment.credentials is None:
-            raise CommandError(334, "Authentication mechanisms are not enabled on this server; the server was "
-                               "started without --auth", code_name="MechanismUnavailable")
+            raise CommandError(
+                334,
+                "Authentication mechanisms are not enabled on this server; the server was "
+                "started without --auth",
+                code_name="MechanismUnavailable",
+            )
         if lname == "saslstart":
             reply = self._sasl_start(conn, cmd, db)
         else:
@@ -335,12 +403,14 @@ class Endpoint:
     def _sasl_start(self, conn, cmd: dict, db: str) -> dict:
         if db != "admin" and db != "$external":
             # The only user lives in admin: any other database has no such user.
-            conversation = scram.Conversation(self.deployment.credentials, cmd.get("mechanism", ""),
-                                              bytes(cmd.get("payload") or b""))
+            conversation = scram.Conversation(
+                self.deployment.credentials, cmd.get("mechanism", ""), bytes(cmd.get("payload") or b"")
+            )
             conversation.keys = None
         else:
-            conversation = scram.Conversation(self.deployment.credentials, cmd.get("mechanism", ""),
-                                              bytes(cmd.get("payload") or b""))
+            conversation = scram.Conversation(
+                self.deployment.credentials, cmd.get("mechanism", ""), bytes(cmd.get("payload") or b"")
+            )
         options = cmd.get("options") or {}
         conversation.skip_empty = bool(options.get("skipEmptyExchange"))
         conversation_id = len(conn.sasl) + 1
@@ -351,7 +421,7 @@ class Endpoint:
 class Member(Endpoint):
     """One replica-set member (or the standalone server)."""
 
-    def __init__(self, deployment: Deployment, replset: "ReplicaSet", index: int):
+    def __init__(self, deployment: Deployment, replset: ReplicaSet, index: int):
         super().__init__(deployment)
         self.replset = replset
         self.index = index
@@ -382,8 +452,12 @@ class Member(Endpoint):
         if self.is_primary:
             reply["electionId"] = rs.election_id
         op_time = {"ts": rs.last_write, "t": Int64(rs.term)}
-        reply["lastWrite"] = {"opTime": op_time, "lastWriteDate": rs.last_write_wall,
-                              "majorityOpTime": op_time, "majorityWriteDate": rs.last_write_wall}
+        reply["lastWrite"] = {
+            "opTime": op_time,
+            "lastWriteDate": rs.last_write_wall,
+            "majorityOpTime": op_time,
+            "majorityWriteDate": rs.last_write_wall,
+        }
         return reply
 
     def decorate(self, reply: dict) -> dict:
@@ -411,8 +485,11 @@ class Member(Endpoint):
         if txn_number is not None and rs.set_name is None:
             raise CommandError(20, "Transaction numbers are only allowed on a replica set member or mongos")
         if (txn_number is not None or autocommit is not None) and not isinstance(lsid, dict):
-            raise CommandError(50768, "Transaction number requires a session ID to also be specified",
-                               code_name="Location50768")
+            raise CommandError(
+                50768,
+                "Transaction number requires a session ID to also be specified",
+                code_name="Location50768",
+            )
         ctx = OpCtx(rs, db, user=conn.user)
         if isinstance(lsid, dict) and "id" in lsid and rs.set_name is not None:
             ctx.session = rs.session(lsid, conn.user)
@@ -425,9 +502,12 @@ class Member(Endpoint):
             session = ctx.session
             number = int(txn_number)
             if number < session.last_txn_number:
-                raise CommandError(225, f"Retryable write with txnNumber {number} is prohibited on session "
-                                   f"{_lsid_text(lsid)} because a newer retryable write with txnNumber "
-                                   f"{session.last_txn_number} has already started on this session.")
+                raise CommandError(
+                    225,
+                    f"Retryable write with txnNumber {number} is prohibited on session "
+                    f"{_lsid_text(lsid)} because a newer retryable write with txnNumber "
+                    f"{session.last_txn_number} has already started on this session.",
+                )
             if number == session.last_txn_number and number in session.retry_replies:
                 stored = dict(session.retry_replies[number])
                 return stored
@@ -462,12 +542,18 @@ class Member(Endpoint):
             return session.txn if session.txn is not None and session.txn.txn_number == number else None
         if cmd.get("startTransaction"):
             if number < session.last_txn_number:
-                raise CommandError(225, f"Cannot start transaction {number} on session {_lsid_text(cmd['lsid'])} "
-                                   f"because a newer transaction {session.last_txn_number} has already started.")
+                raise CommandError(
+                    225,
+                    f"Cannot start transaction {number} on session {_lsid_text(cmd['lsid'])} "
+                    f"because a newer transaction {session.last_txn_number} has already started.",
+                )
             if number == session.last_txn_number:
-                raise CommandError(251, f"Given transaction number {number} does not match any in-progress "
-                                   "transactions. The active transaction number is " + str(session.last_txn_number),
-                                   labels=["TransientTransactionError"])
+                raise CommandError(
+                    251,
+                    f"Given transaction number {number} does not match any in-progress "
+                    "transactions. The active transaction number is " + str(session.last_txn_number),
+                    labels=["TransientTransactionError"],
+                )
             txn = rs.begin_transaction(session, number)
         else:
             txn = session.txn
@@ -495,9 +581,18 @@ def _secondary_ok(cmd: dict) -> bool:
 
 
 class ReplicaSet(DataNode):
-    def __init__(self, deployment: Deployment, set_name: str | None, members: int, oplog: bool = True,
-                 oplog_max_entries: int | None = None, oplog_max_bytes: int | None = None):
-        super().__init__(deployment, set_name, oplog=oplog, max_entries=oplog_max_entries, max_bytes=oplog_max_bytes)
+    def __init__(
+        self,
+        deployment: Deployment,
+        set_name: str | None,
+        members: int,
+        oplog: bool = True,
+        oplog_max_entries: int | None = None,
+        oplog_max_bytes: int | None = None,
+    ):
+        super().__init__(
+            deployment, set_name, oplog=oplog, max_entries=oplog_max_entries, max_bytes=oplog_max_bytes
+        )
         self.set_name = set_name
         self.members = [Member(deployment, self, i) for i in range(members)]
         self.primary: Member | None = None
@@ -558,13 +653,22 @@ class ReplicaSet(DataNode):
         members = []
         for m in self.members:
             primary = self.primary is m
-            entry = {"_id": m.index, "name": m.host, "health": 1.0, "state": 1 if primary else 2,
-                     "stateStr": "PRIMARY" if primary else "SECONDARY",
-                     "uptime": int(time.monotonic() - self.started), "optime": op_time,
-                     "optimeDate": self.last_write_wall, "lastAppliedWallTime": self.last_write_wall,
-                     "lastDurableWallTime": self.last_write_wall, "syncSourceHost": "" if primary else
-                     (self.primary.host if self.primary else ""), "syncSourceId": -1,
-                     "configVersion": 1, "configTerm": Int64(self.term)}
+            entry = {
+                "_id": m.index,
+                "name": m.host,
+                "health": 1.0,
+                "state": 1 if primary else 2,
+                "stateStr": "PRIMARY" if primary else "SECONDARY",
+                "uptime": int(time.monotonic() - self.started),
+                "optime": op_time,
+                "optimeDate": self.last_write_wall,
+                "lastAppliedWallTime": self.last_write_wall,
+                "lastDurableWallTime": self.last_write_wall,
+                "syncSourceHost": "" if primary else (self.primary.host if self.primary else ""),
+                "syncSourceId": -1,
+                "configVersion": 1,
+                "configTerm": Int64(self.term),
+            }
             if primary:
                 entry["electionTime"] = self.last_write
                 entry["electionDate"] = now
@@ -572,15 +676,29 @@ class ReplicaSet(DataNode):
                 entry["self"] = True
             members.append(entry)
         my_state = 1 if self.primary is me else 2
-        return {"set": self.set_name, "date": now, "myState": my_state, "term": Int64(self.term),
-                "syncSourceHost": "", "syncSourceId": -1, "heartbeatIntervalMillis": Int64(2000),
-                "majorityVoteCount": len(self.members) // 2 + 1, "writeMajorityCount": len(self.members) // 2 + 1,
-                "votingMembersCount": len(self.members), "writableVotingMembersCount": len(self.members),
-                "optimes": {"lastCommittedOpTime": op_time, "lastCommittedWallTime": self.last_write_wall,
-                            "readConcernMajorityOpTime": op_time, "appliedOpTime": op_time,
-                            "durableOpTime": op_time, "lastAppliedWallTime": self.last_write_wall,
-                            "lastDurableWallTime": self.last_write_wall},
-                "members": members}
+        return {
+            "set": self.set_name,
+            "date": now,
+            "myState": my_state,
+            "term": Int64(self.term),
+            "syncSourceHost": "",
+            "syncSourceId": -1,
+            "heartbeatIntervalMillis": Int64(2000),
+            "majorityVoteCount": len(self.members) // 2 + 1,
+            "writeMajorityCount": len(self.members) // 2 + 1,
+            "votingMembersCount": len(self.members),
+            "writableVotingMembersCount": len(self.members),
+            "optimes": {
+                "lastCommittedOpTime": op_time,
+                "lastCommittedWallTime": self.last_write_wall,
+                "readConcernMajorityOpTime": op_time,
+                "appliedOpTime": op_time,
+                "durableOpTime": op_time,
+                "lastAppliedWallTime": self.last_write_wall,
+                "lastDurableWallTime": self.last_write_wall,
+            },
+            "members": members,
+        }
 
 
 # -- member-only commands ---------------------------------------------------------------------------
@@ -592,6 +710,7 @@ def member_command(*names, kind="none", admin_only=False, in_txn=False):
         for name in names:
             MEMBER_COMMANDS[name.lower()] = cmds.Command(func, name, kind, admin_only, in_txn, True)
         return func
+
     return register
 
 
@@ -608,12 +727,33 @@ def cmd_replset_get_config(call: cmds.Call) -> dict:
     rs = call.endpoint.replset
     if rs.set_name is None:
         raise CommandError(76, "not running with --replSet")
-    return {"config": {"_id": rs.set_name, "version": 1, "term": Int64(rs.term), "protocolVersion": Int64(1),
-                       "members": [{"_id": m.index, "host": m.host, "arbiterOnly": False, "buildIndexes": True,
-                                    "hidden": False, "priority": 1.0, "tags": {}, "secondaryDelaySecs": Int64(0),
-                                    "votes": 1} for m in rs.members],
-                       "settings": {"chainingAllowed": True, "heartbeatIntervalMillis": 2000,
-                                    "electionTimeoutMillis": 10000}}}
+    return {
+        "config": {
+            "_id": rs.set_name,
+            "version": 1,
+            "term": Int64(rs.term),
+            "protocolVersion": Int64(1),
+            "members": [
+                {
+                    "_id": m.index,
+                    "host": m.host,
+                    "arbiterOnly": False,
+                    "buildIndexes": True,
+                    "hidden": False,
+                    "priority": 1.0,
+                    "tags": {},
+                    "secondaryDelaySecs": Int64(0),
+                    "votes": 1,
+                }
+                for m in rs.members
+            ],
+            "settings": {
+                "chainingAllowed": True,
+                "heartbeatIntervalMillis": 2000,
+                "electionTimeoutMillis": 10000,
+            },
+        }
+    }
 
 
 @member_command("replSetStepDown", admin_only=True)
@@ -629,8 +769,9 @@ def cmd_replset_step_down(call: cmds.Call) -> dict:
     catch_up = call.cmd.get("secondaryCatchUpPeriodSecs")
     catch_up = 10.0 if catch_up is None else float(catch_up)
     if catch_up > seconds:
-        raise CommandError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs",
-                           code_name="BadValue")
+        raise CommandError(
+            2, "stepdown period must be longer than secondaryCatchUpPeriodSecs", code_name="BadValue"
+        )
     if not member.is_primary:
         raise CommandError(10107, "not primary so can't step down")
     if len(rs.members) == 1 and not call.cmd.get("force"):
@@ -638,9 +779,12 @@ def cmd_replset_step_down(call: cmds.Call) -> dict:
         deadline = time.monotonic() + catch_up
         while time.monotonic() < deadline:
             call.endpoint.deployment.cv.wait(deadline - time.monotonic())
-        raise CommandError(262, "No electable secondaries caught up as of "
-                           f"{wall_now().isoformat()}Z. Please use the replSetStepDown command with the argument "
-                           "{force: true} to force node to step down.")
+        raise CommandError(
+            262,
+            "No electable secondaries caught up as of "
+            f"{wall_now().isoformat()}Z. Please use the replSetStepDown command with the argument "
+            "{force: true} to force node to step down.",
+        )
     rs.step_down(member, seconds)
     return {}
 
@@ -658,15 +802,21 @@ def cmd_configure_fail_point(call: cmds.Call) -> dict:
 def configure_fail_point(call: cmds.Call) -> dict:
     name = call.arg()
     if name != "failCommand":
-        raise CommandError(2, f"Cannot find failpoint: {name}" if isinstance(name, str) else "bad failpoint name",
-                           code_name="BadValue")
+        raise CommandError(
+            2,
+            f"Cannot find failpoint: {name}" if isinstance(name, str) else "bad failpoint name",
+            code_name="BadValue",
+        )
     mode = call.cmd.get("mode")
     if mode is None:
         raise CommandError(2, "'mode' must be specified", code_name="BadValue")
     data = call.cmd.get("data")
     if mode != "off" and not (isinstance(data, dict) and isinstance(data.get("failCommands"), list)):
-        raise CommandError(2, "failCommand fail point requires 'failCommands' to be specified in 'data'",
-                           code_name="BadValue")
+        raise CommandError(
+            2,
+            "failCommand fail point requires 'failCommands' to be specified in 'data'",
+            code_name="BadValue",
+        )
     count = call.endpoint.failpoint.configure(mode, data)
     return {"count": count}
 
@@ -676,9 +826,11 @@ def cmd_commit_transaction(call: cmds.Call) -> dict:
     ctx = call.op
     rs = call.endpoint.replset
     if call.cmd.get("autocommit") is not False or ctx.session is None:
-        raise CommandError(50768 if ctx.session is None else 50781,
-                           "commitTransaction must be run within a transaction",
-                           code_name="Location50768" if ctx.session is None else "Location50781")
+        raise CommandError(
+            50768 if ctx.session is None else 50781,
+            "commitTransaction must be run within a transaction",
+            code_name="Location50768" if ctx.session is None else "Location50781",
+        )
     number = ctx.txn_number
     txn = ctx.txn
     if txn is None:

@@ -100,7 +100,7 @@ def _encode_number(value, out: bytearray) -> None:
         if math.isnan(value):
             out.append(K_NUMERIC_NAN)
             return
-        if value.is_integer() and abs(value) < 2 ** 63:
+        if value.is_integer() and abs(value) < 2**63:
             value = int(value)
         else:
             # Non-integral doubles: a large/small magnitude marker and the IEEE bits, which keeps
@@ -184,9 +184,15 @@ def _encode_value(value, out: bytearray, name: str | None = None) -> None:
         out += value.time.to_bytes(4, "big") + value.inc.to_bytes(4, "big")
 
 
-def encode_token(cluster_time: Timestamp, token_type: int = TOKEN_TYPE_EVENT, txn_op_index: int = 0,
-                 from_invalidate: bool = False, collection_uuid=None, event_identifier=None,
-                 version: int = TOKEN_VERSION) -> dict:
+def encode_token(
+    cluster_time: Timestamp,
+    token_type: int = TOKEN_TYPE_EVENT,
+    txn_op_index: int = 0,
+    from_invalidate: bool = False,
+    collection_uuid=None,
+    event_identifier=None,
+    version: int = TOKEN_VERSION,
+) -> dict:
     out = bytearray()
     _encode_value(cluster_time, out)
     _encode_number(version, out)
@@ -224,8 +230,12 @@ class TokenData:
 
     def position(self) -> tuple:
         """Sort position: (ts key, token type, txnOpIndex, fromInvalidate)."""
-        return ((self.cluster_time.time << 32) | self.cluster_time.inc, self.token_type,
-                self.txn_op_index, int(self.from_invalidate))
+        return (
+            (self.cluster_time.time << 32) | self.cluster_time.inc,
+            self.token_type,
+            self.txn_op_index,
+            int(self.from_invalidate),
+        )
 
 
 def _read_int(raw: bytes, pos: int) -> tuple[int, int]:
@@ -234,7 +244,7 @@ def _read_int(raw: bytes, pos: int) -> tuple[int, int]:
         return 0, pos + 1
     if K_NUMERIC_POS_1 <= ctype <= K_NUMERIC_POS_8:
         length = ctype - K_NUMERIC_POS_1 + 1
-        value = int.from_bytes(raw[pos + 1:pos + 1 + length], "big") >> 1
+        value = int.from_bytes(raw[pos + 1 : pos + 1 + length], "big") >> 1
         return value, pos + 1 + length
     raise TokenError(f"unexpected KeyString type {ctype} at offset {pos}")
 

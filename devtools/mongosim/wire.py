@@ -43,9 +43,9 @@ class Connection:
         self.sock = sock
         self.peer = peer
         self.id = next(_connection_ids)
-        self.user: str | None = None          # authenticated user name
+        self.user: str | None = None  # authenticated user name
         self.app_name: str | None = None
-        self.sasl: dict = {}                  # conversations in progress
+        self.sasl: dict = {}  # conversations in progress
         self.closed = False
 
     @property
@@ -97,7 +97,7 @@ def parse_message(opcode: int, request_id: int, body: bytes) -> Request:
             pos += 1
             if kind == 0:
                 size = struct.unpack_from("<i", body, pos)[0]
-                command = bsonutil.decode(body[pos:pos + size])
+                command = bsonutil.decode(body[pos : pos + size])
                 pos += size
             elif kind == 1:
                 size = struct.unpack_from("<i", body, pos)[0]
@@ -118,7 +118,7 @@ def parse_message(opcode: int, request_id: int, body: bytes) -> Request:
         collection, pos = _cstring(body, pos)
         pos += 8  # numberToSkip, numberToReturn
         size = struct.unpack_from("<i", body, pos)[0]
-        query = bsonutil.decode(body[pos:pos + size])
+        query = bsonutil.decode(body[pos : pos + size])
         if "$query" in query:
             query = query["$query"]
         db = collection.split(".", 1)[0]
@@ -129,7 +129,7 @@ def parse_message(opcode: int, request_id: int, body: bytes) -> Request:
 def build_reply(request: Request, reply: dict, more_to_come: bool = False) -> bytes:
     payload = bsonutil.encode(reply)
     if request.opcode == OP_QUERY:
-        body = struct.pack("<iqii", 8, 0, 0, 1) + payload   # AwaitCapable, cursor 0, from 0, 1 doc
+        body = struct.pack("<iqii", 8, 0, 0, 1) + payload  # AwaitCapable, cursor 0, from 0, 1 doc
         opcode = OP_REPLY
     else:
         flags = MSG_MORE_TO_COME if more_to_come else 0
@@ -141,7 +141,7 @@ def build_reply(request: Request, reply: dict, more_to_come: bool = False) -> by
 
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self):  # noqa: C901 - the connection loop
-        server: "WireServer" = self.server  # type: ignore[assignment]
+        server: WireServer = self.server  # type: ignore[assignment]
         sock: socket.socket = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(sock, self.client_address)
@@ -211,8 +211,12 @@ class WireServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             return len(self._connections)
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name=f"mongosim-listener-{self.port}", daemon=True)
+        self.thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"mongosim-listener-{self.port}",
+            daemon=True,
+        )
         self.thread.start()
 
     def stop(self) -> None:

@@ -99,15 +99,22 @@ def counts(output: str, topic: str) -> dict[str, int]:
 
 
 def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
-    result = subprocess.run([sys.executable, "-m", "devtools.demo"], cwd=REPO, env=demo_env(),
-                            capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
+    result = subprocess.run(
+        [sys.executable, "-m", "devtools.demo"],
+        cwd=REPO,
+        env=demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+    )
     output = result.stdout
     try:
         assert result.returncode == 0, f"{output[-6000:]}\n{result.stderr[-4000:]}"
         assert "MongoDB: simulator (devtools/mongosim) — not a real mongod" in output
 
-        customers, products, orders = (counts(output, f"demo.shop.{name}") for name in
-                                       ("customers", "products", "orders"))
+        customers, products, orders = (
+            counts(output, f"demo.shop.{name}") for name in ("customers", "products", "orders")
+        )
         assert (customers["r"], products["r"], orders["r"]) == (60, 40, 200)  # the snapshot
         assert customers["c"] == 5 and orders["c"] == 6  # inserts, one order inside the transaction
         assert orders["u"] > 0 and customers["u"] > 0 and products["u"] == 3  # updates, the replace, stock
@@ -117,18 +124,26 @@ def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
         transaction = counts(output, "demo.transaction")
         assert (transaction["BEGIN"], transaction["END"]) == (1, 1)
 
-        for sample in ("read (snapshot)", "update inside the transaction", "delete", "transaction BEGIN",
-                       "transaction END"):
+        for sample in (
+            "read (snapshot)",
+            "update inside the transaction",
+            "delete",
+            "transaction BEGIN",
+            "transaction END",
+        ):
             assert f"-- {sample}: " in output, sample
         assert '"topic": "demo.offsets"' in output and '"status": "completed"' in output
         # The second run's snapshot task had nothing to do and did not spark-submit.
         runs = re.findall(r"spark-submit runs: (.*)", output)
         assert runs == ["mongocdc-snapshot, mongocdc-stream_window", "mongocdc-stream_window"], runs
 
-        assert re.search(r"CHECK OK: (\d+) keys rebuilt from the topics, \1 documents in MongoDB", output), \
+        assert re.search(r"CHECK OK: (\d+) keys rebuilt from the topics, \1 documents in MongoDB", output), (
             output[-3000:]
+        )
         assert "MISMATCH" not in output
-        assert re.search(r"Time per step: 1\. \d+ s, 2\. \d+ s, 3\. \d+ s, 4\. \d+ s, 5\. \d+ s, 6\. \d+ s", output)
+        assert re.search(
+            r"Time per step: 1\. \d+ s, 2\. \d+ s, 3\. \d+ s, 4\. \d+ s, 5\. \d+ s, 6\. \d+ s", output
+        )
         assert_nothing_left(output)
     finally:
         log = log_of(output)
@@ -137,8 +152,14 @@ def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
 
 
 def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator():
-    process = subprocess.Popen([sys.executable, "-m", "devtools.demo"], cwd=REPO, env=demo_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devtools.demo"],
+        cwd=REPO,
+        env=demo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
     reader.start()
@@ -177,17 +198,25 @@ def test_a_mongod_that_cannot_start_is_reported_and_everything_is_stopped(tmp_pa
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "mongod"
-    fake.write_text('#!/bin/sh\n'
-                    'while [ $# -gt 0 ]; do\n'
-                    '  if [ "$1" = "--logpath" ]; then echo "fake mongod: cannot open the data directory" > "$2"; fi\n'
-                    '  shift\n'
-                    'done\n'
-                    'exit 100\n')
+    fake.write_text(
+        "#!/bin/sh\n"
+        "while [ $# -gt 0 ]; do\n"
+        '  if [ "$1" = "--logpath" ]; then echo "fake mongod: cannot open the data directory" > "$2"; fi\n'
+        "  shift\n"
+        "done\n"
+        "exit 100\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     assert shutil.which("mongod", path=demo_env(bin_dir)["PATH"]) == str(fake)
 
-    result = subprocess.run([sys.executable, "-m", "devtools.demo"], cwd=REPO, env=demo_env(bin_dir),
-                            capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
+    result = subprocess.run(
+        [sys.executable, "-m", "devtools.demo"],
+        cwd=REPO,
+        env=demo_env(bin_dir),
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+    )
     output = result.stdout
     try:
         assert result.returncode == 1, f"{output[-4000:]}\n{result.stderr[-4000:]}"

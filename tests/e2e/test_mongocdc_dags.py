@@ -57,8 +57,9 @@ class Stack:
         return MongoClient(self.sim.uri)
 
     def airflow(self, *args: str, timeout: float = RUN_TIMEOUT_S) -> str:
-        result = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True,
-                                timeout=timeout, cwd=self.home)
+        result = subprocess.run(
+            [AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=self.home
+        )
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{output[-6000:]}"
         return output
@@ -106,12 +107,17 @@ def normalised(state: dict[str, str]) -> dict[str, str]:
 def assert_topics_equal_mongo(stack: Stack, collections: Iterable[str] = COLLECTIONS) -> None:
     client = stack.client
     for collection in collections:
-        assert normalised(rebuilt(stack.bootstrap, stack.prefix, collection)) == in_mongo(client, collection), collection
+        assert normalised(rebuilt(stack.bootstrap, stack.prefix, collection)) == in_mongo(
+            client, collection
+        ), collection
 
 
 def read_events(stack: Stack, collection: str) -> int:
-    return sum(1 for _, value in topic_events(stack.bootstrap, f"{stack.prefix}.shop.{collection}")
-               if value is not None and value["op"] == "r")
+    return sum(
+        1
+        for _, value in topic_events(stack.bootstrap, f"{stack.prefix}.shop.{collection}")
+        if value is not None and value["op"] == "r"
+    )
 
 
 def free_port() -> int:
@@ -144,15 +150,18 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
     props = {"topic.prefix": prefix, "collection.include.list": "shop\\..*"}
     with MongoSim(mode="replset") as sim:
         env = dict(airflow_env)
-        env.update({
-            "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(props),
-            "MONGOCDC_POOL": f"mongocdc_{prefix}",
-            "SPARK_CONF_DIR": str(spark_conf),
-        })
+        env.update(
+            {
+                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
+                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+                ),
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(props),
+                "MONGOCDC_POOL": f"mongocdc_{prefix}",
+                "SPARK_CONF_DIR": str(spark_conf),
+            }
+        )
         stack = Stack(sim, prefix, kafka_bootstrap, env, home)
         stack.airflow("pools", "set", f"mongocdc_{prefix}", "1", f"MongoDB CDC connector {prefix}")
         try:
@@ -217,8 +226,11 @@ class Api:
         raise AssertionError(f"{dag_id} run {run_id} did not finish within {timeout} s: {run}")
 
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
-        response = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
-                             headers={"Accept": "text/plain"})
+        response = self.call(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
+            headers={"Accept": "text/plain"},
+        )
         return response.text[-6000:]
 
 
@@ -228,18 +240,20 @@ def start_airflow(stack: Stack) -> Api:
     password = uuid.uuid4().hex
     passwords = stack.home / "passwords.json"
     passwords.write_text(json.dumps({"admin": password}))
-    stack.env.update({
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-    })
+    stack.env.update(
+        {
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        }
+    )
     commands = {
         "api-server": [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         "scheduler": [AIRFLOW, "scheduler", "--skip-serve-logs"],
@@ -247,8 +261,16 @@ def start_airflow(stack: Stack) -> Api:
     }
     for name, command in commands.items():
         log = open(stack.home / f"{name}.log", "w")
-        stack.processes.append(subprocess.Popen(command, env=stack.env, stdout=log, stderr=subprocess.STDOUT,
-                                                cwd=stack.home, start_new_session=True))
+        stack.processes.append(
+            subprocess.Popen(
+                command,
+                env=stack.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=stack.home,
+                start_new_session=True,
+            )
+        )
     api = Api(f"http://127.0.0.1:{port}", password)
     deadline = time.monotonic() + 120
     while True:
@@ -282,8 +304,10 @@ def test_watchdog_finds_the_gap_and_resnapshots_then_rest_api_params_are_used(st
     assert api.call("PATCH", "/api/v2/dags/mongocdc_resnapshot", json={"is_paused": False}).status_code == 200
 
     (watchdog_run,) = api.call("GET", "/api/v2/dags/mongocdc_watchdog/dagRuns").json()["dag_runs"]
-    links = api.call("GET", f"/api/v2/dags/mongocdc_watchdog/dagRuns/{watchdog_run['dag_run_id']}/"
-                            "taskInstances/detect_gap/links").json()["extra_links"]
+    links = api.call(
+        "GET",
+        f"/api/v2/dags/mongocdc_watchdog/dagRuns/{watchdog_run['dag_run_id']}/taskInstances/detect_gap/links",
+    ).json()["extra_links"]
     assert links["Re-snapshot (trigger form)"].endswith("/dags/mongocdc_resnapshot")
 
     runs = api.call("GET", "/api/v2/dags/mongocdc_resnapshot/dagRuns").json()["dag_runs"]
@@ -291,7 +315,9 @@ def test_watchdog_finds_the_gap_and_resnapshots_then_rest_api_params_are_used(st
     assert gap_run["dag_run_id"].startswith(f"gap__{stack.prefix}__rs0-")
     assert gap_run["conf"]["mode"] == "gap" and gap_run["conf"]["gap_report"]["gap_partitions"] == ["rs0"]
     finished = api.wait_run("mongocdc_resnapshot", gap_run["dag_run_id"])
-    assert finished["state"] == "success", api.task_log("mongocdc_resnapshot", gap_run["dag_run_id"], "resnapshot")
+    assert finished["state"] == "success", api.task_log(
+        "mongocdc_resnapshot", gap_run["dag_run_id"], "resnapshot"
+    )
 
     repaired = stack.offsets()
     assert repaired.snapshot.snapshot_id != before_resnapshot.snapshot.snapshot_id
@@ -301,18 +327,24 @@ def test_watchdog_finds_the_gap_and_resnapshots_then_rest_api_params_are_used(st
 
     # The trigger form's path: POST a run with conf.
     conf = {"collections": ["shop.customers"], "reason": "refresh customers", "mode": "manual"}
-    created = api.call("POST", "/api/v2/dags/mongocdc_resnapshot/dagRuns",
-                       json={"logical_date": None, "conf": conf})
+    created = api.call(
+        "POST", "/api/v2/dags/mongocdc_resnapshot/dagRuns", json={"logical_date": None, "conf": conf}
+    )
     assert created.status_code == 200, created.text
     run_id = created.json()["dag_run_id"]
     finished = api.wait_run("mongocdc_resnapshot", run_id)
     assert finished["state"] == "success", api.task_log("mongocdc_resnapshot", run_id, "resnapshot")
 
-    xcom = api.call("GET", f"/api/v2/dags/mongocdc_resnapshot/dagRuns/{run_id}/taskInstances/resnapshot/"
-                           "xcomEntries/return_value").json()["value"]
+    xcom = api.call(
+        "GET",
+        f"/api/v2/dags/mongocdc_resnapshot/dagRuns/{run_id}/taskInstances/resnapshot/"
+        "xcomEntries/return_value",
+    ).json()["value"]
     summary = xcom if isinstance(xcom, dict) else json.loads(xcom)
     assert summary["resnapshot"]["collections"] == ["shop.customers"]
-    assert summary["resnapshot"]["mode"] == "manual" and summary["resnapshot"]["reason"] == "refresh customers"
+    assert (
+        summary["resnapshot"]["mode"] == "manual" and summary["resnapshot"]["reason"] == "refresh customers"
+    )
     assert summary["resnapshot"]["reset_offset"] is False
     assert summary["collections"] == {"shop.customers": client.shop.customers.count_documents({})}
     assert read_events(stack, "customers") == customers_reads + client.shop.customers.count_documents({})

@@ -20,9 +20,13 @@ def spark_jvm():
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("mongocdc-faults")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mongocdc-faults")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     session.stop()
     gateway = SparkContext._gateway
     package_logger = logging.getLogger("airflow_provider_mongocdc")
@@ -30,7 +34,11 @@ def spark_jvm():
     try:
         yield
     finally:
-        package_logger.handlers[:], package_logger.level, package_logger.propagate = handlers, level, propagate
+        package_logger.handlers[:], package_logger.level, package_logger.propagate = (
+            handlers,
+            level,
+            propagate,
+        )
         if SparkContext._gateway is gateway:  # (another suite's fixture may have reused and ended it)
             if SparkContext._active_spark_context is not None:
                 SparkContext._active_spark_context.stop()
@@ -51,15 +59,24 @@ def run_in_jvm(spark_jvm, tmp_path):
     jobs = {"snapshot": snapshot_app.job, "stream_window": window_app.job}
     counter = [0]
 
-    def run(application: str, connector: dict[str, Any], mongo: dict[str, Any], kafka: dict[str, Any],
-            **params: Any) -> dict[str, Any]:
+    def run(
+        application: str,
+        connector: dict[str, Any],
+        mongo: dict[str, Any],
+        kafka: dict[str, Any],
+        **params: Any,
+    ) -> dict[str, Any]:
         counter[0] += 1
-        spec = JobSpec(application, connector, mongo, kafka, params).write(tmp_path / f"jvm-spec-{counter[0]}.json")
+        spec = JobSpec(application, connector, mongo, kafka, params).write(
+            tmp_path / f"jvm-spec-{counter[0]}.json"
+        )
         result = Path(tmp_path / f"jvm-result-{counter[0]}.json")
         package_logger = logging.getLogger("airflow_provider_mongocdc")
         saved = package_logger.handlers[:], package_logger.level, package_logger.propagate
         try:  # the runtime points the package's logger at stderr, as in a Spark driver
-            code = runtime.run(application, jobs[application], ["--job-spec", str(spec), "--result", str(result)])
+            code = runtime.run(
+                application, jobs[application], ["--job-spec", str(spec), "--result", str(result)]
+            )
         finally:
             package_logger.handlers[:], package_logger.level, package_logger.propagate = saved
         outcome = json.loads(result.read_text())

@@ -26,8 +26,14 @@ from devtools.kafka.reading import read_topic
 # count also carry the ``slow`` marker.
 TRIALS_ENV = "MONGOCDC_FAULT_TRIALS"
 DEFAULT_TRIALS = 2
-SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.ui.enabled=false",
-              "--conf", "spark.ui.showConsoleProgress=false"]
+SPARK_ARGS = [
+    "--master",
+    "local[2]",
+    "--conf",
+    "spark.ui.enabled=false",
+    "--conf",
+    "spark.ui.showConsoleProgress=false",
+]
 RUN_TIMEOUT_S = 300.0
 
 
@@ -46,9 +52,10 @@ def trial_count() -> int:
 
 def trial_params() -> list:
     """``seed`` parameters 0..n-1; the ones past the default count are marked ``slow``."""
-    return [pytest.param(seed, id=f"seed{seed}",
-                         marks=[pytest.mark.slow] if seed >= DEFAULT_TRIALS else [])
-            for seed in range(trial_count())]
+    return [
+        pytest.param(seed, id=f"seed{seed}", marks=[pytest.mark.slow] if seed >= DEFAULT_TRIALS else [])
+        for seed in range(trial_count())
+    ]
 
 
 def spark_env() -> dict[str, str]:
@@ -56,8 +63,15 @@ def spark_env() -> dict[str, str]:
 
 
 def spark_command(spark_submit: str, application: str, spec: Path, result: Path) -> list[str]:
-    return [spark_submit, *SPARK_ARGS, application_path(application), "--job-spec", str(spec),
-            "--result", str(result)]
+    return [
+        spark_submit,
+        *SPARK_ARGS,
+        application_path(application),
+        "--job-spec",
+        str(spec),
+        "--result",
+        str(result),
+    ]
 
 
 @dataclass
@@ -76,17 +90,25 @@ class AppRun:
 
     @property
     def failed(self) -> bool:
-        return self.returncode not in (0, None) and bool(self.result) and self.result.get("status") == "failed"
+        return (
+            self.returncode not in (0, None) and bool(self.result) and self.result.get("status") == "failed"
+        )
 
     def describe(self) -> str:
         return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
 
 
-def run_app(spark_submit: str, application: str, spec: Path, result: Path, *,
-            timeout: float = RUN_TIMEOUT_S) -> AppRun:
+def run_app(
+    spark_submit: str, application: str, spec: Path, result: Path, *, timeout: float = RUN_TIMEOUT_S
+) -> AppRun:
     began = time.monotonic()
-    done = subprocess.run(spark_command(spark_submit, application, spec, result), capture_output=True,
-                          text=True, timeout=timeout, env=spark_env())
+    done = subprocess.run(
+        spark_command(spark_submit, application, spec, result),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=spark_env(),
+    )
     return AppRun(done.returncode, done.stdout + done.stderr, read_result(result), time.monotonic() - began)
 
 
@@ -99,9 +121,13 @@ class Submitted:
         self.log_path = log
         self.began = time.monotonic()
         with open(log, "w") as out:
-            self.process = subprocess.Popen(spark_command(spark_submit, application, spec, result),
-                                            stdout=out, stderr=subprocess.STDOUT, env=spark_env(),
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                spark_command(spark_submit, application, spec, result),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=spark_env(),
+                start_new_session=True,
+            )
 
     @property
     def elapsed(self) -> float:
@@ -134,8 +160,12 @@ class Submitted:
         finally:
             if self.process.poll() is None:
                 self.kill()
-        return AppRun(self.process.returncode, self.log_path.read_text(errors="replace"),
-                      read_result(self.result_path), self.elapsed)
+        return AppRun(
+            self.process.returncode,
+            self.log_path.read_text(errors="replace"),
+            read_result(self.result_path),
+            self.elapsed,
+        )
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -147,13 +177,20 @@ class Watermark:
 
     def __init__(self, bootstrap: str, topic: str):
         self.topic = topic
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex}",
-                                  "enable.auto.commit": False, "allow.auto.create.topics": False})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"watch-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "allow.auto.create.topics": False,
+            }
+        )
 
     def high(self) -> int:
         try:
-            _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=5,
-                                                              cached=False)
+            _low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, 0), timeout=5, cached=False
+            )
         except Exception:  # the topic does not exist yet
             return -1
         return high
@@ -192,7 +229,7 @@ class Span:
         return "write", point - self.first_write
 
 
-def kill_at(submitted: "Submitted", watermark: "Watermark", point: tuple[str, float]) -> tuple[bool, float]:
+def kill_at(submitted: Submitted, watermark: Watermark, point: tuple[str, float]) -> tuple[bool, float]:
     """Kill ``submitted`` at ``point`` (see :meth:`Span.kill_point`); returns whether it was still
     running and when the kill fell (seconds after the launch)."""
     anchor, delay = point
@@ -254,8 +291,9 @@ def changes(bootstrap: str, topic: str) -> list[Change]:
     return out
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1,
-             message: str = "condition not met") -> None:
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, interval: float = 0.1, message: str = "condition not met"
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, message
@@ -280,8 +318,9 @@ class Connections:
             fields.update(login=login, password=password)
         return self.add(conn_id, fields)
 
-    def kafka(self, conn_id: str, config: dict[str, Any], login: str | None = None,
-              password: str | None = None) -> str:
+    def kafka(
+        self, conn_id: str, config: dict[str, Any], login: str | None = None, password: str | None = None
+    ) -> str:
         fields: dict[str, Any] = {"conn_type": "mongocdc_kafka", "extra": dict(config)}
         if login:
             fields.update(login=login, password=password)

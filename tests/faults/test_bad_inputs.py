@@ -78,8 +78,13 @@ def submitted(monkeypatch) -> list[str]:
 
 
 def _operators(prefix: str, props: dict, mongo_conn_id: str, **extra) -> list:
-    common = dict(connector_config=props, mongo_conn_id=mongo_conn_id, kafka_conn_id="faults_kafka",
-                  spark_conn_id="faults_spark", conf={"spark.ui.enabled": "false"})
+    common = dict(
+        connector_config=props,
+        mongo_conn_id=mongo_conn_id,
+        kafka_conn_id="faults_kafka",
+        spark_conn_id="faults_spark",
+        conf={"spark.ui.enabled": "false"},
+    )
     return [
         MongoSnapshotOperator(task_id="snapshot", **common, **extra.get("snapshot", {})),
         MongoStreamWindowOperator(task_id="window", **common, **extra.get("window", {})),
@@ -89,10 +94,15 @@ def _operators(prefix: str, props: dict, mongo_conn_id: str, **extra) -> list:
 
 # -- configuration ---------------------------------------------------------------------------------
 def test_invalid_values_and_unknown_properties_are_refused_by_every_operator_before_submitting(
-        mongodb_uri, connections, kafka_bootstrap, unique_name, submitted):
+    mongodb_uri, connections, kafka_bootstrap, unique_name, submitted
+):
     mongo = connections.mongo("faults_mongo", mongodb_uri)
-    props = {"topic.prefix": unique_name, "snapshot.mode": "sometimes", "max.batch.sise": 100,
-             "heartbeat.interval.ms": -5}
+    props = {
+        "topic.prefix": unique_name,
+        "snapshot.mode": "sometimes",
+        "max.batch.sise": 100,
+        "heartbeat.interval.ms": -5,
+    }
     context = {"data_interval_end": datetime.now(timezone.utc)}
     for operator in _operators(unique_name, props, mongo):
         with pytest.raises((AirflowException, MongoCdcError)) as info:
@@ -106,8 +116,14 @@ def test_invalid_values_and_unknown_properties_are_refused_by_every_operator_bef
 
     # Run parameters of the operators are checked before submitting too.
     good = {"topic.prefix": unique_name}
-    bad_parameters = _operators(unique_name, good, mongo, snapshot={"collections": ["no-database-part"]},
-                                window={"idle_timeout": -1}, resnapshot={"mode": "sometimes"})
+    bad_parameters = _operators(
+        unique_name,
+        good,
+        mongo,
+        snapshot={"collections": ["no-database-part"]},
+        window={"idle_timeout": -1},
+        resnapshot={"mode": "sometimes"},
+    )
     expected = ["no-database-part", "idle_timeout_s=-1", "Unknown re-snapshot mode 'sometimes'"]
     for operator, text in zip(bad_parameters, expected):
         with pytest.raises((AirflowException, MongoCdcError)) as info:
@@ -115,16 +131,22 @@ def test_invalid_values_and_unknown_properties_are_refused_by_every_operator_bef
         assert text in str(info.value) and "Fix:" in str(info.value), str(info.value)
 
     assert submitted == []  # refused before spark-submit
-    assert f"{unique_name}.offsets" not in _topics(kafka_bootstrap) or \
-        OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets").read_all() == {}
+    assert (
+        f"{unique_name}.offsets" not in _topics(kafka_bootstrap)
+        or OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets").read_all() == {}
+    )
 
 
 # -- the MongoDB server ----------------------------------------------------------------------------
-def test_standalone_server_is_refused_by_the_window_operator(mongosim, connections, kafka_bootstrap,
-                                                             unique_name):
+def test_standalone_server_is_refused_by_the_window_operator(
+    mongosim, connections, kafka_bootstrap, unique_name
+):
     sim = mongosim(mode="standalone")
-    operator = _operators(unique_name, {"topic.prefix": unique_name, "connect.max.attempts": 1},
-                          connections.mongo("faults_standalone", sim.uri))[1]
+    operator = _operators(
+        unique_name,
+        {"topic.prefix": unique_name, "connect.max.attempts": 1},
+        connections.mongo("faults_standalone", sim.uri),
+    )[1]
     with pytest.raises(AirflowException) as info:
         operator.execute({"data_interval_end": datetime.now(timezone.utc)})
     message = str(info.value)
@@ -135,12 +157,18 @@ def test_standalone_server_is_refused_by_the_window_operator(mongosim, connectio
 
 
 def test_unreachable_mongodb_fails_snapshot_and_window_clearly_and_keeps_the_offset(
-        connections, kafka_bootstrap, unique_name, submitted):
+    connections, kafka_bootstrap, unique_name, submitted
+):
     port = _free_port()  # nothing listens there
     mongo = connections.mongo("faults_unreachable", f"mongodb://127.0.0.1:{port}/?replicaSet=rs0")
-    props = {"topic.prefix": unique_name, "connect.max.attempts": 1,
-             "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 10,
-             "mongodb.server.selection.timeout.ms": 300, "mongodb.connect.timeout.ms": 300}
+    props = {
+        "topic.prefix": unique_name,
+        "connect.max.attempts": 1,
+        "connect.backoff.initial.delay.ms": 10,
+        "connect.backoff.max.delay.ms": 10,
+        "mongodb.server.selection.timeout.ms": 300,
+        "mongodb.connect.timeout.ms": 300,
+    }
     snapshot, window, _ = _operators(unique_name, props, mongo)
 
     # The snapshot operator finds out before submitting anything.
@@ -157,7 +185,9 @@ def test_unreachable_mongodb_fails_snapshot_and_window_clearly_and_keeps_the_off
 
     # The window finds out in its Spark driver; a stored offset stays as it was.
     partition = OffsetPartition(unique_name, "rs0")
-    stored = store.write(partition, OffsetState(position=Position(cluster_time=Timestamp(int(time.time()) - 60, 1))))
+    stored = store.write(
+        partition, OffsetState(position=Position(cluster_time=Timestamp(int(time.time()) - 60, 1)))
+    )
     with pytest.raises(AirflowException) as info:
         window.execute({"data_interval_end": datetime.now(timezone.utc)})
     message = str(info.value)
@@ -169,15 +199,22 @@ def test_unreachable_mongodb_fails_snapshot_and_window_clearly_and_keeps_the_off
 
 # -- snapshot data -----------------------------------------------------------------------------------
 def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
-        mongodb_uri, kafka_bootstrap, unique_name, run_in_jvm):
+    mongodb_uri, kafka_bootstrap, unique_name, run_in_jvm
+):
     database = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         rs = client.admin.command("hello")["setName"]
         client[database].items.insert_many([{"_id": n, "pad": "x" * 200} for n in range(200)])
         client[database].items.insert_one({"_id": 137.5, "big": "y" * 60_000})  # inside a middle chunk
-    props = {"topic.prefix": unique_name, "database.include.list": database, "snapshot.chunk.size": 20,
-             "snapshot.max.threads": 2, "event.max.bytes": 20_000, "connect.max.attempts": 1}
+    props = {
+        "topic.prefix": unique_name,
+        "database.include.list": database,
+        "snapshot.chunk.size": 20,
+        "snapshot.max.threads": 2,
+        "event.max.bytes": 20_000,
+        "connect.max.attempts": 1,
+    }
     mongo = {"connection_string": mongodb_uri}
     store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=30)
     partition = OffsetPartition(unique_name, rs)
@@ -208,8 +245,9 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
     assert sum(marker.stats.get("skipped_oversize", 0) for marker in markers.values()) == 1
 
 
-def test_collection_dropped_while_the_snapshot_copies_it(mongodb_uri, kafka_bootstrap, unique_name,
-                                                         run_in_jvm, capfd):
+def test_collection_dropped_while_the_snapshot_copies_it(
+    mongodb_uri, kafka_bootstrap, unique_name, run_in_jvm, capfd
+):
     """Expected, as with Debezium (whose snapshot reads each collection with a find): the snapshot
     does not crash and its offsets stay consistent; the dropped collection's read events are the
     documents that were read before the drop, each once. A real MongoDB kills a find cursor on a
@@ -222,9 +260,17 @@ def test_collection_dropped_while_the_snapshot_copies_it(mongodb_uri, kafka_boot
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         rs = client.admin.command("hello")["setName"]
         for name, count in sizes.items():
-            client[database][name].insert_many([{"_id": n, "name": name, "pad": "z" * 300} for n in range(count)])
-    props = {"topic.prefix": unique_name, "database.include.list": database, "snapshot.chunk.size": 25,
-             "snapshot.max.threads": 2, "snapshot.fetch.size": 10, "connect.max.attempts": 1}
+            client[database][name].insert_many(
+                [{"_id": n, "name": name, "pad": "z" * 300} for n in range(count)]
+            )
+    props = {
+        "topic.prefix": unique_name,
+        "database.include.list": database,
+        "snapshot.chunk.size": 25,
+        "snapshot.max.threads": 2,
+        "snapshot.fetch.size": 10,
+        "connect.max.attempts": 1,
+    }
     mongo = {"connection_string": mongodb_uri}
     store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=30)
     partition = OffsetPartition(unique_name, rs)
@@ -245,8 +291,12 @@ def test_collection_dropped_while_the_snapshot_copies_it(mongodb_uri, kafka_boot
             return 0
         return len(data_chunks_finished(store.chunk_markers(partition, state.snapshot.snapshot_id)))
 
-    wait_for(lambda: chunks_committed() >= 3 or not thread.is_alive(), timeout=240, interval=0.2,
-             message="no chunk committed in time")
+    wait_for(
+        lambda: chunks_committed() >= 3 or not thread.is_alive(),
+        timeout=240,
+        interval=0.2,
+        message="no chunk committed in time",
+    )
     assert thread.is_alive(), f"the snapshot ended before the drop: {outcome}"
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         client[database].drop_collection("b_dropped")
@@ -270,15 +320,23 @@ def test_collection_dropped_while_the_snapshot_copies_it(mongodb_uri, kafka_boot
     assert len(markers) == state.snapshot.plan_size
     read = {}
     for name, count in sizes.items():
-        keys = Counter(int(json_util.loads(event.key)) for event in
-                       changes(kafka_bootstrap, f"{unique_name}.{database}.{name}"))
+        keys = Counter(
+            int(json_util.loads(event.key))
+            for event in changes(kafka_bootstrap, f"{unique_name}.{database}.{name}")
+        )
         assert set(keys.values()) <= {1}, f"{name}: a document was read twice"
         assert set(keys) <= set(range(count))
         read[name] = len(keys)
-        assert sum(m.stats["events"] for m in markers.values() if m.stats["ns"] == f"{database}.{name}") \
-            == len(keys) == summary["collections"].get(f"{database}.{name}", 0)
+        assert (
+            sum(m.stats["events"] for m in markers.values() if m.stats["ns"] == f"{database}.{name}")
+            == len(keys)
+            == summary["collections"].get(f"{database}.{name}", 0)
+        )
     assert read["a_kept"] == 300 and read["c_kept"] == 300  # the other collections are complete
     print(f"read before the drop: {read['b_dropped']} of {sizes['b_dropped']} documents of b_dropped")
-    lasts = sum(bool(event.payload and event.payload["source"]["snapshot"] == "last")
-                for name in sizes for event in changes(kafka_bootstrap, f"{unique_name}.{database}.{name}"))
+    lasts = sum(
+        bool(event.payload and event.payload["source"]["snapshot"] == "last")
+        for name in sizes
+        for event in changes(kafka_bootstrap, f"{unique_name}.{database}.{name}")
+    )
     assert lasts == 1  # the final chunk is c_kept's

@@ -45,7 +45,8 @@ def broker():
 
 
 def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_once(
-        broker, mongodb_uri, unique_name, monkeypatch):
+    broker, mongodb_uri, unique_name, monkeypatch
+):
     db_name = unique_name[:40]
     kafka_plain = {"bootstrap.servers": broker.bootstrap_servers}
     props = connector(unique_name, db_name, {"max.batch.size": 5, "provide.transaction.metadata": False})
@@ -53,27 +54,39 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     store, partition = seed_offset(mongodb_uri, kafka_plain, props)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         for start in range(0, CHANGES - 1, 500):
-            client[db_name].items.insert_many([{"_id": n} for n in range(start, min(start + 500, CHANGES - 1))])
+            client[db_name].items.insert_many(
+                [{"_id": n} for n in range(start, min(start + 500, CHANGES - 1))]
+            )
         end = next_second(insert_at(client[db_name].items, {"_id": CHANGES - 1}))
         pass_second(client, end, f"{db_name}_m")
     connections = Connections(monkeypatch)
     operator = MongoStreamWindowOperator(
-        task_id="window", connector_config=props, mongo_conn_id=connections.mongo("bd_mongo", mongodb_uri),
+        task_id="window",
+        connector_config=props,
+        mongo_conn_id=connections.mongo("bd_mongo", mongodb_uri),
         kafka_conn_id=connections.kafka("bd_kafka", {**kafka_plain, **PRODUCER_TIMEOUTS}),
-        spark_conn_id=connections.spark(), conf={"spark.ui.enabled": "false"}, idle_timeout=20)
+        spark_conn_id=connections.spark(),
+        conf={"spark.ui.enabled": "false"},
+        idle_timeout=20,
+    )
     outcome: dict = {}
 
     def window() -> None:
         try:
-            outcome["summary"] = operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
+            outcome["summary"] = operator.execute(
+                {"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)}
+            )
         except BaseException as error:  # asserted below
             outcome["error"] = error
         outcome["finished"] = time.monotonic()
 
     thread = threading.Thread(target=window, daemon=True)
     thread.start()
-    wait_for(lambda: (store.read(partition).events >= 20) or not thread.is_alive(), timeout=240,
-             message="the window committed nothing in time")
+    wait_for(
+        lambda: (store.read(partition).events >= 20) or not thread.is_alive(),
+        timeout=240,
+        message="the window committed nothing in time",
+    )
     assert thread.is_alive(), f"the window ended before the broker was killed: {outcome}"
     broker.kill()
     killed_at = time.monotonic()
@@ -89,8 +102,10 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     assert isinstance(error, AirflowException), repr(error)
     message = str(error)
     assert "Kafka" in message and "Cause:" in message and "Fix:" in message, message
-    assert "the run continues from the last committed offset" in message or \
-        "nothing past the last committed offset" in message, message
+    assert (
+        "the run continues from the last committed offset" in message
+        or "nothing past the last committed offset" in message
+    ), message
     topic = f"{unique_name}.{db_name}.items"
     committed = store.read(partition)
     visible = [int(event.key) for event in changes(broker.bootstrap_servers, topic) if event.payload]
@@ -100,7 +115,9 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
 
     # The re-run (the code a Spark task runs) continues from the last committed offset.
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    summary = run_window(target, config, {**kafka_plain, **PRODUCER_TIMEOUTS}, WindowParams(end, idle_timeout_s=20))
+    summary = run_window(
+        target, config, {**kafka_plain, **PRODUCER_TIMEOUTS}, WindowParams(end, idle_timeout_s=20)
+    )
     assert summary["events"] == CHANGES - len(visible) and summary["reached_end"] is True
     ids = [int(event.key) for event in changes(broker.bootstrap_servers, topic) if event.payload]
     assert ids == list(range(CHANGES))  # every change once, in order
@@ -111,4 +128,5 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     assert failed_while_down, (
         f"with the broker down the window did not fail within {FAILURE_BOUND_S:.0f} s (it ended "
         f"{took:.0f} s after the kill, once the broker was back): the failure is not bounded by the "
-        f"Kafka connection's timeouts {PRODUCER_TIMEOUTS}; its error: {message}")
+        f"Kafka connection's timeouts {PRODUCER_TIMEOUTS}; its error: {message}"
+    )

@@ -36,8 +36,14 @@ def _canonical(value) -> str:
 
 
 def _end_offset(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "faults-end-offset",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "faults-end-offset",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
     finally:
@@ -83,11 +89,16 @@ def in_mongo(client, collection: str) -> dict[str, str]:
 
 
 def test_purge_between_windows_is_found_and_resnapshot_converges(
-        mongosim, kafka_bootstrap, unique_name, run_in_jvm):
+    mongosim, kafka_bootstrap, unique_name, run_in_jvm
+):
     sim = mongosim("replset")
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = {"topic.prefix": unique_name, "collection.include.list": r"shop\..*",
-             "snapshot.chunk.size": 20, "connect.max.attempts": 1}
+    props = {
+        "topic.prefix": unique_name,
+        "collection.include.list": r"shop\..*",
+        "snapshot.chunk.size": 20,
+        "connect.max.attempts": 1,
+    }
     config = ConnectorConfig.from_properties(props)
     details = MongoConnectionDetails(connection_string=sim.uri)
     mongo = {"connection_string": sim.uri}
@@ -142,11 +153,16 @@ def test_purge_between_windows_is_found_and_resnapshot_converges(
     summary = again["summary"]
     assert summary["action"] == "snapshot" and summary["snapshot_id"] != first["summary"]["snapshot_id"]
     assert summary["collections"] == {"shop.orders": 64, "shop.customers": 26}
-    ranges = {name: (ranges_start[name], _end_offset(kafka_bootstrap, topic)) for name, topic in topics.items()}
-    assert {name: read_events_between(kafka_bootstrap, topics[name], *span) for name, span in ranges.items()} \
-        == {"orders": 64, "customers": 26}
+    ranges = {
+        name: (ranges_start[name], _end_offset(kafka_bootstrap, topic)) for name, topic in topics.items()
+    }
+    assert {
+        name: read_events_between(kafka_bootstrap, topics[name], *span) for name, span in ranges.items()
+    } == {"orders": 64, "customers": 26}
     repaired = store.read(partition)
-    assert repaired.position == repaired.snapshot.start == Position.from_json(summary["start_position"]["rs0"])
+    assert (
+        repaired.position == repaired.snapshot.start == Position.from_json(summary["start_position"]["rs0"])
+    )
     assert repaired.snapshot.snapshot_id == summary["snapshot_id"]
     report = GapChecker(config, details).check(store.read_all())
     assert not report.gap

@@ -73,13 +73,19 @@ class SnapshotData:
     tmp: Path
 
     def connector(self, prefix: str) -> dict:
-        return {"topic.prefix": prefix, "database.include.list": self.database,
-                "snapshot.chunk.size": 50, "snapshot.max.threads": 2, "snapshot.fetch.size": 25,
-                "connect.max.attempts": 1}
+        return {
+            "topic.prefix": prefix,
+            "database.include.list": self.database,
+            "snapshot.chunk.size": 50,
+            "snapshot.max.threads": 2,
+            "snapshot.fetch.size": 25,
+            "connect.max.attempts": 1,
+        }
 
     def spec(self, prefix: str):
-        return write_snapshot_spec(self.tmp / prefix, self.connector(prefix), mongo_details(self.uri),
-                                   self.kafka)
+        return write_snapshot_spec(
+            self.tmp / prefix, self.connector(prefix), mongo_details(self.uri), self.kafka
+        )
 
 
 def assert_snapshot_exactly_once(data: SnapshotData, prefix: str, summary: dict) -> None:
@@ -91,8 +97,9 @@ def assert_snapshot_exactly_once(data: SnapshotData, prefix: str, summary: dict)
         keys = Counter(_canonical(_key_value(event.key)) for event in events)
         duplicates = {key: n for key, n in keys.items() if n > 1}
         assert not duplicates, f"{name}: documents read more than once: {list(duplicates)[:5]}"
-        assert set(keys) == {_canonical(_id) for _id in ids}, \
+        assert set(keys) == {_canonical(_id) for _id in ids}, (
             f"{name}: {len(keys)} documents read of {len(ids)}"
+        )
         for event in events:
             assert event.op == "r" and event.payload["source"]["snapshot"] in (True, "true", "last")
             assert _canonical(event.after["_id"]) == _canonical(_key_value(event.key))
@@ -103,8 +110,9 @@ def assert_snapshot_exactly_once(data: SnapshotData, prefix: str, summary: dict)
     state = store.read(OffsetPartition(prefix, data.rs))
     assert state is not None and state.snapshot.status == SNAPSHOT_COMPLETED, state
     assert state.position == state.snapshot.start  # streaming starts where the snapshot began
-    markers = data_chunks_finished(store.chunk_markers(OffsetPartition(prefix, data.rs),
-                                                       state.snapshot.snapshot_id))
+    markers = data_chunks_finished(
+        store.chunk_markers(OffsetPartition(prefix, data.rs), state.snapshot.snapshot_id)
+    )
     assert len(markers) == state.snapshot.plan_size
     assert sum(marker.stats["docs"] for marker in markers.values()) == sum(SNAPSHOT_SIZES.values())
     if summary.get("action") in ("snapshot", "resume"):
@@ -120,14 +128,16 @@ def snapshot_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) 
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         ids = seed(client, database, SNAPSHOT_SIZES)
         rs = client.admin.command("hello")["setName"]
-    data = SnapshotData(mongodb_uri, {"bootstrap.servers": kafka_bootstrap}, database, rs, ids,
-                        Span(0, 0, 0), tmp)
+    data = SnapshotData(
+        mongodb_uri, {"bootstrap.servers": kafka_bootstrap}, database, rs, ids, Span(0, 0, 0), tmp
+    )
     prefix = f"fsnap_calib_{uuid.uuid4().hex[:6]}"
     spec, result = data.spec(prefix)
     watermark = Watermark(kafka_bootstrap, f"{prefix}.offsets")
     try:
-        data.span, run = measure(Submitted(spark_submit, "snapshot", spec, result, tmp / "calibration.log"),
-                                 watermark)
+        data.span, run = measure(
+            Submitted(spark_submit, "snapshot", spec, result, tmp / "calibration.log"), watermark
+        )
     finally:
         watermark.close()
     summary = run.summary
@@ -138,7 +148,8 @@ def snapshot_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) 
 
 @pytest.mark.parametrize("seed", trial_params())
 def test_snapshot_killed_at_a_random_point_then_rerun_reads_each_document_once(
-        snapshot_data, spark_submit, run_in_jvm, seed):
+    snapshot_data, spark_submit, run_in_jvm, seed
+):
     data = snapshot_data
     prefix = f"fsnap{seed}_{uuid.uuid4().hex[:6]}"
     point = data.span.kill_point(seed, trial_count())
@@ -152,9 +163,11 @@ def test_snapshot_killed_at_a_random_point_then_rerun_reads_each_document_once(
     store = OffsetStore(data.kafka, f"{prefix}.offsets", read_timeout_s=30)
     partition = OffsetPartition(prefix, data.rs)
     interrupted = store.read(partition)
-    print(f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
-          f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
-          f"running={was_running}; offset then: {interrupted.snapshot.status if interrupted else 'none'}")
+    print(
+        f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
+        f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
+        f"running={was_running}; offset then: {interrupted.snapshot.status if interrupted else 'none'}"
+    )
 
     # The re-run: the snapshot application again (in this process's Spark JVM).
     outcome = run_in_jvm("snapshot", data.connector(prefix), mongo_details(data.uri), data.kafka)
@@ -249,12 +262,16 @@ def assert_window_exactly_once(data: WindowData, prefix: str) -> None:
         else:
             assert event.op == "d", event.payload
             value = None
-            assert index + 1 < len(events) and events[index + 1].payload is None \
-                and events[index + 1].key == event.key, f"delete of {key} without its tombstone"
+            assert (
+                index + 1 < len(events)
+                and events[index + 1].payload is None
+                and events[index + 1].key == event.key
+            ), f"delete of {key} without its tombstone"
         seen.setdefault(key, []).append((event.op, value))
     for key in sorted(set(seen) | set(data.expected)):
-        assert seen.get(key) == data.expected.get(key), \
+        assert seen.get(key) == data.expected.get(key), (
             f"key {key}: events {seen.get(key)} but changes {data.expected.get(key)}"
+        )
 
     markers = [event.payload for event in changes(bootstrap, f"{prefix}.transaction")]
     statuses = Counter((marker["id"], marker["status"]) for marker in markers)
@@ -266,7 +283,8 @@ def assert_window_exactly_once(data: WindowData, prefix: str) -> None:
     total = sum(len(ops) for ops in data.expected.values())
     config = ConnectorConfig.from_properties(data.props(prefix))
     state = OffsetStore(data.kafka, config.offsets_topic, read_timeout_s=30).read(
-        OffsetPartition(prefix, _partition(data.uri, config)))
+        OffsetPartition(prefix, _partition(data.uri, config))
+    )
     assert state.cluster_time == data.end and state.events == total and state.windows == 1, state
 
 
@@ -294,10 +312,13 @@ def window_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
 
     calibration = prefixes[0]
     spec, result = data.spec(calibration)
-    watermark = Watermark(kafka_bootstrap, ConnectorConfig.from_properties(data.props(calibration)).offsets_topic)
+    watermark = Watermark(
+        kafka_bootstrap, ConnectorConfig.from_properties(data.props(calibration)).offsets_topic
+    )
     try:
-        data.span, run = measure(Submitted(spark_submit, "stream_window", spec, result,
-                                           tmp / "calibration.log"), watermark)
+        data.span, run = measure(
+            Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"), watermark
+        )
     finally:
         watermark.close()
     assert run.summary["reached_end"] is True and run.summary["batches_committed"] > 10, run.summary
@@ -321,13 +342,18 @@ def test_window_killed_at_a_random_point_then_rerun_emits_each_change_once(windo
     store = OffsetStore(data.kafka, config.offsets_topic, read_timeout_s=30)
     partition = OffsetPartition(prefix, _partition(data.uri, config))
     committed = store.read(partition)
-    print(f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
-          f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
-          f"running={was_running}; {committed.events} events committed")
+    print(
+        f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
+        f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
+        f"running={was_running}; {committed.events} events committed"
+    )
     # What the killed run committed is visible; its open transaction is not: the topic holds
     # exactly the committed events, a prefix of every key's changes.
-    visible = [event for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items")
-               if event.payload is not None]
+    visible = [
+        event
+        for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items")
+        if event.payload is not None
+    ]
     assert len(visible) == committed.events
     total = sum(len(ops) for ops in data.expected.values())
     assert committed.windows == 0 or (committed.windows == 1 and committed.events == total)

@@ -37,7 +37,8 @@ def _assert_no_secret(text: str, where: str) -> None:
 
 
 def test_no_secret_in_argv_or_logs_and_wrong_credentials_fail_the_window_clearly(
-        mongosim, kafka_bootstrap, unique_name, monkeypatch, capfd, caplog):
+    mongosim, kafka_bootstrap, unique_name, monkeypatch, capfd, caplog
+):
     caplog.set_level(logging.INFO)
     sim = mongosim(auth=("cdc", MONGO_PASSWORD))
     database = unique_name[:40]
@@ -46,12 +47,18 @@ def test_no_secret_in_argv_or_logs_and_wrong_credentials_fail_the_window_clearly
     connections = Connections(monkeypatch)
     good = connections.mongo("sec_mongo", sim.uri, "cdc", MONGO_PASSWORD)
     wrong = connections.mongo("sec_wrong", sim.uri, "cdc", WRONG_PASSWORD)
-    kafka = connections.kafka("sec_kafka", {"bootstrap.servers": kafka_bootstrap}, "cdc-producer", SASL_PASSWORD)
+    kafka = connections.kafka(
+        "sec_kafka", {"bootstrap.servers": kafka_bootstrap}, "cdc-producer", SASL_PASSWORD
+    )
     spark = connections.spark()
-    props = {"topic.prefix": unique_name, "collection.include.list": rf"{database}\..*",
-             "connect.max.attempts": 1}
-    common = dict(connector_config=props, kafka_conn_id=kafka, spark_conn_id=spark,
-                  conf={"spark.ui.enabled": "false"})
+    props = {
+        "topic.prefix": unique_name,
+        "collection.include.list": rf"{database}\..*",
+        "connect.max.attempts": 1,
+    }
+    common = dict(
+        connector_config=props, kafka_conn_id=kafka, spark_conn_id=spark, conf={"spark.ui.enabled": "false"}
+    )
     store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets", read_timeout_s=30)
     partition = OffsetPartition(unique_name, "rs0")
     commands = []

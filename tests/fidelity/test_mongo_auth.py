@@ -23,8 +23,9 @@ def test_uri_has_no_credentials(secured):
 @pytest.mark.parametrize("mechanism", [None, "SCRAM-SHA-256", "SCRAM-SHA-1"])
 def test_correct_credentials_authenticate(secured, mechanism):
     options = {"authMechanism": mechanism} if mechanism else {}
-    with MongoClient(secured.uri, username=USER, password=PASSWORD, serverSelectionTimeoutMS=5000,
-                     **options) as mongo:
+    with MongoClient(
+        secured.uri, username=USER, password=PASSWORD, serverSelectionTimeoutMS=5000, **options
+    ) as mongo:
         mongo.db.c.insert_one({"_id": 1})
         assert mongo.db.c.find_one() == {"_id": 1}
         status = mongo.admin.command("connectionStatus")
@@ -33,8 +34,9 @@ def test_correct_credentials_authenticate(secured, mechanism):
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-1"])
 def test_wrong_password_fails_with_authentication_failed(secured, mechanism):
-    with MongoClient(secured.uri, username=USER, password="wrong", authMechanism=mechanism,
-                     serverSelectionTimeoutMS=5000) as mongo:
+    with MongoClient(
+        secured.uri, username=USER, password="wrong", authMechanism=mechanism, serverSelectionTimeoutMS=5000
+    ) as mongo:
         with pytest.raises(OperationFailure) as error:
             mongo.admin.command("ping")
     assert error.value.code == 18
@@ -43,7 +45,9 @@ def test_wrong_password_fails_with_authentication_failed(secured, mechanism):
 
 
 def test_unknown_user_fails_the_same_way(secured):
-    with MongoClient(secured.uri, username="nobody", password=PASSWORD, serverSelectionTimeoutMS=5000) as mongo:
+    with MongoClient(
+        secured.uri, username="nobody", password=PASSWORD, serverSelectionTimeoutMS=5000
+    ) as mongo:
         with pytest.raises(OperationFailure) as error:
             mongo.admin.command("ping")
     assert error.value.code == 18
@@ -51,7 +55,7 @@ def test_unknown_user_fails_the_same_way(secured):
 
 def test_unauthenticated_commands_are_unauthorized(secured):
     with MongoClient(secured.uri, serverSelectionTimeoutMS=5000) as mongo:
-        assert mongo.admin.command("ping")["ok"] == 1           # ping needs no authentication
+        assert mongo.admin.command("ping")["ok"] == 1  # ping needs no authentication
         with pytest.raises(OperationFailure) as error:
             mongo.db.c.find_one()
     assert error.value.code == 13

@@ -54,7 +54,7 @@ def test_drop_rename_and_drop_database(client, db):
     db.b.rename("c", dropTarget=True)
     assert db.c.find_one() == {"_id": 1}
     db.c.drop()
-    db.c.drop()   # dropping a missing collection is not an error
+    db.c.drop()  # dropping a missing collection is not an error
     assert db.list_collection_names() == []
     db.x.insert_one({})
     client.drop_database(db.name)
@@ -71,10 +71,19 @@ def test_indexes_are_listed_with_the_id_index(db):
 
 def test_aggregation_stages(db):
     db.c.insert_many([{"_id": i, "g": i % 3, "v": i} for i in range(30)])
-    grouped = list(db.c.aggregate([{"$match": {"v": {"$gte": 3}}}, {"$group": {"_id": "$g", "n": {"$sum": 1}}},
-                                   {"$sort": {"_id": 1}}]))
+    grouped = list(
+        db.c.aggregate(
+            [
+                {"$match": {"v": {"$gte": 3}}},
+                {"$group": {"_id": "$g", "n": {"$sum": 1}}},
+                {"$sort": {"_id": 1}},
+            ]
+        )
+    )
     assert grouped == [{"_id": 0, "n": 9}, {"_id": 1, "n": 9}, {"_id": 2, "n": 9}]
-    page = list(db.c.aggregate([{"$sort": {"v": -1}}, {"$skip": 2}, {"$limit": 3}, {"$project": {"_id": 0, "v": 1}}]))
+    page = list(
+        db.c.aggregate([{"$sort": {"v": -1}}, {"$skip": 2}, {"$limit": 3}, {"$project": {"_id": 0, "v": 1}}])
+    )
     assert page == [{"v": 27}, {"v": 26}, {"v": 25}]
     assert list(db.c.aggregate([{"$match": {"g": 1}}, {"$count": "n"}])) == [{"n": 10}]
     sample = list(db.c.aggregate([{"$sample": {"size": 7}}]))
@@ -84,8 +93,12 @@ def test_aggregation_stages(db):
 def test_bucket_auto_on_id_splits_into_ordered_ranges(db):
     db.c.insert_many([{"_id": i} for i in range(100)])
     buckets = list(db.c.aggregate([{"$bucketAuto": {"groupBy": "$_id", "buckets": 4}}]))
-    assert [b["_id"] for b in buckets] == [{"min": 0, "max": 25}, {"min": 25, "max": 50}, {"min": 50, "max": 75},
-                                          {"min": 75, "max": 99}]
+    assert [b["_id"] for b in buckets] == [
+        {"min": 0, "max": 25},
+        {"min": 25, "max": 50},
+        {"min": 50, "max": 75},
+        {"min": 75, "max": 99},
+    ]
     assert [b["count"] for b in buckets] == [25, 25, 25, 25]
 
 
@@ -120,11 +133,17 @@ def test_split_vector_on_id(db):
     assert keys == sorted(keys)
     # Splits every maxChunkSize / (2 * avgObjSize) documents: about 8 chunks for a quarter of the data.
     assert 6 <= len(keys) <= 9
-    objects = db.command("splitVector", f"{db.name}.c", keyPattern={"_id": 1}, maxChunkSizeBytes=1024 * 1024 * 64,
-                         maxChunkObjects=500)
-    assert objects["splitKeys"] == []    # all data fits in one chunk: no split
-    small = db.command("splitVector", f"{db.name}.c", keyPattern={"_id": 1}, maxChunkSizeBytes=size,
-                       maxChunkObjects=1000)
+    objects = db.command(
+        "splitVector",
+        f"{db.name}.c",
+        keyPattern={"_id": 1},
+        maxChunkSizeBytes=1024 * 1024 * 64,
+        maxChunkObjects=500,
+    )
+    assert objects["splitKeys"] == []  # all data fits in one chunk: no split
+    small = db.command(
+        "splitVector", f"{db.name}.c", keyPattern={"_id": 1}, maxChunkSizeBytes=size, maxChunkObjects=1000
+    )
     assert [k["_id"] for k in small["splitKeys"]] == [1000, 2001]
     with pytest.raises(OperationFailure) as error:
         db.command("splitVector", f"{db.name}.c", keyPattern={"nope": 1}, maxChunkSizeBytes=1024)

@@ -28,7 +28,9 @@ def _drain(stream, count: int) -> list:
 def test_crud_events_have_mongodb_shape(db):
     with db.c.watch(max_await_time_ms=200) as stream:
         db.c.insert_one({"_id": 1, "a": 1, "tags": ["x"], "gone": 1})
-        db.c.update_one({"_id": 1}, {"$set": {"a": 2, "sub.k": 1}, "$unset": {"gone": ""}, "$push": {"tags": "y"}})
+        db.c.update_one(
+            {"_id": 1}, {"$set": {"a": 2, "sub.k": 1}, "$unset": {"gone": ""}, "$push": {"tags": "y"}}
+        )
         db.c.replace_one({"_id": 1}, {"b": 1})
         db.c.delete_one({"_id": 1})
         insert, update, replace, delete = _drain(stream, 4)
@@ -42,8 +44,11 @@ def test_crud_events_have_mongodb_shape(db):
     assert insert["operationType"] == "insert"
     assert insert["fullDocument"] == {"_id": 1, "a": 1, "tags": ["x"], "gone": 1}
     assert update["operationType"] == "update" and "fullDocument" not in update
-    assert update["updateDescription"] == {"updatedFields": {"a": 2, "sub": {"k": 1}, "tags.1": "y"},
-                                           "removedFields": ["gone"], "truncatedArrays": []}
+    assert update["updateDescription"] == {
+        "updatedFields": {"a": 2, "sub": {"k": 1}, "tags.1": "y"},
+        "removedFields": ["gone"],
+        "truncatedArrays": [],
+    }
     assert replace["operationType"] == "replace" and replace["fullDocument"] == {"_id": 1, "b": 1}
     assert delete["operationType"] == "delete" and "fullDocument" not in delete
     tokens = [e["_id"]["_data"] for e in (insert, update, replace, delete)]
@@ -68,14 +73,15 @@ def test_full_document_update_lookup(db):
         db.c.delete_one({"_id": 2})
         first, second, _ = _drain(stream, 3)
     assert first["fullDocument"] == {"_id": 1, "v": 1}
-    assert second["fullDocument"] is None   # looked up after the delete: the document is gone
+    assert second["fullDocument"] is None  # looked up after the delete: the document is gone
 
 
 def test_pre_and_post_images_when_enabled(db):
     db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
     db.c.insert_one({"_id": 1, "v": 1})
-    with db.c.watch(full_document="required", full_document_before_change="required",
-                    max_await_time_ms=200) as stream:
+    with db.c.watch(
+        full_document="required", full_document_before_change="required", max_await_time_ms=200
+    ) as stream:
         db.c.update_one({"_id": 1}, {"$set": {"v": 2}})
         db.c.replace_one({"_id": 1}, {"v": 3})
         db.c.delete_one({"_id": 1})
@@ -88,8 +94,9 @@ def test_pre_and_post_images_when_enabled(db):
 
 def test_pre_images_when_not_enabled(db):
     db.c.insert_one({"_id": 1, "v": 1})
-    with db.c.watch(full_document_before_change="whenAvailable", full_document="whenAvailable",
-                    max_await_time_ms=200) as stream:
+    with db.c.watch(
+        full_document_before_change="whenAvailable", full_document="whenAvailable", max_await_time_ms=200
+    ) as stream:
         db.c.update_one({"_id": 1}, {"$set": {"v": 2}})
         event = _next(stream)
     assert event["fullDocumentBeforeChange"] is None
@@ -163,8 +170,10 @@ def test_start_at_operation_time_is_inclusive(db):
 
 
 def test_server_side_match_and_project(db):
-    pipeline = [{"$match": {"operationType": "insert", "fullDocument.keep": True}},
-                {"$project": {"fullDocument.secret": 0}}]
+    pipeline = [
+        {"$match": {"operationType": "insert", "fullDocument.keep": True}},
+        {"$project": {"fullDocument.secret": 0}},
+    ]
     with db.c.watch(pipeline, max_await_time_ms=200) as stream:
         db.c.insert_many([{"_id": 1, "keep": False}, {"_id": 2, "keep": True, "secret": "s"}])
         db.c.delete_one({"_id": 2})
@@ -179,15 +188,19 @@ def test_server_side_match_and_project(db):
 
 
 def test_add_fields_in_pipeline(db):
-    with db.c.watch([{"$addFields": {"flag": "seen"}}, {"$unset": "wallTime"}], max_await_time_ms=200) as stream:
+    with db.c.watch(
+        [{"$addFields": {"flag": "seen"}}, {"$unset": "wallTime"}], max_await_time_ms=200
+    ) as stream:
         db.c.insert_one({"_id": 1})
         event = _next(stream)
     assert event["flag"] == "seen" and "wallTime" not in event
 
 
 def test_database_and_cluster_streams(client, db):
-    with db.watch(max_await_time_ms=200) as database_stream, \
-            client.watch([{"$match": {"ns.db": db.name}}], max_await_time_ms=200) as cluster_stream:
+    with (
+        db.watch(max_await_time_ms=200) as database_stream,
+        client.watch([{"$match": {"ns.db": db.name}}], max_await_time_ms=200) as cluster_stream,
+    ):
         db.a.insert_one({"_id": 1})
         db.b.insert_one({"_id": 2})
         for stream in (database_stream, cluster_stream):
@@ -278,8 +291,9 @@ def test_history_lost_when_retention_dropped_the_resume_point(mongosim):
     details = error.value.details
     assert details["codeName"] == "ChangeStreamHistoryLost"
     assert details["errorLabels"] == ["NonResumableChangeStreamError"]
-    assert details["errmsg"].endswith("Resume of change stream was not possible, as the resume point may no "
-                                      "longer be in the oplog.")
+    assert details["errmsg"].endswith(
+        "Resume of change stream was not possible, as the resume point may no longer be in the oplog."
+    )
 
 
 @pytest.mark.simulator_only

@@ -30,8 +30,10 @@ def test_duplicate_key_error_shape(db):
     with pytest.raises(DuplicateKeyError) as error:
         db.c.insert_one({"_id": 1})
     assert error.value.code == 11000
-    assert "E11000 duplicate key error collection: " + db.name + ".c index: _id_ dup key: { _id: 1 }" \
+    assert (
+        "E11000 duplicate key error collection: " + db.name + ".c index: _id_ dup key: { _id: 1 }"
         in error.value.details["errmsg"]
+    )
     with pytest.raises(BulkWriteError) as bulk:
         db.c.insert_many([{"_id": 2}, {"_id": 1}, {"_id": 3}])
     assert bulk.value.details["nInserted"] == 1
@@ -52,8 +54,9 @@ def test_numbers_of_different_types_are_the_same_id(db):
 
 def test_update_operators(db):
     db.c.insert_one({"_id": 1, "n": 1, "tags": ["a"], "gone": True, "sub": {"x": 1}})
-    result = db.c.update_one({"_id": 1}, {"$set": {"sub.y": 2}, "$inc": {"n": 5}, "$push": {"tags": "b"},
-                                          "$unset": {"gone": ""}})
+    result = db.c.update_one(
+        {"_id": 1}, {"$set": {"sub.y": 2}, "$inc": {"n": 5}, "$push": {"tags": "b"}, "$unset": {"gone": ""}}
+    )
     assert (result.matched_count, result.modified_count) == (1, 1)
     assert db.c.find_one() == {"_id": 1, "n": 6, "tags": ["a", "b"], "sub": {"x": 1, "y": 2}}
     noop = db.c.update_one({"_id": 1}, {"$set": {"n": 6}})
@@ -96,18 +99,26 @@ def test_find_one_and_modify_variants(db):
     db.c.insert_many([{"_id": i, "n": i} for i in range(3)])
     before = db.c.find_one_and_update({"_id": 1}, {"$inc": {"n": 10}})
     assert before == {"_id": 1, "n": 1}
-    after = db.c.find_one_and_update({"_id": 1}, {"$inc": {"n": 10}}, return_document=ReturnDocument.AFTER,
-                                     projection={"_id": 0})
+    after = db.c.find_one_and_update(
+        {"_id": 1}, {"$inc": {"n": 10}}, return_document=ReturnDocument.AFTER, projection={"_id": 0}
+    )
     assert after == {"n": 21}
     removed = db.c.find_one_and_delete({}, sort=[("n", DESCENDING)])
     assert removed == {"_id": 1, "n": 21}
-    replaced = db.c.find_one_and_replace({"_id": 9}, {"x": 1}, upsert=True, return_document=ReturnDocument.AFTER)
+    replaced = db.c.find_one_and_replace(
+        {"_id": 9}, {"x": 1}, upsert=True, return_document=ReturnDocument.AFTER
+    )
     assert replaced == {"_id": 9, "x": 1}
 
 
 def test_find_sort_skip_limit_projection_and_batches(db, mongodb_uri, recorder):
     db.c.insert_many([{"_id": i, "v": i % 7, "w": i} for i in range(250)])
-    docs = list(db.c.find({"v": {"$gte": 3}}, {"w": 1}).sort([("v", DESCENDING), ("_id", ASCENDING)]).skip(5).limit(20))
+    docs = list(
+        db.c.find({"v": {"$gte": 3}}, {"w": 1})
+        .sort([("v", DESCENDING), ("_id", ASCENDING)])
+        .skip(5)
+        .limit(20)
+    )
     assert len(docs) == 20
     assert all(set(d) == {"_id", "w"} for d in docs)
     assert [d["_id"] for d in docs[:3]] == sorted(d["_id"] for d in docs[:3])
@@ -146,7 +157,23 @@ def test_counts(db):
 def test_bson_type_order_on_id_ranges(db):
     oid = ObjectId()
     when = datetime.datetime(2024, 1, 1)
-    ids = [MinKey(), None, -5, 1, 2.5, Decimal128("3"), "a", "b", {"k": 1}, b"bin", oid, False, True, when, MaxKey()]
+    ids = [
+        MinKey(),
+        None,
+        -5,
+        1,
+        2.5,
+        Decimal128("3"),
+        "a",
+        "b",
+        {"k": 1},
+        b"bin",
+        oid,
+        False,
+        True,
+        when,
+        MaxKey(),
+    ]
     db.c.insert_many([{"_id": value} for value in ids])
     ascending = [d["_id"] for d in db.c.find().sort("_id", 1)]
     assert ascending[0] == MinKey() and ascending[-1] == MaxKey()

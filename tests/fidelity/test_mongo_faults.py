@@ -20,7 +20,9 @@ def fail_command(client, mode, **data):
         client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
     except OperationFailure as error:
         if error.code == 59 or "configureFailPoint" in str(error):
-            pytest.skip("the server was not started with enableTestCommands=1 (configureFailPoint unavailable)")
+            pytest.skip(
+                "the server was not started with enableTestCommands=1 (configureFailPoint unavailable)"
+            )
         raise
     try:
         yield
@@ -36,7 +38,7 @@ def test_fail_command_times_with_error_code_and_labels(client, db):
         assert error.value.code == 2
         assert error.value.details["errmsg"] == "Failing command via 'failCommand' failpoint"
         assert error.value.has_error_label("MyLabel")
-        assert db.c.find_one() == {"_id": 1}     # only once
+        assert db.c.find_one() == {"_id": 1}  # only once
 
 
 def test_retryable_write_after_not_primary_error_is_applied_once(client, db):
@@ -108,12 +110,15 @@ def test_change_stream_resumes_and_writes_retry_after_step_down(stepdown_uri, db
                 assert _next(stream)["documentKey"] == {"_id": 1}
                 old_primary = mongo.admin.command("hello")["primary"]
                 _step_down(mongo, 10)
-                coll.insert_one({"_id": 2})          # retried on the newly elected primary
+                coll.insert_one({"_id": 2})  # retried on the newly elected primary
                 assert _next(stream)["documentKey"] == {"_id": 2}
                 new_primary = mongo.admin.command("hello")["primary"]
             assert coll.count_documents({}) == 2
-            streams = [c for name, c in recorder.commands
-                       if name == "aggregate" and "$changeStream" in c["pipeline"][0]]
+            streams = [
+                c
+                for name, c in recorder.commands
+                if name == "aggregate" and "$changeStream" in c["pipeline"][0]
+            ]
             assert len(streams) >= 2, "pymongo should have resumed the change stream with a new aggregate"
             assert "resumeAfter" in streams[-1]["pipeline"][0]["$changeStream"]
             if len(mongo.admin.command("hello")["hosts"]) > 1:
@@ -132,7 +137,7 @@ def test_single_member_is_primary_again_after_the_step_down_period(mongosim):
             status = mongo.admin.command("replSetGetStatus", read_preference=_secondary_preferred())
             assert status["members"][0]["stateStr"] == "SECONDARY"
             started = time.monotonic()
-            mongo.db.c.insert_one({"_id": 2})        # waits for the re-election, then succeeds
+            mongo.db.c.insert_one({"_id": 2})  # waits for the re-election, then succeeds
             assert time.monotonic() - started < 30
             assert _next(stream)["documentKey"] == {"_id": 2}
         assert mongo.admin.command("replSetGetStatus")["members"][0]["stateStr"] == "PRIMARY"

@@ -33,7 +33,10 @@ def test_crud_entries_have_mongodb_shape(client, db):
         assert entry["t"] >= 1
     assert insert["o"] == {"_id": 1, "a": 1, "arr": [1]}
     assert insert["o2"] == {"_id": 1}
-    assert update["o"] == {"$v": 2, "diff": {"u": {"a": 2}, "i": {"s": {"t": 1}}, "sarr": {"a": True, "u1": 2}}}
+    assert update["o"] == {
+        "$v": 2,
+        "diff": {"u": {"a": 2}, "i": {"s": {"t": 1}}, "sarr": {"a": True, "u1": 2}},
+    }
     assert update["o2"] == {"_id": 1}
     assert replace["o"] == {"_id": 1, "b": 1}
     assert delete["o"] == {"_id": 1}
@@ -59,8 +62,12 @@ def test_command_entries_for_create_and_drop(client, db):
 def test_transaction_is_one_apply_ops_entry(client, db):
     db.c.insert_one({"_id": 0})
     with client.start_session() as session:
-        session.with_transaction(lambda s: (db.c.insert_one({"_id": 1}, session=s),
-                                            db.c.update_one({"_id": 0}, {"$set": {"x": 1}}, session=s)))
+        session.with_transaction(
+            lambda s: (
+                db.c.insert_one({"_id": 1}, session=s),
+                db.c.update_one({"_id": 0}, {"$set": {"x": 1}}, session=s),
+            )
+        )
         lsid = session.session_id
     entry = client.local["oplog.rs"].find_one({"o.applyOps.ns": f"{db.name}.c"})
     assert entry["op"] == "c" and entry["ns"] == "admin.$cmd"
@@ -122,12 +129,15 @@ def test_tailable_await_cursor_follows_the_oplog(client, db):
 
     db.c.insert_one({"_id": 0})
     last = client.local["oplog.rs"].find().sort("$natural", -1).limit(1).next()["ts"]
-    cursor = client.local["oplog.rs"].find({"ts": {"$gt": last}, "ns": f"{db.name}.c"},
-                                           cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
+    cursor = (
+        client.local["oplog.rs"]
+        .find({"ts": {"$gt": last}, "ns": f"{db.name}.c"}, cursor_type=CursorType.TAILABLE_AWAIT)
+        .max_await_time_ms(200)
+    )
     db.c.insert_many([{"_id": 1}, {"_id": 2}])
     seen = []
     for _ in range(50):
-        for entry in cursor:          # a tailable cursor stops iterating when no entry is available
+        for entry in cursor:  # a tailable cursor stops iterating when no entry is available
             seen.append(entry["o"]["_id"])
         if len(seen) == 2:
             break

@@ -69,9 +69,11 @@ def test_change_stream_through_mongos_merges_shards_in_cluster_time_order(cluste
             orders.insert_many([{"_id": i, "customer": f"c{i}"} for i in range(20)])
             orders.update_one({"customer": "c3", "_id": 3}, {"$set": {"x": 1}})
             events = [_next(stream) for _ in range(21)]
-        assert [e["documentKey"] for e in events[:3]] == [{"customer": "c0", "_id": 0},
-                                                          {"customer": "c1", "_id": 1},
-                                                          {"customer": "c2", "_id": 2}]
+        assert [e["documentKey"] for e in events[:3]] == [
+            {"customer": "c0", "_id": 0},
+            {"customer": "c1", "_id": 1},
+            {"customer": "c2", "_id": 2},
+        ]
         assert events[-1]["operationType"] == "update"
         assert events[-1]["documentKey"] == {"customer": "c3", "_id": 3}
         times = [e["clusterTime"] for e in events]
@@ -84,7 +86,10 @@ def test_shard_key_in_document_key_on_a_shard_stream(cluster):
     with cluster.client() as mongo:
         mongo.admin.command("shardCollection", "shop.orders", key={"customer": 1})
         with MongoClient(cluster.shard_uris[0]) as shard, MongoClient(cluster.shard_uris[1]) as other:
-            streams = [shard.shop.orders.watch(max_await_time_ms=100), other.shop.orders.watch(max_await_time_ms=100)]
+            streams = [
+                shard.shop.orders.watch(max_await_time_ms=100),
+                other.shop.orders.watch(max_await_time_ms=100),
+            ]
             mongo.shop.orders.insert_many([{"_id": i, "customer": f"k{i}"} for i in range(10)])
             seen = []
             for stream in streams:
@@ -104,7 +109,10 @@ def test_transaction_through_mongos(cluster):
         with orders.watch(max_await_time_ms=200) as stream:
             with mongo.start_session() as session:
                 session.with_transaction(
-                    lambda s: [orders.insert_one({"_id": i, "customer": f"t{i}"}, session=s) for i in range(6)])
+                    lambda s: [
+                        orders.insert_one({"_id": i, "customer": f"t{i}"}, session=s) for i in range(6)
+                    ]
+                )
             events = [_next(stream) for _ in range(6)]
         assert sorted(e["documentKey"]["_id"] for e in events) == list(range(6))
         assert len({e["clusterTime"] for e in events}) == 1

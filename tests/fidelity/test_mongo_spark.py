@@ -20,9 +20,24 @@ def test_spark_executors_read_ranges_with_pymongo(spark_submit, mongodb_uri, db)
     env = dict(os.environ)
     env["MONGOCDC_JOB_MONGODB_URI"] = mongodb_uri
     result = subprocess.run(
-        [spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.sql.shuffle.partitions=2", str(JOB), db.name, "items", ",".join(map(str, bounds))],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            spark_submit,
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            str(JOB),
+            db.name,
+            "items",
+            ",".join(map(str, bounds)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     assert json.loads(lines["RANGE_COUNTS"]) == [1000, 1500, 1500, 1000]

@@ -14,10 +14,14 @@ pytestmark = pytest.mark.fidelity
 
 def test_real_replica_set_is_the_target_when_configured(client):
     if not os.environ.get("MONGOCDC_TEST_MONGODB_URI"):
-        pytest.skip("MONGOCDC_TEST_MONGODB_URI is not set: the fidelity suite runs against the MongoDB "
-                    "simulator only; set it to a replica set URI to run the same tests against MongoDB")
+        pytest.skip(
+            "MONGOCDC_TEST_MONGODB_URI is not set: the fidelity suite runs against the MongoDB "
+            "simulator only; set it to a replica set URI to run the same tests against MongoDB"
+        )
     hello = client.admin.command("hello")
-    assert hello.get("setName"), "MONGOCDC_TEST_MONGODB_URI must point to a replica set (change streams need one)"
+    assert hello.get("setName"), (
+        "MONGOCDC_TEST_MONGODB_URI must point to a replica set (change streams need one)"
+    )
 
 
 def test_hello_describes_a_replica_set_primary(client):
@@ -75,7 +79,9 @@ def test_three_member_set_has_one_primary_and_two_secondaries(mongosim):
         status = mongo.admin.command("replSetGetStatus")
         assert sorted(m["stateStr"] for m in status["members"]) == ["PRIMARY", "SECONDARY", "SECONDARY"]
         secondary = next(h for h in hello["hosts"] if h != hello["primary"])
-    with MongoClient(f"mongodb://{secondary}/?directConnection=true", serverSelectionTimeoutMS=5000) as direct:
+    with MongoClient(
+        f"mongodb://{secondary}/?directConnection=true", serverSelectionTimeoutMS=5000
+    ) as direct:
         hello = direct.admin.command("hello")
         assert hello["isWritablePrimary"] is False and hello["secondary"] is True
         with pytest.raises(NotPrimaryError) as error:

@@ -25,8 +25,9 @@ def test_writes_are_visible_only_after_commit(client, db):
         assert db.c.find_one({"_id": 1}, session=session) == {"_id": 1}
 
     with client.start_session() as session:
-        session.with_transaction(callback, read_concern=ReadConcern("snapshot"),
-                                 write_concern=WriteConcern("majority"))
+        session.with_transaction(
+            callback, read_concern=ReadConcern("snapshot"), write_concern=WriteConcern("majority")
+        )
     assert seen_outside == [None, {"_id": 0}]
     assert db.c.find_one({"_id": 1}) == {"_id": 1}
     assert db.c.find_one({"_id": 0}) == {"_id": 0, "in_txn": True}
@@ -54,8 +55,8 @@ def test_snapshot_read_and_write_conflict(client, db):
     with client.start_session() as session:
         session.start_transaction(read_concern=ReadConcern("snapshot"))
         assert db.c.find_one({"_id": 1}, session=session)["v"] == 0
-        db.c.update_one({"_id": 1}, {"$set": {"v": 1}})          # outside the transaction
-        assert db.c.find_one({"_id": 1}, session=session)["v"] == 0   # the snapshot is stable
+        db.c.update_one({"_id": 1}, {"$set": {"v": 1}})  # outside the transaction
+        assert db.c.find_one({"_id": 1}, session=session)["v"] == 0  # the snapshot is stable
         with pytest.raises(OperationFailure) as error:
             db.c.update_one({"_id": 1}, {"$set": {"v": 2}}, session=session)
         assert error.value.code == 112
@@ -74,7 +75,7 @@ def test_with_transaction_retries_a_transient_conflict(client, db):
         attempts.append(1)
         db.c.find_one({"_id": 1}, session=session)
         if len(attempts) == 1:
-            db.c.update_one({"_id": 1}, {"$inc": {"v": 10}})     # a concurrent writer
+            db.c.update_one({"_id": 1}, {"$inc": {"v": 10}})  # a concurrent writer
         db.c.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=session)
 
     with client.start_session() as session:
@@ -98,7 +99,7 @@ def test_commit_is_retryable_and_idempotent(client, db):
         session.start_transaction()
         db.c.insert_one({"_id": 1}, session=session)
         session.commit_transaction()
-        session.commit_transaction()          # committing again returns the same outcome
+        session.commit_transaction()  # committing again returns the same outcome
     assert db.c.count_documents({}) == 1
 
 
@@ -111,7 +112,8 @@ def test_retried_write_with_the_same_txn_number_is_applied_once(mongodb_uri, db)
         again = own_db.command(dict(command), session=session)
         assert first["n"] == 1 and again["n"] == 1 and "writeErrors" not in again
         with pytest.raises(OperationFailure) as error:
-            own_db.command({"insert": "c", "documents": [{"_id": 2}], "txnNumber": Int64(999_999)},
-                           session=session)
+            own_db.command(
+                {"insert": "c", "documents": [{"_id": 2}], "txnNumber": Int64(999_999)}, session=session
+            )
         assert error.value.code == 225
     assert db.c.count_documents({}) == 1

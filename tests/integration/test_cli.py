@@ -19,8 +19,9 @@ MONGOCDC = str(Path(sys.executable).parent / "mongocdc")
 
 
 def mongocdc(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([MONGOCDC, "offsets", *args], capture_output=True, text=True, timeout=120,
-                          env=env or dict(os.environ))
+    return subprocess.run(
+        [MONGOCDC, "offsets", *args], capture_output=True, text=True, timeout=120, env=env or dict(os.environ)
+    )
 
 
 @pytest.fixture
@@ -43,7 +44,9 @@ def test_console_script_is_installed():
 
 def test_show_prints_the_committed_offsets_as_json(store, kafka_args, unique_name):
     rs0, rs1 = OffsetPartition(unique_name, "rs0"), OffsetPartition(unique_name, "rs1")
-    store.write(rs0, OffsetState(position=Position({"_data": "82AA"}, Timestamp(1714557600, 3)), events=12, windows=2))
+    store.write(
+        rs0, OffsetState(position=Position({"_data": "82AA"}, Timestamp(1714557600, 3)), events=12, windows=2)
+    )
     store.write(rs1, OffsetState(position=Position(cluster_time=Timestamp(1714557000, 1))))
     store.write(OffsetPartition("someone-else", "rs0"), OffsetState(position=Position({"_data": "82FF"})))
 
@@ -80,11 +83,15 @@ def test_set_requires_yes_then_moves_the_offset_and_prints_the_change(store, kaf
     assert state.cluster_time == Timestamp(1714557600, 7) and state.resume_token is None
     assert state.events == 5  # counters kept
 
-    by_time = mongocdc("set", *kafka_args, "--partition", "rs0", "--cluster-time", "2024-05-01T10:00:00Z", "--yes")
+    by_time = mongocdc(
+        "set", *kafka_args, "--partition", "rs0", "--cluster-time", "2024-05-01T10:00:00Z", "--yes"
+    )
     assert by_time.returncode == 0, by_time.stderr
     assert store.read(partition).cluster_time == Timestamp(1714557600, 0)
 
-    by_token = mongocdc("set", *kafka_args, "--partition", "rs0", "--resume-token", '{"_data": "8263ABCDEF"}', "--yes")
+    by_token = mongocdc(
+        "set", *kafka_args, "--partition", "rs0", "--resume-token", '{"_data": "8263ABCDEF"}', "--yes"
+    )
     assert by_token.returncode == 0, by_token.stderr
     assert store.read(partition).resume_token == {"_data": "8263ABCDEF"}
 
@@ -103,7 +110,9 @@ def test_reset_requires_yes_then_deletes_and_prints_what_it_removed(store, kafka
     reset = mongocdc("reset", *kafka_args, "--partition", "rs0", "--yes")
     assert reset.returncode == 0, reset.stderr
     change = json.loads(reset.stdout)
-    assert change["before"]["resume_token"] == "82AA" and change["after"] is None and change["changed"] is True
+    assert (
+        change["before"]["resume_token"] == "82AA" and change["after"] is None and change["changed"] is True
+    )
     assert store.read(partition) is None
     again = json.loads(mongocdc("reset", *kafka_args, "--partition", "rs0", "--yes").stdout)
     assert again["before"] is None and again["changed"] is False
@@ -120,15 +129,18 @@ def test_kafka_settings_from_a_file_or_an_airflow_connection(store, kafka_bootst
     assert json.loads(from_file.stdout)["partitions"][0]["offset"]["sec"] == 42
 
     env = dict(os.environ)
-    env["AIRFLOW_CONN_CLI_KAFKA"] = json.dumps({"conn_type": "kafka",
-                                                "extra": {"bootstrap.servers": kafka_bootstrap}})
+    env["AIRFLOW_CONN_CLI_KAFKA"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+    )
     from_connection = mongocdc("show", "--kafka-conn-id", "cli_kafka", "--topic-prefix", unique_name, env=env)
     assert from_connection.returncode == 0, from_connection.stderr
     assert json.loads(from_connection.stdout)["partitions"][0]["offset"]["sec"] == 42
 
 
 def test_unreachable_kafka_is_a_clear_error(tmp_path, unique_name):
-    result = mongocdc("show", "--bootstrap-servers", "127.0.0.1:9", "--topic-prefix", unique_name, "--timeout", "3")
+    result = mongocdc(
+        "show", "--bootstrap-servers", "127.0.0.1:9", "--topic-prefix", unique_name, "--timeout", "3"
+    )
     assert result.returncode == 1
     assert "Could not read the offsets topic" in result.stderr and "Fix:" in result.stderr
     assert "Traceback" not in result.stderr

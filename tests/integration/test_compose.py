@@ -23,8 +23,9 @@ def _check(compose_file: Path) -> subprocess.CompletedProcess:
     go = shutil.which("go")
     if not go:
         pytest.skip("the Go toolchain is needed to run compose-go's validation (devtools/composecheck)")
-    return subprocess.run([go, "run", ".", str(compose_file)], cwd=CHECKER, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [go, "run", ".", str(compose_file)], cwd=CHECKER, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,18 @@ def test_every_image_is_pinned(project):
 
 def test_replica_set_kafka_spark_and_airflow_are_there_with_healthchecks(project):
     services = project["services"]
-    for name in ("mongo1", "mongo2", "mongo3", "kafka", "postgres", "spark-master",
-                 "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+    for name in (
+        "mongo1",
+        "mongo2",
+        "mongo3",
+        "kafka",
+        "postgres",
+        "spark-master",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    ):
         assert services[name].get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
     assert "--replSet" in services["mongo1"]["command"]
     assert "rs.initiate" in " ".join(services["mongo-init"]["command"])
@@ -72,8 +83,12 @@ def test_replica_set_kafka_spark_and_airflow_are_there_with_healthchecks(project
 def test_airflow_gets_the_provider_dags_connections_and_configuration(project):
     scheduler = project["services"]["airflow-scheduler"]
     env = scheduler["environment"]
-    for variable in ("AIRFLOW_CONN_MONGOCDC_DEFAULT", "AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT",
-                     "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG"):
+    for variable in (
+        "AIRFLOW_CONN_MONGOCDC_DEFAULT",
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG",
+    ):
         json.loads(env[variable])
     assert json.loads(env["AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG"])["topic.prefix"]
     assert any(v["target"] == "/opt/airflow/dags" for v in scheduler["volumes"])

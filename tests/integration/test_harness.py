@@ -25,8 +25,9 @@ def _create_topic(bootstrap: str, topic: str, config: dict | None = None, partit
 
 
 def _transactional(bootstrap: str, txn_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "transaction.timeout.ms": 60000})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 60000}
+    )
     producer.init_transactions(30)
     return producer
 
@@ -67,10 +68,17 @@ def test_transactions_hide_aborted_and_open_records_from_read_committed(kafka_bo
 
 
 def test_compacted_topic_really_compacts(kafka_bootstrap, unique_name):
-    _create_topic(kafka_bootstrap, unique_name, {
-        "cleanup.policy": "compact", "segment.ms": "200", "min.cleanable.dirty.ratio": "0.01",
-        "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
-    })
+    _create_topic(
+        kafka_bootstrap,
+        unique_name,
+        {
+            "cleanup.policy": "compact",
+            "segment.ms": "200",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.compaction.lag.ms": "0",
+            "delete.retention.ms": "100",
+        },
+    )
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     resource = ConfigResource(ConfigResource.Type.TOPIC, unique_name)
     described = admin.describe_configs([resource])[resource].result(30)
@@ -114,17 +122,32 @@ def test_zombie_producer_is_fenced(kafka_bootstrap, unique_name):
         zombie.produce(unique_name, value=b"late")
         zombie.commit_transaction(30)
     error = raised.value.args[0]
-    assert error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                             KafkaError.INVALID_PRODUCER_EPOCH)
+    assert error.fatal() or error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
     assert [r.value for r in read_topic(kafka_bootstrap, unique_name)] == [b"from-successor"]
 
 
 def test_spark_submit_executors_produce_to_kafka(kafka_bootstrap, unique_name, spark_submit):
     _create_topic(kafka_bootstrap, unique_name, partitions=2)
     result = subprocess.run(
-        [spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         str(HERE / "spark_jobs" / "produce_job.py"), kafka_bootstrap, unique_name, "1000", "4"],
-        capture_output=True, text=True, timeout=300,
+        [
+            spark_submit,
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(HERE / "spark_jobs" / "produce_job.py"),
+            kafka_bootstrap,
+            unique_name,
+            "1000",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "HARNESS_SENT=1000" in result.stdout
@@ -135,17 +158,28 @@ def test_spark_submit_executors_produce_to_kafka(kafka_bootstrap, unique_name, s
 def test_airflow_dags_test_runs_spark_submit_operator(kafka_bootstrap, unique_name, airflow_env, tmp_path):
     _create_topic(kafka_bootstrap, unique_name)
     env = dict(airflow_env)
-    env.update({
-        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "e2e" / "dags"),
-        "AIRFLOW_CONN_SPARK_HARNESS": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "HARNESS_BOOTSTRAP": kafka_bootstrap,
-        "HARNESS_TOPIC": unique_name,
-        "HARNESS_JOB": str(HERE / "spark_jobs" / "produce_job.py"),
-    })
+    env.update(
+        {
+            "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "e2e" / "dags"),
+            "AIRFLOW_CONN_SPARK_HARNESS": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "HARNESS_BOOTSTRAP": kafka_bootstrap,
+            "HARNESS_TOPIC": unique_name,
+            "HARNESS_JOB": str(HERE / "spark_jobs" / "produce_job.py"),
+        }
+    )
     result = subprocess.run(
-        [str(Path(os.environ["PATH"].split(os.pathsep)[0]) / "airflow"), "dags", "test",
-         "mongocdc_harness_spark", "2026-01-01T00:00:00+00:00"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            str(Path(os.environ["PATH"].split(os.pathsep)[0]) / "airflow"),
+            "dags",
+            "test",
+            "mongocdc_harness_spark",
+            "2026-01-01T00:00:00+00:00",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]

@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
+from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.errors import LeaseHeldError
 from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from bson.timestamp import Timestamp
 
 pytestmark = pytest.mark.integration
 
@@ -112,20 +112,34 @@ def test_resnapshot_operator_takes_the_lease_before_submitting(kafka_config, uni
     from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
 
     conn_id = f"kafka_{unique_name}".lower()
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
-        {"conn_type": "mongocdc_kafka", "extra": kafka_config}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "mongocdc_kafka", "extra": kafka_config})
+    )
     window = owner_for_task("mongocdc_hourly", "window", "scheduled__2026-01-01T10:00:00+00:00")
     ConnectorLease(kafka_config, unique_name).acquire(window, WINDOW, ttl=600)
-    context = {"ti": SimpleNamespace(dag_id="mongocdc_resnapshot", task_id="resnapshot",
-                                     run_id="manual__1", map_index=-1)}
+    context = {
+        "ti": SimpleNamespace(
+            dag_id="mongocdc_resnapshot", task_id="resnapshot", run_id="manual__1", map_index=-1
+        )
+    }
 
-    operator = MongoResnapshotOperator(task_id="resnapshot", connector_config={"topic.prefix": unique_name},
-                                       kafka_conn_id=conn_id, mode="gap", reason="test")
+    operator = MongoResnapshotOperator(
+        task_id="resnapshot",
+        connector_config={"topic.prefix": unique_name},
+        kafka_conn_id=conn_id,
+        mode="gap",
+        reason="test",
+    )
     with pytest.raises(LeaseHeldError) as held:
         operator.execute(context)  # refused before anything is submitted to Spark
     assert window in str(held.value) and "mongocdc_resnapshot/manual__1/resnapshot" in str(held.value)
 
-    chosen = MongoResnapshotOperator(task_id="resnapshot", connector_config={"topic.prefix": unique_name},
-                                     kafka_conn_id=conn_id, mode="gap", collections=["shop.orders"])
+    chosen = MongoResnapshotOperator(
+        task_id="resnapshot",
+        connector_config={"topic.prefix": unique_name},
+        kafka_conn_id=conn_id,
+        mode="gap",
+        collections=["shop.orders"],
+    )
     with pytest.raises(ConfigError, match="every captured collection"):
         chosen.execute(context)

@@ -10,7 +10,12 @@ from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.errors import OffsetError
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.writer import TopicSpec, TransactionalWriter, describe_topic, ensure_topics
+from airflow_provider_mongocdc.core.writer import (
+    TopicSpec,
+    TransactionalWriter,
+    describe_topic,
+    ensure_topics,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +47,9 @@ def partition(unique_name):
 
 
 def window_state(seconds: int, events: int = 1) -> OffsetState:
-    return OffsetState().after_window(Position({"_data": f"82{seconds:08X}"}, Timestamp(seconds, 1)),
-                                      T1, events)
+    return OffsetState().after_window(
+        Position({"_data": f"82{seconds:08X}"}, Timestamp(seconds, 1)), T1, events
+    )
 
 
 def test_offsets_topic_is_created_compacted_and_reused(kafka_config, unique_name):
@@ -70,7 +76,9 @@ def test_offsets_round_trip_and_last_value_wins(store, partition):
     store.write(partition, window_state(100))
     other = OffsetPartition(partition.server_id, "shard02")
     store.write(other, window_state(50, events=7))
-    latest = window_state(200, events=3).snapshot_started("snap-9", Position(cluster_time=Timestamp(150, 2)), 4)
+    latest = window_state(200, events=3).snapshot_started(
+        "snap-9", Position(cluster_time=Timestamp(150, 2)), 4
+    )
     store.write(partition, latest)
 
     state = store.read(partition)
@@ -133,8 +141,16 @@ def test_chunk_markers_of_committed_transactions_only(store, partition, unique_n
     with TransactionalWriter(store.kafka_config, f"{unique_name}-{snapshot}-complete") as writer:
         with writer.transaction():
             writer.send(store.chunk_tombstones(partition, snapshot, ["c0", "c1", "c2"]))
-            writer.send([store.offset_record(partition, OffsetState().snapshot_started(
-                snapshot, Position(cluster_time=Timestamp(10, 1)), 3).snapshot_completed())])
+            writer.send(
+                [
+                    store.offset_record(
+                        partition,
+                        OffsetState()
+                        .snapshot_started(snapshot, Position(cluster_time=Timestamp(10, 1)), 3)
+                        .snapshot_completed(),
+                    )
+                ]
+            )
     assert store.finished_chunks(partition, snapshot) == set()
     assert store.read(partition).position == Position(cluster_time=Timestamp(10, 1))
 
@@ -173,8 +189,11 @@ def test_set_position_keeps_counters(store, partition):
 
 
 def test_unreachable_brokers_give_a_clear_error(unique_name):
-    store = OffsetStore({"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000},
-                        f"{unique_name}.offsets", read_timeout_s=3)
+    store = OffsetStore(
+        {"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000},
+        f"{unique_name}.offsets",
+        read_timeout_s=3,
+    )
     with pytest.raises(OffsetError) as info:
         store.read_all()
     assert "127.0.0.1:1" in str(info.value) and "Fix:" in str(info.value)

@@ -18,9 +18,15 @@ def set_connection(monkeypatch, conn_id: str, **fields) -> None:
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
 
 
-def test_kafka_connection_of_the_apache_kafka_provider_is_read_as_librdkafka_config(monkeypatch, kafka_bootstrap):
-    set_connection(monkeypatch, "kafka_shared", conn_type="kafka",
-                   extra={"bootstrap.servers": kafka_bootstrap, "client.id": "shared"})
+def test_kafka_connection_of_the_apache_kafka_provider_is_read_as_librdkafka_config(
+    monkeypatch, kafka_bootstrap
+):
+    set_connection(
+        monkeypatch,
+        "kafka_shared",
+        conn_type="kafka",
+        extra={"bootstrap.servers": kafka_bootstrap, "client.id": "shared"},
+    )
     hook = KafkaConfigHook("kafka_shared")
     assert hook.get_kafka_config() == {"bootstrap.servers": kafka_bootstrap, "client.id": "shared"}
     ok, message = hook.test_connection()
@@ -29,9 +35,18 @@ def test_kafka_connection_of_the_apache_kafka_provider_is_read_as_librdkafka_con
 
 
 def test_mongocdc_kafka_connection_takes_sasl_credentials_from_login_and_password(monkeypatch):
-    set_connection(monkeypatch, "kafka_sasl", conn_type="mongocdc_kafka", login="svc", password="kafka-secret",
-                   extra={"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "SASL_SSL",
-                          "sasl.mechanism": "SCRAM-SHA-512"})
+    set_connection(
+        monkeypatch,
+        "kafka_sasl",
+        conn_type="mongocdc_kafka",
+        login="svc",
+        password="kafka-secret",
+        extra={
+            "bootstrap.servers": "b1:9093,b2:9093",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+        },
+    )
     hook = KafkaConfigHook("kafka_sasl")
     config = hook.get_kafka_config()
     assert config["sasl.username"] == "svc" and config["sasl.password"] == "kafka-secret"
@@ -48,18 +63,24 @@ def test_kafka_connection_without_bootstrap_servers_is_refused(monkeypatch):
 
 
 def test_offset_store_hook_shows_sets_and_resets(monkeypatch, kafka_bootstrap, unique_name):
-    set_connection(monkeypatch, "kafka_offsets", conn_type="kafka", extra={"bootstrap.servers": kafka_bootstrap})
+    set_connection(
+        monkeypatch, "kafka_offsets", conn_type="kafka", extra={"bootstrap.servers": kafka_bootstrap}
+    )
     hook = OffsetStoreHook("kafka_offsets", topic_prefix=unique_name)
     assert hook.offsets_topic == f"{unique_name}.offsets"
     assert hook.show()["partitions"] == []
 
     before, after = hook.set_position("rs0", cluster_time=Timestamp(1714557600, 2))
     assert before is None and after.cluster_time == Timestamp(1714557600, 2)
-    before, after = hook.set_position("rs0", resume_token={"_data": "82AB"}, cluster_time=Timestamp(1714557601, 1))
+    before, after = hook.set_position(
+        "rs0", resume_token={"_data": "82AB"}, cluster_time=Timestamp(1714557601, 1)
+    )
     assert before.cluster_time == Timestamp(1714557600, 2) and after.resume_token == {"_data": "82AB"}
     shown = hook.show()
     assert shown["topic"] == f"{unique_name}.offsets"
-    assert [(p["partition"]["rs"], p["offset"]["resume_token"]) for p in shown["partitions"]] == [("rs0", "82AB")]
+    assert [(p["partition"]["rs"], p["offset"]["resume_token"]) for p in shown["partitions"]] == [
+        ("rs0", "82AB")
+    ]
     assert hook.read("rs0").cluster_time == Timestamp(1714557601, 1)
 
     before, after = hook.reset("rs0")
@@ -68,8 +89,12 @@ def test_offset_store_hook_shows_sets_and_resets(monkeypatch, kafka_bootstrap, u
 
 
 def test_offset_store_hook_honours_offset_storage_topic(monkeypatch, kafka_bootstrap, unique_name):
-    set_connection(monkeypatch, "kafka_offsets2", conn_type="kafka", extra={"bootstrap.servers": kafka_bootstrap})
-    hook = OffsetStoreHook("kafka_offsets2", topic_prefix=unique_name, offsets_topic=f"{unique_name}.custom-offsets")
+    set_connection(
+        monkeypatch, "kafka_offsets2", conn_type="kafka", extra={"bootstrap.servers": kafka_bootstrap}
+    )
+    hook = OffsetStoreHook(
+        "kafka_offsets2", topic_prefix=unique_name, offsets_topic=f"{unique_name}.custom-offsets"
+    )
     hook.set_position("cluster", cluster_time=Timestamp(7, 1))
     assert hook.show()["topic"] == f"{unique_name}.custom-offsets"
     assert OffsetStoreHook("kafka_offsets2", topic_prefix=unique_name).read("cluster") is None

@@ -36,12 +36,15 @@ class FirstTry:
 def connections(monkeypatch, kafka_bootstrap, unique_name):
     """Airflow connections (environment variables) for a simulator URI set later."""
     ids = {"mongo": f"mongo_{unique_name}".lower(), "kafka": f"kafka_{unique_name}".lower()}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{ids['kafka'].upper()}", json.dumps(
-        {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{ids['kafka'].upper()}",
+        json.dumps({"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
 
     def use(uri: str) -> dict[str, str]:
-        monkeypatch.setenv(f"AIRFLOW_CONN_{ids['mongo'].upper()}",
-                           json.dumps({"conn_type": "mongocdc", "host": uri}))
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{ids['mongo'].upper()}", json.dumps({"conn_type": "mongocdc", "host": uri})
+        )
         return ids
 
     return use
@@ -54,19 +57,26 @@ def completed_snapshot(client: MongoClient, config: ConnectorConfig) -> OffsetSt
 
 def sensor(props, ids, **kwargs) -> OplogGapSensor:
     kwargs = {"mode": "reschedule", "poke_interval": 60, "timeout": 300, **kwargs}
-    return OplogGapSensor(task_id="detect_gap", connector_config=json.dumps(props),
-                          mongo_conn_id=ids["mongo"], kafka_conn_id=ids["kafka"], **kwargs)
+    return OplogGapSensor(
+        task_id="detect_gap",
+        connector_config=json.dumps(props),
+        mongo_conn_id=ids["mongo"],
+        kafka_conn_id=ids["kafka"],
+        **kwargs,
+    )
 
 
 async def first_event(trigger: OplogGapTrigger, timeout: float = 60.0):
     async def first():
         async for event in trigger.run():
             return event.payload
+
     return await asyncio.wait_for(first(), timeout)
 
 
 def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigger(
-        mongosim, kafka_bootstrap, connections, unique_name, capsys):
+    mongosim, kafka_bootstrap, connections, unique_name, capsys
+):
     sim = mongosim("replset")
     ids = connections(sim.uri)
     props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
@@ -84,7 +94,7 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
     summary = run_window(target, config, kafka, WindowParams(datetime.now(timezone.utc), idle_timeout_s=5))
     assert summary["events"] == 0 and summary["reached_end"]
 
-    quiet = sensor(props, ids, headroom_warning=10 ** 9)
+    quiet = sensor(props, ids, headroom_warning=10**9)
     capsys.readouterr()
     assert quiet.poke({}).is_done is False
     # Below headroom_warning: a warning before any data is lost (the task log is on stdout).
@@ -121,8 +131,14 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
     assert deferred.value.method_name == "execute_complete"
     path, kwargs = deferred.value.trigger.serialize()
     assert path == "airflow_provider_mongocdc.triggers.oplog_gap.OplogGapTrigger"
-    assert set(kwargs) == {"connector_config", "mongo_conn_id", "kafka_conn_id", "poll_interval",
-                           "headroom_warning", "connector"}
+    assert set(kwargs) == {
+        "connector_config",
+        "mongo_conn_id",
+        "kafka_conn_id",
+        "poll_interval",
+        "headroom_warning",
+        "connector",
+    }
     assert "127.0.0.1" not in json.dumps(kwargs)
     event = asyncio.run(first_event(OplogGapTrigger(**kwargs)))
     assert event["status"] == "gap"
@@ -134,7 +150,8 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
 
 
 def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
-        mongosim, kafka_bootstrap, connections, unique_name):
+    mongosim, kafka_bootstrap, connections, unique_name
+):
     sim = mongosim("sharded", shards=2)
     ids = connections(sim.uri)
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -146,11 +163,14 @@ def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
     whole_config = ConnectorConfig.from_properties(whole)
     shard_config = ConnectorConfig.from_properties(per_shard)
     OffsetStore(kafka, whole_config.offsets_topic).write(
-        OffsetPartition(whole_config.topic_prefix, "cluster"), completed_snapshot(client, whole_config))
+        OffsetPartition(whole_config.topic_prefix, "cluster"), completed_snapshot(client, whole_config)
+    )
     shard0 = MongoClient(sim.shard_uris[0])
     shard_store = OffsetStore(kafka, shard_config.offsets_topic)
-    shard_store.write(OffsetPartition(shard_config.topic_prefix, "shard0"),
-                      OffsetState().snapshot_started("s9", current_position(shard0, shard_config), 1))
+    shard_store.write(
+        OffsetPartition(shard_config.topic_prefix, "shard0"),
+        OffsetState().snapshot_started("s9", current_position(shard0, shard_config), 1),
+    )
 
     report = sensor(whole, ids).check()
     (cluster,) = report.checks
@@ -178,13 +198,18 @@ def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
 
 def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, unique_name):
     sim = mongosim("replset")
-    props = {"topic.prefix": unique_name, "mongodb.server.selection.timeout.ms": 1000,
-             "mongodb.connect.timeout.ms": 1000, "connect.backoff.initial.delay.ms": 10,
-             "connect.backoff.max.delay.ms": 10}
+    props = {
+        "topic.prefix": unique_name,
+        "mongodb.server.selection.timeout.ms": 1000,
+        "mongodb.connect.timeout.ms": 1000,
+        "connect.backoff.initial.delay.ms": 10,
+        "connect.backoff.max.delay.ms": 10,
+    }
     config = ConnectorConfig.from_properties(props)
     client = MongoClient(sim.uri)
     OffsetStore({"bootstrap.servers": kafka_bootstrap}, config.offsets_topic).write(
-        OffsetPartition(unique_name, "rs0"), completed_snapshot(client, config))
+        OffsetPartition(unique_name, "rs0"), completed_snapshot(client, config)
+    )
     ids = connections(sim.uri)
     sim.stop()
 

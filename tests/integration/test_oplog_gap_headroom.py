@@ -85,15 +85,24 @@ def test_verdicts():
 def test_partitions_follow_the_connection_mode():
     shards = [{"_id": "a", "host": "rsA/h1:1"}, {"_id": "b", "host": "rsB/h2:1"}]
     cluster = layout_from_hello({"msg": "isdbgrid"}, shards)
-    assert cluster == Layout("sharded", shards=(ShardAddress("a", "rsA/h1:1"), ShardAddress("b", "rsB/h2:1")),
-                             via="mongos")
+    assert cluster == Layout(
+        "sharded", shards=(ShardAddress("a", "rsA/h1:1"), ShardAddress("b", "rsB/h2:1")), via="mongos"
+    )
     whole = ConnectorConfig.from_properties({"topic.prefix": "shop"})
-    per_shard = ConnectorConfig.from_properties({"topic.prefix": "shop", "mongodb.connection.mode": "replica_set"})
+    per_shard = ConnectorConfig.from_properties(
+        {"topic.prefix": "shop", "mongodb.connection.mode": "replica_set"}
+    )
     (probe_cluster,) = plan_probes(cluster, whole, {})
-    assert (probe_cluster.partition.rs, probe_cluster.stream_via, probe_cluster.oplogs) == ("cluster", None,
-                                                                                             ("rsA", "rsB"))
+    assert (probe_cluster.partition.rs, probe_cluster.stream_via, probe_cluster.oplogs) == (
+        "cluster",
+        None,
+        ("rsA", "rsB"),
+    )
     assert [(p.partition.rs, p.stream_via, p.oplogs) for p in plan_probes(cluster, per_shard, {})] == [
-        ("rsA", "rsA", ("rsA",)), ("rsB", "rsB", ("rsB",))]
+        ("rsA", "rsA", ("rsA",)),
+        ("rsB", "rsB", ("rsB",)),
+    ]
     other_connector = {OffsetPartition("other", "rs0"): at(1)}
-    assert [p.partition.rs for p in plan_probes(layout_from_hello({"setName": "rs0"}), whole, other_connector)] \
-        == ["rs0"]
+    assert [
+        p.partition.rs for p in plan_probes(layout_from_hello({"setName": "rs0"}), whole, other_connector)
+    ] == ["rs0"]

@@ -12,8 +12,8 @@ import re
 
 import pytest
 from bson import json_util
-from bson.json_util import JSONOptions
 from bson.binary import UuidRepresentation
+from bson.json_util import JSONOptions
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.offsets import (
@@ -68,8 +68,12 @@ def _assert_snapshot_events(events: dict[str, list], ids: dict[str, list], datab
             keys.append(_bson(json_util.loads(key["id"], json_options=_DECODE)))
             assert value["op"] == "r" and value["before"] is None
             source = value["source"]
-            assert (source["connector"], source["db"], source["collection"], source["rs"]) == \
-                ("mongodb", database, name, rs)
+            assert (source["connector"], source["db"], source["collection"], source["rs"]) == (
+                "mongodb",
+                database,
+                name,
+                rs,
+            )
             assert source["snapshot"] in ("true", "last")
             last += source["snapshot"] == "last"
             after = json_util.loads(value["after"], json_options=_DECODE)
@@ -78,8 +82,9 @@ def _assert_snapshot_events(events: dict[str, list], ids: dict[str, list], datab
     return last
 
 
-def test_snapshot_killed_then_resumed_emits_each_document_once(mongodb_uri, kafka_bootstrap, unique_name,
-                                                                 spark_submit, tmp_path):
+def test_snapshot_killed_then_resumed_emits_each_document_once(
+    mongodb_uri, kafka_bootstrap, unique_name, spark_submit, tmp_path
+):
     prefix, database = unique_name, f"{unique_name}_db"
     client = MongoClient(mongodb_uri)
     ids = seed(client, database, {"customers": 1200, "orders": 1000, "mixed": 600})
@@ -123,7 +128,9 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(mongodb_uri, kafk
     interrupted = store.read(partition)
     assert interrupted.snapshot.status == "in_progress" and interrupted.snapshot.snapshot_id == snapshot_id
     committed_before = data_chunks_finished(store.chunk_markers(partition, snapshot_id))
-    assert 3 <= len(committed_before) < interrupted.snapshot.plan_size, "the kill came too late to test a resume"
+    assert 3 <= len(committed_before) < interrupted.snapshot.plan_size, (
+        "the kill came too late to test a resume"
+    )
     recorded_start = interrupted.snapshot.start
 
     # 2. Run again: it resumes the same snapshot (same id, plan and start) and completes it.
@@ -134,10 +141,14 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(mongodb_uri, kafk
     assert summary["chunks"] == interrupted.snapshot.plan_size
     assert summary["chunks_skipped"] >= len(committed_before)
     assert summary["documents"] == 2800
-    assert summary["collections"] == {f"{database}.customers": 1200, f"{database}.mixed": 600,
-                                      f"{database}.orders": 1000}
-    progress = re.findall(r"chunk \d+ of \S+ committed \((\d+) documents.*?(\d+)/(\d+) chunks \((\d+)%\).*docs/s",
-                          run.output)
+    assert summary["collections"] == {
+        f"{database}.customers": 1200,
+        f"{database}.mixed": 600,
+        f"{database}.orders": 1000,
+    }
+    progress = re.findall(
+        r"chunk \d+ of \S+ committed \((\d+) documents.*?(\d+)/(\d+) chunks \((\d+)%\).*docs/s", run.output
+    )
     assert len(progress) == summary["chunks"] - summary["chunks_skipped"]  # one line per copied chunk
     assert progress[-1][1:] == (str(summary["chunks"]), str(summary["chunks"]), "100")
 
@@ -170,9 +181,13 @@ def spark_jvm():
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("mongocdc-snapshot-modes")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mongocdc-snapshot-modes")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     session.stop()
     gateway = SparkContext._gateway
     package_logger = logging.getLogger("airflow_provider_mongocdc")
@@ -180,7 +195,11 @@ def spark_jvm():
     try:
         yield
     finally:
-        package_logger.handlers[:], package_logger.level, package_logger.propagate = handlers, level, propagate
+        package_logger.handlers[:], package_logger.level, package_logger.propagate = (
+            handlers,
+            level,
+            propagate,
+        )
         if SparkContext._active_spark_context is not None:
             SparkContext._active_spark_context.stop()
         gateway.shutdown()
@@ -200,8 +219,14 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     kafka = {"bootstrap.servers": kafka_bootstrap}
 
     def connector(prefix: str, mode: str) -> dict:
-        return {"topic.prefix": prefix, "database.include.list": database, "snapshot.mode": mode,
-                "snapshot.chunk.size": 100, "snapshot.max.threads": 2, "connect.max.attempts": 1}
+        return {
+            "topic.prefix": prefix,
+            "database.include.list": database,
+            "snapshot.mode": mode,
+            "snapshot.chunk.size": 100,
+            "snapshot.max.threads": 2,
+            "connect.max.attempts": 1,
+        }
 
     def run(prefix: str, mode: str, **params) -> dict:
         spec, result = write_spec(tmp_path, connector(prefix, mode), mongo_details(sim.uri), kafka, params)
@@ -231,13 +256,17 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     assert partial["action"] == "snapshot" and partial["collections"] == {f"{database}.orders": 251}
     assert counts(main) == {"customers": 300, "orders": 250 + 251}
     after = store.read(partition)
-    assert after.snapshot.snapshot_id == partial["snapshot_id"] and after.snapshot.status == SNAPSHOT_COMPLETED
+    assert (
+        after.snapshot.snapshot_id == partial["snapshot_id"] and after.snapshot.status == SNAPSHOT_COMPLETED
+    )
     assert after.position == before.position  # streaming goes on from where it was
 
     # always: a new snapshot on every run, and the offset moves to its recorded start.
     always = run(main, "always")
-    assert always["action"] == "snapshot" and always["snapshot_id"] not in (first["snapshot_id"],
-                                                                            partial["snapshot_id"])
+    assert always["action"] == "snapshot" and always["snapshot_id"] not in (
+        first["snapshot_id"],
+        partial["snapshot_id"],
+    )
     assert counts(main) == {"customers": 600, "orders": 250 + 251 + 251}
     state = store.read(partition)
     assert state.position == Position.from_json(always["start_position"][rs])

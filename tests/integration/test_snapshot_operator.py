@@ -29,8 +29,11 @@ def _connection(monkeypatch, conn_id: str, fields: dict) -> str:
 
 @pytest.fixture
 def connections(monkeypatch, kafka_bootstrap):
-    kafka = _connection(monkeypatch, "snap_kafka", {"conn_type": "mongocdc_kafka",
-                                                     "extra": {"bootstrap.servers": kafka_bootstrap}})
+    kafka = _connection(
+        monkeypatch,
+        "snap_kafka",
+        {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}},
+    )
     spark = _connection(monkeypatch, "snap_spark", {"conn_type": "spark", "host": "local[2]"})
 
     def mongo(conn_id: str, uri: str, login: str | None = None, password: str | None = None) -> str:
@@ -42,23 +45,40 @@ def connections(monkeypatch, kafka_bootstrap):
     return kafka, spark, mongo
 
 
-def _operator(task_id: str, prefix: str, database: str, mongo_conn_id: str, kafka_conn_id: str,
-              spark_conn_id: str, **kwargs) -> MongoSnapshotOperator:
+def _operator(
+    task_id: str,
+    prefix: str,
+    database: str,
+    mongo_conn_id: str,
+    kafka_conn_id: str,
+    spark_conn_id: str,
+    **kwargs,
+) -> MongoSnapshotOperator:
     return MongoSnapshotOperator(
         task_id=task_id,
-        connector_config={"topic.prefix": prefix, "database.include.list": database,
-                          "snapshot.chunk.size": 100, "snapshot.max.threads": 2,
-                          "connect.max.attempts": 1},
-        mongo_conn_id=mongo_conn_id, kafka_conn_id=kafka_conn_id, spark_conn_id=spark_conn_id,
-        conf={"spark.ui.enabled": "false"}, **kwargs)
+        connector_config={
+            "topic.prefix": prefix,
+            "database.include.list": database,
+            "snapshot.chunk.size": 100,
+            "snapshot.max.threads": 2,
+            "connect.max.attempts": 1,
+        },
+        mongo_conn_id=mongo_conn_id,
+        kafka_conn_id=kafka_conn_id,
+        spark_conn_id=spark_conn_id,
+        conf={"spark.ui.enabled": "false"},
+        **kwargs,
+    )
 
 
-def test_a_running_window_keeps_the_snapshot_from_starting(mongodb_uri, connections, unique_name,
-                                                           kafka_bootstrap):
+def test_a_running_window_keeps_the_snapshot_from_starting(
+    mongodb_uri, connections, unique_name, kafka_bootstrap
+):
     kafka, spark, mongo = connections
     operator = _operator("snapshot", unique_name, "shop", mongo("snap_lease", mongodb_uri), kafka, spark)
-    lease = ConnectorLease.for_config({"bootstrap.servers": kafka_bootstrap},
-                                      ConnectorConfig.from_properties({"topic.prefix": unique_name}))
+    lease = ConnectorLease.for_config(
+        {"bootstrap.servers": kafka_bootstrap}, ConnectorConfig.from_properties({"topic.prefix": unique_name})
+    )
     with lease.hold("hourly/run-1/window", WINDOW, 600):
         with pytest.raises(LeaseHeldError) as info:
             operator.execute({})
@@ -80,8 +100,9 @@ def test_standalone_server_is_refused_with_cause_and_fix(mongosim, connections, 
     assert "Fix: convert it to a one-member replica set" in message
 
 
-def test_credentials_errors_are_clear_and_secrets_never_leak(mongosim, connections, unique_name, capfd,
-                                                             kafka_bootstrap):
+def test_credentials_errors_are_clear_and_secrets_never_leak(
+    mongosim, connections, unique_name, capfd, kafka_bootstrap
+):
     kafka, spark, mongo = connections
     sim = mongosim(auth=("cdc", PASSWORD))
     database = f"{unique_name}_db"
@@ -100,8 +121,9 @@ def test_credentials_errors_are_clear_and_secrets_never_leak(mongosim, connectio
 
     # The right password: the snapshot runs; the password is nowhere in argv or the logs.
     good = mongo("snap_good", sim.uri, "cdc", PASSWORD)
-    operator = _operator("snapshot_good", unique_name, database, good, kafka, spark,
-                         collections=[f"{database}.orders"])
+    operator = _operator(
+        "snapshot_good", unique_name, database, good, kafka, spark, collections=[f"{database}.orders"]
+    )
     summary = operator.execute({})
     assert summary["action"] == "snapshot"
     assert summary["collections"] == {f"{database}.orders": 120}
@@ -116,4 +138,3 @@ def test_credentials_errors_are_clear_and_secrets_never_leak(mongosim, connectio
     task_log = captured.out + captured.err
     assert "Spark-Submit cmd" in task_log and "Snapshot decision" in task_log  # the app's log reached it
     assert PASSWORD not in task_log
-

@@ -35,11 +35,39 @@ pytestmark = pytest.mark.integration
 
 
 def _all_kinds_of_ids() -> list:
-    ids = [MinKey(), None, float("nan"), float("-inf"), -5, 0, Int64(7), 7.5, Decimal128("8.25"), 2**40,
-           "", "a", "b$", "$starts-with-dollar", {"a": 1}, {"a": 1, "b": 2}, {"b": 0}, {"z": "x"},
-           Binary(b"", 0), Binary(b"\x01", 0), Binary(uuid.UUID(int=1).bytes, 4), Binary(uuid.UUID(int=2).bytes, 4),
-           ObjectId("000000000000000000000001"), ObjectId(), False, True,
-           datetime.datetime(1970, 1, 1), datetime.datetime(2030, 1, 1), Timestamp(1, 1), Timestamp(2, 0), MaxKey()]
+    ids = [
+        MinKey(),
+        None,
+        float("nan"),
+        float("-inf"),
+        -5,
+        0,
+        Int64(7),
+        7.5,
+        Decimal128("8.25"),
+        2**40,
+        "",
+        "a",
+        "b$",
+        "$starts-with-dollar",
+        {"a": 1},
+        {"a": 1, "b": 2},
+        {"b": 0},
+        {"z": "x"},
+        Binary(b"", 0),
+        Binary(b"\x01", 0),
+        Binary(uuid.UUID(int=1).bytes, 4),
+        Binary(uuid.UUID(int=2).bytes, 4),
+        ObjectId("000000000000000000000001"),
+        ObjectId(),
+        False,
+        True,
+        datetime.datetime(1970, 1, 1),
+        datetime.datetime(2030, 1, 1),
+        Timestamp(1, 1),
+        Timestamp(2, 0),
+        MaxKey(),
+    ]
     ids += [ObjectId() for _ in range(40)] + list(range(100, 140)) + [f"key-{n:03d}" for n in range(40)]
     ids += [{"region": f"r{n % 3}", "seq": n} for n in range(20)]
     ids += [Binary(uuid.uuid4().bytes, 4) for _ in range(20)]
@@ -53,12 +81,14 @@ def test_chunks_read_every_document_exactly_once(mongodb_uri, unique_name):
     collection.insert_many([{"_id": _id, "n": n, "even": n % 2 == 0} for n, _id in enumerate(ids)])
 
     for chunk_size, snapshot_filter in ((7, None), (25, None), (1000, None), (10, {"even": True})):
-        ranges = plan_collection(client, collection.database.name, collection.name, chunk_size,
-                                 snapshot_filter=snapshot_filter)
+        ranges = plan_collection(
+            client, collection.database.name, collection.name, chunk_size, snapshot_filter=snapshot_filter
+        )
         expected = len(ids) if snapshot_filter is None else (len(ids) + 1) // 2
         assert (len(ranges) == 1) == (chunk_size >= expected), "a collection larger than a chunk is split"
-        plan = build_plan("s1", {(collection.database.name, collection.name): ranges},
-                          mode="initial", reset_offset=True)
+        plan = build_plan(
+            "s1", {(collection.database.name, collection.name): ranges}, mode="initial", reset_offset=True
+        )
         seen: list[int] = []
         for chunk in plan.chunks:
             # Stored and read back (as a restarted snapshot does) before it is used.
@@ -77,12 +107,30 @@ def test_plan_is_stored_and_read_back_identically(kafka_bootstrap, unique_name):
     store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=20)
     store.ensure_topic()
     partition = OffsetPartition(unique_name, "rs0")
-    bounds = [None, -1, 2.5, "k", {"a": 1, "b": [1, 2]}, Binary(uuid.UUID(int=9).bytes, 4),
-              ObjectId("65a0000000000000000000ab"), True, datetime.datetime(2024, 5, 1), Timestamp(3, 4), None]
-    ranges = {("shop", f"c{n}"): [(bounds[i], bounds[i + 1], 10) for i in range(len(bounds) - 1)]
-              for n in range(120)}  # 1200 chunks: the plan spans two records
-    plan = build_plan("20250101T000000Z-abcdef01", ranges, mode="initial_only", reset_offset=False,
-                      collections=sorted(f"shop.c{n}" for n in range(120)))
+    bounds = [
+        None,
+        -1,
+        2.5,
+        "k",
+        {"a": 1, "b": [1, 2]},
+        Binary(uuid.UUID(int=9).bytes, 4),
+        ObjectId("65a0000000000000000000ab"),
+        True,
+        datetime.datetime(2024, 5, 1),
+        Timestamp(3, 4),
+        None,
+    ]
+    ranges = {
+        ("shop", f"c{n}"): [(bounds[i], bounds[i + 1], 10) for i in range(len(bounds) - 1)]
+        for n in range(120)
+    }  # 1200 chunks: the plan spans two records
+    plan = build_plan(
+        "20250101T000000Z-abcdef01",
+        ranges,
+        mode="initial_only",
+        reset_offset=False,
+        collections=sorted(f"shop.c{n}" for n in range(120)),
+    )
     with TransactionalWriter(kafka, f"{unique_name}-plan") as writer:
         writer.begin()
         writer.commit(plan.records(store, partition))
@@ -91,7 +139,11 @@ def test_plan_is_stored_and_read_back_identically(kafka_bootstrap, unique_name):
     restored = SnapshotPlan.from_markers(plan.snapshot_id, markers)
     assert restored is not None
     assert [c.to_json() for c in restored.chunks] == [c.to_json() for c in plan.chunks]
-    assert (restored.mode, restored.reset_offset, restored.collections) == ("initial_only", False, plan.collections)
+    assert (restored.mode, restored.reset_offset, restored.collections) == (
+        "initial_only",
+        False,
+        plan.collections,
+    )
     assert restored.final_chunk.chunk_id == plan.chunks[-1].chunk_id
     assert isinstance(restored.chunks[5].lower, Binary) and restored.chunks[5].lower.subtype == 4
 

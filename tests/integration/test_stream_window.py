@@ -41,7 +41,8 @@ def _updated(event) -> dict:
 
 
 def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
-        mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path):
+    mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path
+):
     db_name = unique_name[:40]
     marker_db = f"{db_name}_m"
     prefix = unique_name
@@ -84,20 +85,35 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     assert summary["status"] == "completed" and summary["reached_end"] is True
     assert summary["events"] == 12
     assert summary["events_by_op"] == {"c": 7, "d": 1, "u": 4}
-    assert summary["events_by_collection"] == {f"{db_name}.gone": 1, f"{db_name}.old": 1,
-                                               f"{db_name}.orders": 8, f"{db_name}.payments": 1,
-                                               f"{db_name}.renamed": 1}
+    assert summary["events_by_collection"] == {
+        f"{db_name}.gone": 1,
+        f"{db_name}.old": 1,
+        f"{db_name}.orders": 8,
+        f"{db_name}.payments": 1,
+        f"{db_name}.renamed": 1,
+    }
     assert summary["transactions"] == 1 and summary["tombstones"] == 1
     assert summary["batches_committed"] >= 1 and summary["bytes"] > 0
     assert summary["start_position"][partition.rs]["sec"] == seeded.cluster_time.time
-    assert summary["end_position"][partition.rs] == {"sec": end_a.time, "ord": 0,
-                                                     "time": _ts_datetime(end_a).isoformat().replace("+00:00", "Z")}
+    assert summary["end_position"][partition.rs] == {
+        "sec": end_a.time,
+        "ord": 0,
+        "time": _ts_datetime(end_a).isoformat().replace("+00:00", "Z"),
+    }
     assert set(summary["lag_ms"]) == {"p50", "p95", "max"} and summary["lag_ms"]["max"] >= 0
 
     orders = topic_events(kafka_bootstrap, f"{topic}.orders")
     assert [(e.key["id"], e.op) for e in orders] == [
-        ("1", "c"), ("1", "u"), ("1", "u"), ("1", "u"), ("2", "c"), ("2", "d"), ("2", None),
-        ("3", "c"), ("100", "c")]
+        ("1", "c"),
+        ("1", "u"),
+        ("1", "u"),
+        ("1", "u"),
+        ("2", "c"),
+        ("2", "d"),
+        ("2", None),
+        ("3", "c"),
+        ("100", "c"),
+    ]
     created, set_unset, pushed, replaced = orders[:4]
     assert created.after == {"_id": 1, "items": [1, 2, 3], "status": "new", "note": "x"}
     assert _updated(set_unset) == {"status": "paid", "items.1": 20}
@@ -116,15 +132,21 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     assert [(e.key["id"], e.op, e.after) for e in payments] == [('"p3"', "c", {"_id": "p3", "order": 3})]
     in_transaction = orders[7].payload["transaction"]
     assert in_transaction["total_order"] == 1 and in_transaction["data_collection_order"] == 1
-    assert payments[0].payload["transaction"] == {"id": in_transaction["id"], "total_order": 2,
-                                                  "data_collection_order": 1}
+    assert payments[0].payload["transaction"] == {
+        "id": in_transaction["id"],
+        "total_order": 2,
+        "data_collection_order": 1,
+    }
     assert all(e.payload["transaction"] is None for i, e in enumerate(orders) if e.payload and i != 7)
     transactions = topic_events(kafka_bootstrap, f"{prefix}.transaction")
     assert [(e.key["id"], e.payload["status"], e.payload["event_count"]) for e in transactions] == [
-        (in_transaction["id"], "BEGIN", None), (in_transaction["id"], "END", 2)]
+        (in_transaction["id"], "BEGIN", None),
+        (in_transaction["id"], "END", 2),
+    ]
     assert transactions[1].payload["data_collections"] == [
         {"data_collection": f"{db_name}.orders", "event_count": 1},
-        {"data_collection": f"{db_name}.payments", "event_count": 1}]
+        {"data_collection": f"{db_name}.payments", "event_count": 1},
+    ]
 
     # The drop and the rename produce no event; the renamed collection's changes go to its topic.
     assert [(e.key["id"], e.op) for e in topic_events(kafka_bootstrap, f"{topic}.gone")] == [("10", "c")]
@@ -144,8 +166,18 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     assert summary["events"] == 2 and summary["events_by_op"] == {"c": 1, "u": 1}
     orders = topic_events(kafka_bootstrap, f"{topic}.orders")
     assert [(e.key["id"], e.op) for e in orders] == [
-        ("1", "c"), ("1", "u"), ("1", "u"), ("1", "u"), ("2", "c"), ("2", "d"), ("2", None),
-        ("3", "c"), ("100", "c"), ("101", "c"), ("101", "u")]
+        ("1", "c"),
+        ("1", "u"),
+        ("1", "u"),
+        ("1", "u"),
+        ("2", "c"),
+        ("2", "d"),
+        ("2", None),
+        ("3", "c"),
+        ("100", "c"),
+        ("101", "c"),
+        ("101", "u"),
+    ]
     assert store.read(partition).cluster_time == end_b
 
     # -- window C (run in-process): no captured change, only uncaptured writes: the offset still
@@ -168,11 +200,11 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
 
 
 def test_collection_scoped_window_ends_at_an_invalidate_and_the_next_starts_after_it(
-        mongodb_uri, kafka_bootstrap, unique_name):
+    mongodb_uri, kafka_bootstrap, unique_name
+):
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = {"topic.prefix": unique_name, "capture.scope": "collection",
-             "capture.target": f"{db_name}.carts"}
+    props = {"topic.prefix": unique_name, "capture.scope": "collection", "capture.target": f"{db_name}.carts"}
     store, partition = seed_offset(mongodb_uri, kafka, props)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         carts = client[db_name].carts
@@ -205,8 +237,9 @@ def test_live_window_commits_on_time_and_stops_at_its_end(mongodb_uri, kafka_boo
     store, partition = seed_offset(mongodb_uri, kafka, props)
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    params = WindowParams(datetime.now(timezone.utc) + timedelta(seconds=10), idle_timeout_s=30,
-                          commit_interval_s=1)
+    params = WindowParams(
+        datetime.now(timezone.utc) + timedelta(seconds=10), idle_timeout_s=30, commit_interval_s=1
+    )
     written: list[tuple[int, Timestamp]] = []
     outcome: dict = {}
 

@@ -46,8 +46,9 @@ def _preload(uri: str, db_name: str, count: int):
     """``count`` inserts (ids 0 .. count-1) and the end of a window covering them all."""
     with MongoClient(uri, serverSelectionTimeoutMS=20000) as client:
         for start in range(0, count - 1, 500):
-            client[db_name].items.insert_many([{"_id": n, "pad": "x" * 100}
-                                               for n in range(start, min(start + 500, count - 1))])
+            client[db_name].items.insert_many(
+                [{"_id": n, "pad": "x" * 100} for n in range(start, min(start + 500, count - 1))]
+            )
         end = next_second(insert_at(client[db_name].items, {"_id": count - 1}))
         pass_second(client, end, f"{db_name}_m")
     return end
@@ -55,8 +56,13 @@ def _preload(uri: str, db_name: str, count: int):
 
 def _start(spark_submit: str, tmp_path, name: str, props: dict, uri: str, kafka: dict, end):
     spec, result = write_spec(tmp_path, name, props, uri, kafka, end)
-    return subprocess.Popen(spark_command(spark_submit, spec, result), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    return subprocess.Popen(
+        spark_command(spark_submit, spec, result),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
 
 
 def _wait_for_commits(process, store, partition, events: int) -> None:
@@ -74,7 +80,8 @@ def _kill(process) -> None:
 
 
 def test_killed_window_then_rerun_loses_and_duplicates_nothing(
-        mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path):
+    mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path
+):
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name, {"max.batch.size": 5})
@@ -152,7 +159,8 @@ def test_window_survives_a_step_down(mongosim, kafka_bootstrap, unique_name):
 
 @pytest.mark.simulator_only
 def test_purged_resume_point_fails_clearly_and_keeps_the_offset(
-        mongosim, kafka_bootstrap, spark_submit, unique_name, tmp_path):
+    mongosim, kafka_bootstrap, spark_submit, unique_name, tmp_path
+):
     sim = mongosim("replset")
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -258,12 +266,16 @@ def test_positions_are_never_moved_back_by_an_old_window(mongodb_uri, kafka_boot
 
 @pytest.mark.simulator_only
 def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplicate(
-        mongosim, kafka_bootstrap, unique_name):
+    mongosim, kafka_bootstrap, unique_name
+):
     sim = mongosim("replset")
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(unique_name, db_name, {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10,
-                                             "connect.backoff.max.delay.ms": 50})
+    props = connector(
+        unique_name,
+        db_name,
+        {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 50},
+    )
     store, partition = seed_offset(sim.uri, kafka, props)
     with sim.client() as client:
         db = client[db_name]
@@ -277,10 +289,18 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
         # 70% of the window's aggregate and getMore commands fail with a resumable error: pymongo
         # resumes once by itself, the window re-opens the stream when that fails too (inside a
         # transaction it rolls back to its last commit and reads the transaction again).
-        client.admin.command({"configureFailPoint": "failCommand", "mode": {"activationProbability": 0.7},
-                              "data": {"failCommands": ["aggregate", "getMore"], "errorCode": 6,
-                                       "errorLabels": ["ResumableChangeStreamError"],
-                                       "appName": "airflow-provider-mongocdc"}})
+        client.admin.command(
+            {
+                "configureFailPoint": "failCommand",
+                "mode": {"activationProbability": 0.7},
+                "data": {
+                    "failCommands": ["aggregate", "getMore"],
+                    "errorCode": 6,
+                    "errorLabels": ["ResumableChangeStreamError"],
+                    "appName": "airflow-provider-mongocdc",
+                },
+            }
+        )
         try:
             config = ConnectorConfig.from_properties(props)
             (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
@@ -292,8 +312,10 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
     ids = _ids(topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"))
     assert sorted(int(i) for i in ids) == expected
     transactions = topic_events(kafka_bootstrap, f"{unique_name}.transaction")
-    assert [(e.payload["status"], e.payload["event_count"]) for e in transactions] == \
-        [("BEGIN", None), ("END", 13)] * 3
+    assert [(e.payload["status"], e.payload["event_count"]) for e in transactions] == [
+        ("BEGIN", None),
+        ("END", 13),
+    ] * 3
     for event in topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"):
         block = event.payload["transaction"]
         if block is not None:

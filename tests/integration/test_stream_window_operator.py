@@ -30,7 +30,9 @@ pytestmark = pytest.mark.integration
 
 def test_window_end_is_the_data_interval_end_or_now():
     now = datetime(2024, 5, 1, 10, 30, tzinfo=timezone.utc)
-    assert window_end_for({"data_interval_end": now - timedelta(minutes=30)}, now) == now - timedelta(minutes=30)
+    assert window_end_for({"data_interval_end": now - timedelta(minutes=30)}, now) == now - timedelta(
+        minutes=30
+    )
     assert window_end_for({"data_interval_end": now + timedelta(minutes=30)}, now) == now
     assert window_end_for({}, now) == now
 
@@ -44,7 +46,8 @@ def _seed(store, prefix: str, rs: str, uri: str, config: ConnectorConfig) -> Off
 
 @pytest.mark.simulator_only
 def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
-        mongosim, kafka_bootstrap, unique_name, monkeypatch):
+    mongosim, kafka_bootstrap, unique_name, monkeypatch
+):
     sim = mongosim("sharded", shards=2)
     db_name = unique_name[:40]
     prefix = unique_name
@@ -57,9 +60,11 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     partitions = {rs: _seed(store, prefix, rs, uri, config) for rs, uri in shards.items()}
     through_mongos = ConnectorConfig.from_properties({**props, "mongodb.connection.mode": "sharded"})
     cluster = _seed(store, prefix, "cluster", sim.uri, through_mongos)
-    for conn_id, fields in (("window_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
-                            ("window_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-                            ("window_spark", {"conn_type": "spark", "host": "local[2]"})):
+    for conn_id, fields in (
+        ("window_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
+        ("window_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
+        ("window_spark", {"conn_type": "spark", "host": "local[2]"}),
+    ):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
 
     with MongoClient(sim.uri, serverSelectionTimeoutMS=20000) as client:
@@ -84,9 +89,14 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     assert on_shard["shard0"] and on_shard["shard1"]  # the documents are spread over both shards
 
     operator = MongoStreamWindowOperator(
-        task_id="window", connector_config=props, mongo_conn_id="window_mongo",
-        kafka_conn_id="window_kafka", spark_conn_id="window_spark",
-        conf={"spark.ui.enabled": "false"}, idle_timeout=20)
+        task_id="window",
+        connector_config=props,
+        mongo_conn_id="window_mongo",
+        kafka_conn_id="window_kafka",
+        spark_conn_id="window_spark",
+        conf={"spark.ui.enabled": "false"},
+        idle_timeout=20,
+    )
     data_interval_end = datetime.fromtimestamp(end.time, timezone.utc)
     summary = operator.execute({"data_interval_end": data_interval_end})
 
@@ -115,7 +125,7 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
             assert int(event.key["id"]) in on_shard[event.payload["source"]["rs"]] | {4}
     ends = [e for e in topic_events(kafka_bootstrap, f"{prefix}.transaction") if e.payload["status"] == "END"]
     assert len({e.key["id"] for e in ends}) == 1 and sum(e.payload["event_count"] for e in ends) == 10
-    for rs, partition in partitions.items():
+    for partition in partitions.values():
         state = store.read(partition)
         assert state.cluster_time == end and state.windows == 1 and state.events > 0
 

@@ -86,7 +86,7 @@ def test_sharded_cluster_through_mongos(mongosim):
     with MongoClient(sim.uri, serverSelectionTimeoutMS=10000) as client:
         listed = {s["_id"]: s["host"] for s in client.admin.command("listShards")["shards"]}
     assert {shard.name: shard.host for shard in topology.shards} == listed
-    for shard, uri in zip(sorted(topology.shards, key=lambda s: s.name), sorted(sim.shard_uris)):
+    for shard, _uri in zip(sorted(topology.shards, key=lambda s: s.name), sorted(sim.shard_uris)):
         rs = shard.replica_set
         assert shard.host.startswith(f"{rs.name}/")
         assert sorted(shard.host.split("/", 1)[1].split(",")) == sorted(m.host for m in rs.members)
@@ -117,8 +117,11 @@ def test_standalone_server_is_refused_with_the_fix(mongosim):
     slept: list[float] = []
     address = sim.member_addresses[0]
     with pytest.raises(TopologyError, match="standalone"):
-        connect(MongoConnectionDetails(hosts=f"rs0/{address}", server_selection_timeout_ms=500),
-                BackoffPolicy(initial_delay_ms=1000, max_delay_ms=1000, max_attempts=16), sleep=slept.append)
+        connect(
+            MongoConnectionDetails(hosts=f"rs0/{address}", server_selection_timeout_ms=500),
+            BackoffPolicy(initial_delay_ms=1000, max_delay_ms=1000, max_attempts=16),
+            sleep=slept.append,
+        )
     assert slept == []
 
 
@@ -133,12 +136,16 @@ def test_wrong_replica_set_name_is_a_configuration_error(mongosim):
 
 def test_unreachable_host_is_retried_with_backoff_then_fails_clearly(caplog):
     slept: list[float] = []
-    details = MongoConnectionDetails(hosts="127.0.0.1:9", server_selection_timeout_ms=200,
-                                     connect_timeout_ms=200)
+    details = MongoConnectionDetails(
+        hosts="127.0.0.1:9", server_selection_timeout_ms=200, connect_timeout_ms=200
+    )
     with caplog.at_level(logging.WARNING):
         with pytest.raises(ConnectionFailedError) as info:
-            connect(details, BackoffPolicy(initial_delay_ms=20, max_delay_ms=50, max_attempts=4),
-                    sleep=slept.append)
+            connect(
+                details,
+                BackoffPolicy(initial_delay_ms=20, max_delay_ms=50, max_attempts=4),
+                sleep=slept.append,
+            )
     assert slept == [0.02, 0.04, 0.05, 0.05]  # doubling, capped, one wait per reconnection attempt
     message = str(info.value)
     assert "127.0.0.1:9" in message and "after 5 attempts" in message
@@ -151,11 +158,13 @@ def _wrong_password_details(mongosim, real_mongodb: bool, mongodb_uri: str):
         parsed = uri_parser.parse_uri(mongodb_uri)
         if not parsed.get("username"):
             pytest.skip("MONGOCDC_TEST_MONGODB_URI has no user name, so wrong credentials cannot be tried")
-        return MongoConnectionDetails(connection_string=mongodb_uri, username=parsed["username"],
-                                      password="wrong-" + uuid.uuid4().hex)
+        return MongoConnectionDetails(
+            connection_string=mongodb_uri, username=parsed["username"], password="wrong-" + uuid.uuid4().hex
+        )
     sim = mongosim("replset", auth=("cdc", "right-password"))
-    return MongoConnectionDetails(connection_string=sim.uri, username="cdc",
-                                  password="wrong-" + uuid.uuid4().hex)
+    return MongoConnectionDetails(
+        connection_string=sim.uri, username="cdc", password="wrong-" + uuid.uuid4().hex
+    )
 
 
 def test_wrong_credentials_fail_at_once_with_a_clear_error(mongosim, real_mongodb, mongodb_uri, caplog):
@@ -177,8 +186,10 @@ def test_wrong_credentials_fail_at_once_with_a_clear_error(mongosim, real_mongod
 def test_right_credentials_connect_and_stay_secret(mongosim, caplog):
     sim = mongosim("replset", auth=("cdc", "the-right-password"))
     with_user_in_uri = sim.uri.replace("mongodb://", "mongodb://cdc:the-right-password@")
-    for details in (MongoConnectionDetails(connection_string=sim.uri, username="cdc", password="the-right-password"),
-                    MongoConnectionDetails(connection_string=with_user_in_uri)):
+    for details in (
+        MongoConnectionDetails(connection_string=sim.uri, username="cdc", password="the-right-password"),
+        MongoConnectionDetails(connection_string=with_user_in_uri),
+    ):
         with caplog.at_level(logging.DEBUG):
             topology = discover(details, policy=FAST)
         assert topology.replica_sets[0].primary
@@ -189,9 +200,12 @@ def test_right_credentials_connect_and_stay_secret(mongosim, caplog):
 def test_connection_details_carry_credentials_to_shards_and_redact_them():
     details = MongoConnectionDetails(
         connection_string="mongodb://cdc:p%40ss@router1:27017,router2/?authSource=users&tls=true"
-                          "&tlsAllowInvalidHostnames=true&readPreference=primaryPreferred")
-    assert details.describe() == "mongodb://cdc:***@router1:27017,router2/?authSource=users&tls=true" \
-                                 "&tlsAllowInvalidHostnames=true&readPreference=primaryPreferred"
+        "&tlsAllowInvalidHostnames=true&readPreference=primaryPreferred"
+    )
+    assert (
+        details.describe() == "mongodb://cdc:***@router1:27017,router2/?authSource=users&tls=true"
+        "&tlsAllowInvalidHostnames=true&readPreference=primaryPreferred"
+    )
     shard = details.for_replica_set("shard01", ["s1:27018", "s2:27018"])
     host, kwargs = shard.client_arguments()
     assert host == ["s1:27018", "s2:27018"]
@@ -200,7 +214,9 @@ def test_connection_details_carry_credentials_to_shards_and_redact_them():
     assert kwargs["tls"] is True and kwargs["tlsAllowInvalidHostnames"] is True
     assert "p@ss" not in repr(shard) and "p%40ss" not in repr(details)
 
-    seeds = MongoConnectionDetails(hosts="rs0/h1,h2:27018", username="u", password="secret", auth_source="admin")
+    seeds = MongoConnectionDetails(
+        hosts="rs0/h1,h2:27018", username="u", password="secret", auth_source="admin"
+    )
     host, kwargs = seeds.client_arguments()
     assert host == ["h1:27017", "h2:27018"] and kwargs["replicaSet"] == "rs0"
     assert "secret" not in repr(seeds)
@@ -209,19 +225,32 @@ def test_connection_details_carry_credentials_to_shards_and_redact_them():
     with pytest.raises(ConfigError):
         MongoConnectionDetails(hosts="h1", connection_string="mongodb://h1")
     with pytest.raises(ConfigError):
-        MongoConnectionDetails(connection_string="mongodb+srv://cluster.example.com", members_auto_discover=False)
+        MongoConnectionDetails(
+            connection_string="mongodb+srv://cluster.example.com", members_auto_discover=False
+        )
 
 
 def test_connector_configuration_sets_driver_timeouts_and_can_turn_discovery_off():
     from airflow_provider_mongocdc.core.config import ConnectorConfig
 
     details = MongoConnectionDetails(hosts="rs0/h1:27017,h2:27017")
-    tuned = details.with_config(ConnectorConfig.from_properties({
-        "topic.prefix": "p", "mongodb.connect.timeout.ms": 1234, "mongodb.server.selection.timeout.ms": 4321,
-        "mongodb.heartbeat.frequency.ms": 2500, "mongodb.members.auto.discover": False}))
+    tuned = details.with_config(
+        ConnectorConfig.from_properties(
+            {
+                "topic.prefix": "p",
+                "mongodb.connect.timeout.ms": 1234,
+                "mongodb.server.selection.timeout.ms": 4321,
+                "mongodb.heartbeat.frequency.ms": 2500,
+                "mongodb.members.auto.discover": False,
+            }
+        )
+    )
     host, kwargs = tuned.client_arguments()
-    assert (kwargs["connectTimeoutMS"], kwargs["serverSelectionTimeoutMS"], kwargs["heartbeatFrequencyMS"]) == \
-        (1234, 4321, 2500)
+    assert (
+        kwargs["connectTimeoutMS"],
+        kwargs["serverSelectionTimeoutMS"],
+        kwargs["heartbeatFrequencyMS"],
+    ) == (1234, 4321, 2500)
     assert host == "h1:27017" and kwargs["directConnection"] is True
     assert "socketTimeoutMS" not in kwargs  # 0 = no socket timeout
     assert details.with_config(ConnectorConfig.from_properties({"topic.prefix": "p"})).members_auto_discover

@@ -34,8 +34,16 @@ def test_mongo_provider_connection_is_accepted(monkeypatch, mongodb_uri):
     parsed = uri_parser.parse_uri(mongodb_uri)
     host, port = parsed["nodelist"][0]
     extra = {key: value for key, value in parsed["options"].items()}
-    set_connection(monkeypatch, "mongo_default_like", conn_type="mongo", host=host, port=port,
-                   login=parsed.get("username"), password=parsed.get("password"), extra=extra)
+    set_connection(
+        monkeypatch,
+        "mongo_default_like",
+        conn_type="mongo",
+        host=host,
+        port=port,
+        login=parsed.get("username"),
+        password=parsed.get("password"),
+        extra=extra,
+    )
     hook = MongoTopologyHook("mongo_default_like", connect_max_attempts=2)
     details = hook.get_connection_details()
     assert details.hosts == f"{host}:{port}"
@@ -48,9 +56,15 @@ def test_mongo_provider_connection_is_accepted(monkeypatch, mongodb_uri):
 def test_seed_list_with_credentials_and_the_ui_test_button(monkeypatch, mongosim, caplog):
     sim = mongosim("replset", members=3, auth=("cdc", "hook-secret"))
     seeds = ",".join(sim.member_addresses)
-    set_connection(monkeypatch, "cdc_seeds", conn_type="mongocdc", host=seeds, login="cdc",
-                   password="hook-secret", extra={"replica_set": "rs0", "auth_source": "admin",
-                                                  "members_auto_discover": "true", "tls": False})
+    set_connection(
+        monkeypatch,
+        "cdc_seeds",
+        conn_type="mongocdc",
+        host=seeds,
+        login="cdc",
+        password="hook-secret",
+        extra={"replica_set": "rs0", "auth_source": "admin", "members_auto_discover": "true", "tls": False},
+    )
     hook = MongoTopologyHook("cdc_seeds")
     details = hook.get_connection_details()
     assert details.replica_set == "rs0" and details.username == "cdc" and details.tls is False
@@ -61,16 +75,29 @@ def test_seed_list_with_credentials_and_the_ui_test_button(monkeypatch, mongosim
         assert len(hook.discover().replica_sets[0].members) == 3
     assert "hook-secret" not in caplog.text and "hook-secret" not in repr(details)
 
-    set_connection(monkeypatch, "cdc_wrong", conn_type="mongocdc", host=seeds, login="cdc",
-                   password="not-it", extra={"replica_set": "rs0"})
+    set_connection(
+        monkeypatch,
+        "cdc_wrong",
+        conn_type="mongocdc",
+        host=seeds,
+        login="cdc",
+        password="not-it",
+        extra={"replica_set": "rs0"},
+    )
     ok, message = MongoTopologyHook("cdc_wrong").test_connection()
     assert not ok and "refused the credentials" in message and "not-it" not in message
 
 
 def test_hook_retries_per_its_connect_parameters(monkeypatch):
     set_connection(monkeypatch, "cdc_down", conn_type="mongocdc", host="rs0/127.0.0.1:9")
-    hook = MongoTopologyHook("cdc_down", connect_backoff_initial_delay_ms=5, connect_backoff_max_delay_ms=10,
-                             connect_max_attempts=2, server_selection_timeout_ms=200, connect_timeout_ms=200)
+    hook = MongoTopologyHook(
+        "cdc_down",
+        connect_backoff_initial_delay_ms=5,
+        connect_backoff_max_delay_ms=10,
+        connect_max_attempts=2,
+        server_selection_timeout_ms=200,
+        connect_timeout_ms=200,
+    )
     with pytest.raises(ConnectionFailedError) as info:
         hook.get_conn()
     assert "after 3 attempts" in str(info.value) and "127.0.0.1:9" in str(info.value)

@@ -12,7 +12,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from airflow_provider_mongocdc.core.errors import ConfigError, DeliveryError, OversizeEventError
-from devtools.kafka.reading import wait_stable
 from airflow_provider_mongocdc.core.writer import (
     TopicSpec,
     TransactionalWriter,
@@ -20,6 +19,7 @@ from airflow_provider_mongocdc.core.writer import (
     ensure_topics,
     redact_config,
 )
+from devtools.kafka.reading import wait_stable
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,15 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
     once the markers of just-committed transactions are written)."""
     if isolation == "read_committed":
         wait_stable(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         partition = TopicPartition(topic, 0, 0)
         _low, end = consumer.get_watermark_offsets(partition, timeout=10, cached=False)
@@ -68,7 +74,9 @@ def kafka_config(kafka_bootstrap):
 @pytest.fixture
 def topics(kafka_config, unique_name):
     events, offsets = f"{unique_name}.db.coll", f"{unique_name}.offsets"
-    ensure_topics(kafka_config, [TopicSpec(events, 1), TopicSpec(offsets, 1, config={"cleanup.policy": "compact"})])
+    ensure_topics(
+        kafka_config, [TopicSpec(events, 1), TopicSpec(offsets, 1, config={"cleanup.policy": "compact"})]
+    )
     return events, offsets
 
 
@@ -84,7 +92,9 @@ def test_committed_events_and_offset_are_visible_together(kafka_config, kafka_bo
     assert read_topic(kafka_bootstrap, offsets) == [(b"partition", b'{"position": 5}')]
 
 
-def test_aborted_transaction_is_invisible_to_read_committed(kafka_config, kafka_bootstrap, topics, unique_name):
+def test_aborted_transaction_is_invisible_to_read_committed(
+    kafka_config, kafka_bootstrap, topics, unique_name
+):
     events, offsets = topics
     with TransactionalWriter(kafka_config, f"{unique_name}-w") as writer:
         with writer.transaction():
@@ -132,9 +142,12 @@ def test_zombie_writer_is_fenced_with_a_clear_error(kafka_config, kafka_bootstra
 
 
 def test_event_larger_than_the_producer_limit_aborts_with_oversize_error(
-        kafka_config, kafka_bootstrap, topics, unique_name):
+    kafka_config, kafka_bootstrap, topics, unique_name
+):
     events, offsets = topics
-    with TransactionalWriter(kafka_config, f"{unique_name}-w", overrides={"message.max.bytes": 100_000}) as writer:
+    with TransactionalWriter(
+        kafka_config, f"{unique_name}-w", overrides={"message.max.bytes": 100_000}
+    ) as writer:
         writer.begin()
         writer.send([Rec(events, b"small", b"x")])
         with pytest.raises(OversizeEventError) as info:
@@ -149,10 +162,16 @@ def test_event_larger_than_the_producer_limit_aborts_with_oversize_error(
 
 
 def test_event_rejected_by_the_topic_limit_aborts_and_never_commits_the_offset(
-        kafka_config, kafka_bootstrap, unique_name):
+    kafka_config, kafka_bootstrap, unique_name
+):
     small, offsets = f"{unique_name}.small", f"{unique_name}.offsets"
-    ensure_topics(kafka_config, [TopicSpec(small, 1, config={"max.message.bytes": "50000"}),
-                                 TopicSpec(offsets, 1, config={"cleanup.policy": "compact"})])
+    ensure_topics(
+        kafka_config,
+        [
+            TopicSpec(small, 1, config={"max.message.bytes": "50000"}),
+            TopicSpec(offsets, 1, config={"cleanup.policy": "compact"}),
+        ],
+    )
     with TransactionalWriter(kafka_config, f"{unique_name}-w") as writer:
         writer.begin()
         # Incompressible, so that lz4 does not bring it under the topic's limit.
@@ -190,8 +209,9 @@ def test_secrets_never_appear_in_repr_or_logs(kafka_config, unique_name, caplog)
 
 
 def test_ensure_topics_is_idempotent_and_applies_configs(kafka_config, unique_name):
-    spec = TopicSpec(f"{unique_name}.compacted", 1, config={"cleanup.policy": "compact",
-                                                          "min.compaction.lag.ms": "1000"})
+    spec = TopicSpec(
+        f"{unique_name}.compacted", 1, config={"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"}
+    )
     assert ensure_topics(kafka_config, [spec]) == {spec.name: "created"}
     assert ensure_topics(kafka_config, [spec]) == {spec.name: "exists"}
     partitions, configs = describe_topic(kafka_config, spec.name)

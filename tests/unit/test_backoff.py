@@ -12,10 +12,22 @@ pytestmark = pytest.mark.unit
 # Debezium MongoDB connector docs, "MongoDB becomes unavailable": delay before each reconnection
 # attempt (seconds) and the total delay before it (mm:ss) with the default properties.
 DEBEZIUM_TABLE = [
-    (1, 1, "00:01"), (2, 2, "00:03"), (3, 4, "00:07"), (4, 8, "00:15"), (5, 16, "00:31"),
-    (6, 32, "01:03"), (7, 64, "02:07"), (8, 120, "04:07"), (9, 120, "06:07"), (10, 120, "08:07"),
-    (11, 120, "10:07"), (12, 120, "12:07"), (13, 120, "14:07"), (14, 120, "16:07"),
-    (15, 120, "18:07"), (16, 120, "20:07"),
+    (1, 1, "00:01"),
+    (2, 2, "00:03"),
+    (3, 4, "00:07"),
+    (4, 8, "00:15"),
+    (5, 16, "00:31"),
+    (6, 32, "01:03"),
+    (7, 64, "02:07"),
+    (8, 120, "04:07"),
+    (9, 120, "06:07"),
+    (10, 120, "08:07"),
+    (11, 120, "10:07"),
+    (12, 120, "12:07"),
+    (13, 120, "14:07"),
+    (14, 120, "16:07"),
+    (15, 120, "18:07"),
+    (16, 120, "20:07"),
 ]
 
 
@@ -45,13 +57,16 @@ def test_huge_attempt_numbers_stay_capped():
     assert BackoffPolicy().delay_ms(10_000) == 120_000
 
 
-@pytest.mark.parametrize("kwargs, prop", [
-    ({"initial_delay_ms": -1}, "connect.backoff.initial.delay.ms"),
-    ({"max_delay_ms": "1000"}, "connect.backoff.max.delay.ms"),
-    ({"max_attempts": -3}, "connect.max.attempts"),
-    ({"max_attempts": True}, "connect.max.attempts"),
-    ({"initial_delay_ms": 5000, "max_delay_ms": 1000}, "connect.backoff.max.delay.ms"),
-])
+@pytest.mark.parametrize(
+    "kwargs, prop",
+    [
+        ({"initial_delay_ms": -1}, "connect.backoff.initial.delay.ms"),
+        ({"max_delay_ms": "1000"}, "connect.backoff.max.delay.ms"),
+        ({"max_attempts": -3}, "connect.max.attempts"),
+        ({"max_attempts": True}, "connect.max.attempts"),
+        ({"initial_delay_ms": 5000, "max_delay_ms": 1000}, "connect.backoff.max.delay.ms"),
+    ],
+)
 def test_invalid_values_name_the_property(kwargs, prop):
     with pytest.raises(ConfigError) as info:
         BackoffPolicy(**kwargs)
@@ -77,8 +92,11 @@ def test_call_retries_retriable_errors_with_the_policys_delays():
     retries: list[tuple[int, int]] = []
     operation = Flaky(3, ConnectionError("refused"))
     result = BackoffPolicy(initial_delay_ms=100, max_delay_ms=250, max_attempts=5).call(
-        operation, retry_on=lambda e: isinstance(e, ConnectionError), sleep=slept.append,
-        on_retry=lambda attempt, delay, error: retries.append((attempt, delay)))
+        operation,
+        retry_on=lambda e: isinstance(e, ConnectionError),
+        sleep=slept.append,
+        on_retry=lambda attempt, delay, error: retries.append((attempt, delay)),
+    )
     assert result == "connected"
     assert operation.calls == 4
     assert slept == [0.1, 0.2, 0.25]
@@ -90,7 +108,8 @@ def test_call_gives_up_after_max_attempts_with_the_last_error():
     operation = Flaky(100, ConnectionError("refused"))
     with pytest.raises(ConnectionError, match="refused"):
         BackoffPolicy(initial_delay_ms=1, max_delay_ms=4, max_attempts=3).call(
-            operation, retry_on=lambda e: True, sleep=slept.append)
+            operation, retry_on=lambda e: True, sleep=slept.append
+        )
     assert operation.calls == 4  # the first contact and three reconnection attempts
     assert slept == [0.001, 0.002, 0.004]
 
@@ -99,8 +118,7 @@ def test_call_does_not_retry_other_errors():
     slept: list[float] = []
     operation = Flaky(100, PermissionError("bad password"))
     with pytest.raises(PermissionError):
-        BackoffPolicy().call(operation, retry_on=lambda e: isinstance(e, ConnectionError),
-                             sleep=slept.append)
+        BackoffPolicy().call(operation, retry_on=lambda e: isinstance(e, ConnectionError), sleep=slept.append)
     assert operation.calls == 1
     assert slept == []
 
@@ -108,9 +126,14 @@ def test_call_does_not_retry_other_errors():
 def test_policy_from_a_connector_configuration():
     from airflow_provider_mongocdc.core.config import ConnectorConfig
 
-    config = ConnectorConfig.from_properties({
-        "topic.prefix": "fulfillment", "connect.backoff.initial.delay.ms": 250,
-        "connect.backoff.max.delay.ms": 2000, "connect.max.attempts": 5})
+    config = ConnectorConfig.from_properties(
+        {
+            "topic.prefix": "fulfillment",
+            "connect.backoff.initial.delay.ms": 250,
+            "connect.backoff.max.delay.ms": 2000,
+            "connect.max.attempts": 5,
+        }
+    )
     assert list(BackoffPolicy.from_config(config).delays_ms()) == [250, 500, 1000, 2000, 2000]
     defaults = BackoffPolicy.from_config(ConnectorConfig.from_properties({"topic.prefix": "p"}))
     assert defaults == BackoffPolicy()

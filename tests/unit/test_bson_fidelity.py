@@ -9,8 +9,20 @@ import math
 import uuid
 
 import pytest
-from bson import (BSON, Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex,
-                  Timestamp, json_util)
+from bson import (
+    BSON,
+    Binary,
+    Code,
+    DBRef,
+    Decimal128,
+    Int64,
+    MaxKey,
+    MinKey,
+    ObjectId,
+    Regex,
+    Timestamp,
+    json_util,
+)
 from bson.codec_options import CodecOptions
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
@@ -34,47 +46,49 @@ def _as_pymongo_returns(document: dict) -> dict:
     return BSON.encode(document).decode(CodecOptions())
 
 
-ALL_TYPES = _as_pymongo_returns({
-    "_id": ObjectId("596e275826f08b2730779e1f"),
-    "int32": 2_147_483_647,
-    "int64": Int64(9_223_372_036_854_775_807),
-    "negative_int64": Int64(-5),
-    "double": 12.34,
-    "whole_double": 10.0,
-    "decimal": Decimal128("1234567890.123456789012345678901234"),
-    "decimal_special": Decimal128("-Infinity"),
-    "date": datetime.datetime(2024, 2, 29, 23, 59, 59, 999000),
-    "date_before_epoch": datetime.datetime(1901, 12, 13, 20, 45, 52, 1000),
-    "timestamp": Timestamp(1_700_000_000, 42),
-    "binary_generic": Binary(b"\x00\x01\xff", 0),
-    "binary_function": Binary(b"fn", 1),
-    "binary_old": Binary(b"old", 2),
-    "uuid_legacy": Binary(uuid.UUID("12345678-1234-5678-1234-567812345678").bytes, 3),
-    "uuid": Binary(uuid.UUID("87654321-4321-8765-4321-876543218765").bytes, 4),
-    "md5": Binary(b"0123456789abcdef", 5),
-    "encrypted": Binary(b"\x01secret", 6),
-    "column": Binary(b"\x00col", 7),
-    "sensitive": Binary(b"sens", 8),
-    "user_defined": Binary(b"user", 0x80),
-    "regex": Regex("^ab.*c$", "imsx"),
-    "min": MinKey(),
-    "max": MaxKey(),
-    "code": Code("function () { return 1; }"),
-    "code_with_scope": Code("function () { return x; }", {"x": Int64(1), "y": [1, "two"]}),
-    "dbref": DBRef("customers", ObjectId("596e275826f08b2730779e1f"), "inventory"),
-    "null": None,
-    "true": True,
-    "false": False,
-    "string": "plain ascii",
-    "unicode": "Grüße, 東京, \U0001F600, \u2028 line separator",
-    "escapes": 'quote " backslash \\ newline \n tab \t nul \x00',
-    "empty_doc": {},
-    "empty_list": [],
-    "a.dotted.name": "MongoDB 5.0+ allows dots in field names",
-    "$dollar": {"$leading": "and nested $ names"},
-    "deep": _nested(40),
-    "array_of_arrays": [[1, [2, [3, [4, [Int64(5)]]]]], [{"a": [{"b": Decimal128("1.5")}]}]],
-})
+ALL_TYPES = _as_pymongo_returns(
+    {
+        "_id": ObjectId("596e275826f08b2730779e1f"),
+        "int32": 2_147_483_647,
+        "int64": Int64(9_223_372_036_854_775_807),
+        "negative_int64": Int64(-5),
+        "double": 12.34,
+        "whole_double": 10.0,
+        "decimal": Decimal128("1234567890.123456789012345678901234"),
+        "decimal_special": Decimal128("-Infinity"),
+        "date": datetime.datetime(2024, 2, 29, 23, 59, 59, 999000),
+        "date_before_epoch": datetime.datetime(1901, 12, 13, 20, 45, 52, 1000),
+        "timestamp": Timestamp(1_700_000_000, 42),
+        "binary_generic": Binary(b"\x00\x01\xff", 0),
+        "binary_function": Binary(b"fn", 1),
+        "binary_old": Binary(b"old", 2),
+        "uuid_legacy": Binary(uuid.UUID("12345678-1234-5678-1234-567812345678").bytes, 3),
+        "uuid": Binary(uuid.UUID("87654321-4321-8765-4321-876543218765").bytes, 4),
+        "md5": Binary(b"0123456789abcdef", 5),
+        "encrypted": Binary(b"\x01secret", 6),
+        "column": Binary(b"\x00col", 7),
+        "sensitive": Binary(b"sens", 8),
+        "user_defined": Binary(b"user", 0x80),
+        "regex": Regex("^ab.*c$", "imsx"),
+        "min": MinKey(),
+        "max": MaxKey(),
+        "code": Code("function () { return 1; }"),
+        "code_with_scope": Code("function () { return x; }", {"x": Int64(1), "y": [1, "two"]}),
+        "dbref": DBRef("customers", ObjectId("596e275826f08b2730779e1f"), "inventory"),
+        "null": None,
+        "true": True,
+        "false": False,
+        "string": "plain ascii",
+        "unicode": "Grüße, 東京, \U0001f600, \u2028 line separator",
+        "escapes": 'quote " backslash \\ newline \n tab \t nul \x00',
+        "empty_doc": {},
+        "empty_list": [],
+        "a.dotted.name": "MongoDB 5.0+ allows dots in field names",
+        "$dollar": {"$leading": "and nested $ names"},
+        "deep": _nested(40),
+        "array_of_arrays": [[1, [2, [3, [4, [Int64(5)]]]]], [{"a": [{"b": Decimal128("1.5")}]}]],
+    }
+)
 
 
 def _value_types(value):
@@ -88,12 +102,15 @@ def _value_types(value):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_after_string_parses_back_to_the_original_document(mode):
-    config = ConnectorConfig.from_properties({"topic.prefix": "fidelity",
-                                             "extended.json.mode": mode})
+    config = ConnectorConfig.from_properties({"topic.prefix": "fidelity", "extended.json.mode": mode})
     builder = EventBuilder(config, replica_set="rs0")
-    change = {"operationType": "insert", "clusterTime": Timestamp(1, 1),
-              "ns": {"db": "db", "coll": "c"}, "documentKey": {"_id": ALL_TYPES["_id"]},
-              "fullDocument": ALL_TYPES}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(1, 1),
+        "ns": {"db": "db", "coll": "c"},
+        "documentKey": {"_id": ALL_TYPES["_id"]},
+        "fullDocument": ALL_TYPES,
+    }
     [record] = builder.build_change(change)
     after = json.loads(record.value)["payload"]["after"]
     parsed = Encoder(mode).loads(after)
@@ -117,14 +134,24 @@ def test_strict_mode_is_plain_json_util_reading():
 
 
 def test_strict_mode_writes_debezium_strict_forms():
-    text = Encoder("strict").dumps({"l": Int64(1004), "i": 7, "d": 10.0,
-                                    "t": datetime.datetime(2019, 5, 27, 13, 58, 28),
-                                    "b": Binary(b"kafka", 0),
-                                    "o": ObjectId("596e275826f08b2730779e1f")})
-    assert json.loads(text) == {"l": {"$numberLong": "1004"}, "i": 7, "d": 10.0,
-                                "t": {"$date": 1558965508000},
-                                "b": {"$binary": "a2Fma2E=", "$type": "00"},
-                                "o": {"$oid": "596e275826f08b2730779e1f"}}
+    text = Encoder("strict").dumps(
+        {
+            "l": Int64(1004),
+            "i": 7,
+            "d": 10.0,
+            "t": datetime.datetime(2019, 5, 27, 13, 58, 28),
+            "b": Binary(b"kafka", 0),
+            "o": ObjectId("596e275826f08b2730779e1f"),
+        }
+    )
+    assert json.loads(text) == {
+        "l": {"$numberLong": "1004"},
+        "i": 7,
+        "d": 10.0,
+        "t": {"$date": 1558965508000},
+        "b": {"$binary": "a2Fma2E=", "$type": "00"},
+        "o": {"$oid": "596e275826f08b2730779e1f"},
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -139,11 +166,17 @@ def test_non_finite_doubles_stay_valid_json(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_keys_parse_back_to_the_id(mode):
-    config = ConnectorConfig.from_properties({"topic.prefix": "fidelity",
-                                             "extended.json.mode": mode})
+    config = ConnectorConfig.from_properties({"topic.prefix": "fidelity", "extended.json.mode": mode})
     builder = EventBuilder(config)
-    for document_id in (ALL_TYPES["_id"], Int64(5), 7, "text", ALL_TYPES["uuid"],
-                        {"compound": Int64(1), "at": ALL_TYPES["date"]}, Decimal128("1.10")):
+    for document_id in (
+        ALL_TYPES["_id"],
+        Int64(5),
+        7,
+        "text",
+        ALL_TYPES["uuid"],
+        {"compound": Int64(1), "at": ALL_TYPES["date"]},
+        Decimal128("1.10"),
+    ):
         [record] = builder.build_snapshot({"_id": document_id}, "db", "c")
         key = json.loads(record.key)["payload"]["id"]
         assert Encoder(mode).loads(key) == document_id
@@ -153,13 +186,14 @@ def test_native_uuid_values_round_trip():
     value = uuid.UUID("12345678-1234-5678-1234-567812345678")
     for mode in MODES:
         text = Encoder(mode).dumps({"u": value})
-        parsed = json_util.loads(text, json_options=json_util.JSONOptions(
-            uuid_representation=json_options(mode).uuid_representation))
+        parsed = json_util.loads(
+            text,
+            json_options=json_util.JSONOptions(uuid_representation=json_options(mode).uuid_representation),
+        )
         assert parsed["u"] == value
 
 
 def test_large_document_round_trips():
-    document = {"_id": 1, "items": [{"n": i, "s": "x" * 100, "d": Decimal128(str(i))}
-                                    for i in range(5000)]}
+    document = {"_id": 1, "items": [{"n": i, "s": "x" * 100, "d": Decimal128(str(i))} for i in range(5000)]}
     text = Encoder("strict").dumps(document)
     assert Encoder("strict").loads(text) == document

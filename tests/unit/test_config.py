@@ -37,8 +37,11 @@ def test_defaults_follow_debezium():
     assert c.heartbeat_interval_ms == 0
     assert c.topic_heartbeat_prefix == "__debezium-heartbeat"
     assert c.skipped_operations == frozenset({"t"})
-    assert (c.connect_backoff_initial_delay_ms, c.connect_backoff_max_delay_ms,
-            c.connect_max_attempts) == (1000, 120000, 16)
+    assert (c.connect_backoff_initial_delay_ms, c.connect_backoff_max_delay_ms, c.connect_max_attempts) == (
+        1000,
+        120000,
+        16,
+    )
     assert c.mongodb_members_auto_discover is True
     assert c.mongodb_connection_mode == "sharded"
     assert c.key_converter_schemas_enable and c.value_converter_schemas_enable
@@ -49,12 +52,24 @@ def test_defaults_follow_debezium():
 
 
 def test_values_written_as_strings_or_json_types():
-    from_strings = config(**{"max.batch.size": "100", "tombstones.on.delete": "false",
-                             "provide.transaction.metadata": "TRUE",
-                             "snapshot.max.threads": " 4 ", "capture.mode": "Change_Streams"})
-    from_json = config(**{"max.batch.size": 100, "tombstones.on.delete": False,
-                          "provide.transaction.metadata": True, "snapshot.max.threads": 4,
-                          "capture.mode": "change_streams"})
+    from_strings = config(
+        **{
+            "max.batch.size": "100",
+            "tombstones.on.delete": "false",
+            "provide.transaction.metadata": "TRUE",
+            "snapshot.max.threads": " 4 ",
+            "capture.mode": "Change_Streams",
+        }
+    )
+    from_json = config(
+        **{
+            "max.batch.size": 100,
+            "tombstones.on.delete": False,
+            "provide.transaction.metadata": True,
+            "snapshot.max.threads": 4,
+            "capture.mode": "change_streams",
+        }
+    )
     assert from_strings == from_json
     assert from_json.max_batch_size == 100 and from_json.tombstones_on_delete is False
     assert from_json.provide_transaction_metadata is True
@@ -67,13 +82,21 @@ def test_lists_are_comma_separated_and_keep_commas_inside_regex_quantifiers():
 
 
 def test_to_properties_round_trips_through_json():
-    original = config(**{
-        "collection.include.list": "inventory[.].*,shop.orders_[0-9]{1,3}",
-        "skipped.operations": "u,d", "field.renames": "inventory.customers.email:mail",
-        "field.exclude.list": "*.*.secret", "capture.scope": "database",
-        "capture.target": "inventory", "snapshot.collection.filter.overrides": "inventory.orders",
-        "snapshot.collection.filter.overrides.inventory.orders": '{"status": "open"}',
-        "heartbeat.interval.ms": 5000, "event.format": "oplog", "sanitize.field.names": "true"})
+    original = config(
+        **{
+            "collection.include.list": "inventory[.].*,shop.orders_[0-9]{1,3}",
+            "skipped.operations": "u,d",
+            "field.renames": "inventory.customers.email:mail",
+            "field.exclude.list": "*.*.secret",
+            "capture.scope": "database",
+            "capture.target": "inventory",
+            "snapshot.collection.filter.overrides": "inventory.orders",
+            "snapshot.collection.filter.overrides.inventory.orders": '{"status": "open"}',
+            "heartbeat.interval.ms": 5000,
+            "event.format": "oplog",
+            "sanitize.field.names": "true",
+        }
+    )
     properties = original.to_properties()
     assert json.loads(json.dumps(properties)) == properties
     rebuilt = ConnectorConfig.from_properties(json.loads(json.dumps(properties)))
@@ -100,15 +123,30 @@ def test_one_bad_value_names_property_value_and_allowed_values():
 
 
 def test_several_bad_values_are_reported_together():
-    error = error_of({"topic.prefix": "bad prefix!", "snapshot.mode": "sometimes",
-                      "max.batch.size": "-5", "tombstones.on.delete": "maybe",
-                      "capture.mode": "oplog"})
+    error = error_of(
+        {
+            "topic.prefix": "bad prefix!",
+            "snapshot.mode": "sometimes",
+            "max.batch.size": "-5",
+            "tombstones.on.delete": "maybe",
+            "capture.mode": "oplog",
+        }
+    )
     assert len(error.problems) == 5
     text = str(error)
     assert "5 problems" in text
-    for fragment in ("topic.prefix", "'bad prefix!'", "snapshot.mode", "max.batch.size", "'-5'",
-                     ">= 1", "tombstones.on.delete", "true or false", "capture.mode",
-                     "event.format=oplog"):
+    for fragment in (
+        "topic.prefix",
+        "'bad prefix!'",
+        "snapshot.mode",
+        "max.batch.size",
+        "'-5'",
+        ">= 1",
+        "tombstones.on.delete",
+        "true or false",
+        "capture.mode",
+        "event.format=oplog",
+    ):
         assert fragment in text, fragment
 
 
@@ -130,15 +168,20 @@ def test_topic_prefix_is_required_and_validated():
     error = error_of({"topic.prefix": "a/b"})
     assert "letters, digits" in str(error)
     assert config().topic_prefix == "fulfillment"
-    assert ConnectorConfig.from_properties({"topic.prefix": "my-server.v2_x"}).topic_prefix == \
-        "my-server.v2_x"
+    assert (
+        ConnectorConfig.from_properties({"topic.prefix": "my-server.v2_x"}).topic_prefix == "my-server.v2_x"
+    )
 
 
 def test_deprecated_aliases_are_accepted_with_a_warning(caplog):
-    c = ConnectorConfig.from_properties({"mongodb.name": "legacy",
-                                         "heartbeat.topics.prefix": "hb",
-                                         "collection.whitelist": "a.b",
-                                         "sanitize.field.names": "true"})
+    c = ConnectorConfig.from_properties(
+        {
+            "mongodb.name": "legacy",
+            "heartbeat.topics.prefix": "hb",
+            "collection.whitelist": "a.b",
+            "sanitize.field.names": "true",
+        }
+    )
     assert c.topic_prefix == "legacy"
     assert c.topic_heartbeat_prefix == "hb"
     assert c.collection_include_list == ("a.b",)
@@ -154,10 +197,16 @@ def test_alias_and_canonical_name_with_different_values_conflict():
 
 
 def test_kafka_connect_properties_without_effect_are_ignored_with_a_reason():
-    c = config(**{"name": "inventory-connector", "tasks.max": "4",
-                  "connector.class": "io.debezium.connector.mongodb.MongoDbConnector",
-                  "key.converter": "org.apache.kafka.connect.json.JsonConverter",
-                  "value.converter.schemas.enable": "false", "producer.override.acks": "1"})
+    c = config(
+        **{
+            "name": "inventory-connector",
+            "tasks.max": "4",
+            "connector.class": "io.debezium.connector.mongodb.MongoDbConnector",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable": "false",
+            "producer.override.acks": "1",
+        }
+    )
     assert c.value_converter_schemas_enable is False
     ignored = [w for w in c.warnings if "is ignored because" in w]
     assert any("'tasks.max'" in w for w in ignored)
@@ -166,16 +215,28 @@ def test_kafka_connect_properties_without_effect_are_ignored_with_a_reason():
 
 
 def test_properties_that_would_change_output_or_carry_secrets_are_refused():
-    error = error_of({"topic.prefix": "x", "transforms": "unwrap",
-                      "transforms.unwrap.type": "io.debezium...",
-                      "mongodb.connection.string": "mongodb://admin:hunter2@db:27017",
-                      "mongodb.password": "hunter2", "cursor.pipeline": "[]",
-                      "key.converter": "io.confluent.connect.avro.AvroConverter"})
+    error = error_of(
+        {
+            "topic.prefix": "x",
+            "transforms": "unwrap",
+            "transforms.unwrap.type": "io.debezium...",
+            "mongodb.connection.string": "mongodb://admin:hunter2@db:27017",
+            "mongodb.password": "hunter2",
+            "cursor.pipeline": "[]",
+            "key.converter": "io.confluent.connect.avro.AvroConverter",
+        }
+    )
     text = str(error)
     assert "hunter2" not in text  # secrets are never echoed
     assert "Airflow MongoDB connection" in text
-    for name in ("transforms", "transforms.unwrap.type", "mongodb.password", "cursor.pipeline",
-                 "mongodb.connection.string", "key.converter"):
+    for name in (
+        "transforms",
+        "transforms.unwrap.type",
+        "mongodb.password",
+        "cursor.pipeline",
+        "mongodb.connection.string",
+        "key.converter",
+    ):
         assert f"'{name}'" in text, name
     assert "JsonConverter" in text
 
@@ -186,11 +247,11 @@ def test_secret_values_are_hidden_even_when_invalid_elsewhere():
 
 
 def test_include_and_exclude_lists_are_mutually_exclusive():
-    error = error_of({"topic.prefix": "x", "collection.include.list": "a.b",
-                      "collection.exclude.list": "a.c"})
+    error = error_of(
+        {"topic.prefix": "x", "collection.include.list": "a.b", "collection.exclude.list": "a.c"}
+    )
     assert "'collection.include.list' and 'collection.exclude.list'" in str(error)
-    error = error_of({"topic.prefix": "x", "database.include.list": "a",
-                      "database.exclude.list": "b"})
+    error = error_of({"topic.prefix": "x", "database.include.list": "a", "database.exclude.list": "b"})
     assert "'database.include.list' and 'database.exclude.list'" in str(error)
 
 
@@ -201,14 +262,17 @@ def test_invalid_regular_expression_is_reported():
 
 
 def test_capture_scope_needs_a_matching_target():
-    assert config(**{"capture.scope": "database", "capture.target": "inventory"}).capture_target \
-        == "inventory"
-    assert config(**{"capture.scope": "collection",
-                     "capture.target": "inventory.orders"}).capture_target == "inventory.orders"
+    assert (
+        config(**{"capture.scope": "database", "capture.target": "inventory"}).capture_target == "inventory"
+    )
+    assert (
+        config(**{"capture.scope": "collection", "capture.target": "inventory.orders"}).capture_target
+        == "inventory.orders"
+    )
     assert "capture.target" in str(error_of({"topic.prefix": "x", "capture.scope": "database"}))
-    assert "<db>.<collection>" in str(error_of({"topic.prefix": "x",
-                                                "capture.scope": "collection",
-                                                "capture.target": "inventory"}))
+    assert "<db>.<collection>" in str(
+        error_of({"topic.prefix": "x", "capture.scope": "collection", "capture.target": "inventory"})
+    )
     c = config(**{"capture.target": "inventory"})
     assert c.capture_target is None and any("capture.target" in w for w in c.warnings)
 
@@ -229,48 +293,73 @@ def test_snapshot_mode_never_is_a_deprecated_no_data():
 
 
 def test_snapshot_collection_filter_overrides():
-    c = config(**{"snapshot.collection.filter.overrides": "inventory.orders,shop.items",
-                  "snapshot.collection.filter.overrides.inventory.orders": '{"status": "open"}',
-                  "snapshot.collection.filter.overrides.shop.items":
-                      '{"updated": {"$gte": {"$date": "2024-01-01T00:00:00Z"}}}'})
+    c = config(
+        **{
+            "snapshot.collection.filter.overrides": "inventory.orders,shop.items",
+            "snapshot.collection.filter.overrides.inventory.orders": '{"status": "open"}',
+            "snapshot.collection.filter.overrides.shop.items": '{"updated": {"$gte": {"$date": "2024-01-01T00:00:00Z"}}}',
+        }
+    )
     assert c.filter_overrides == {
         "inventory.orders": '{"status": "open"}',
-        "shop.items": '{"updated": {"$gte": {"$date": "2024-01-01T00:00:00Z"}}}'}
-    text = str(error_of({"topic.prefix": "x",
-                         "snapshot.collection.filter.overrides": "inventory.orders"}))
+        "shop.items": '{"updated": {"$gte": {"$date": "2024-01-01T00:00:00Z"}}}',
+    }
+    text = str(error_of({"topic.prefix": "x", "snapshot.collection.filter.overrides": "inventory.orders"}))
     assert "'snapshot.collection.filter.overrides.inventory.orders' is missing" in text
-    text = str(error_of({"topic.prefix": "x",
-                         "snapshot.collection.filter.overrides.inventory.orders": "{}"}))
+    text = str(error_of({"topic.prefix": "x", "snapshot.collection.filter.overrides.inventory.orders": "{}"}))
     assert "not listed" in text
-    text = str(error_of({"topic.prefix": "x",
-                         "snapshot.collection.filter.overrides": "inventory.orders",
-                         "snapshot.collection.filter.overrides.inventory.orders": "{status:"}))
+    text = str(
+        error_of(
+            {
+                "topic.prefix": "x",
+                "snapshot.collection.filter.overrides": "inventory.orders",
+                "snapshot.collection.filter.overrides.inventory.orders": "{status:",
+            }
+        )
+    )
     assert "snapshot.collection.filter.overrides.inventory.orders" in text
     assert "not valid JSON" in text
 
 
 def test_field_rules_syntax():
-    c = config(**{"field.exclude.list": "inventory.customers.ssn,*.*.internal.notes",
-                  "field.renames": "inventory.*.email:mail,inventory.customers.a.b=c"})
+    c = config(
+        **{
+            "field.exclude.list": "inventory.customers.ssn,*.*.internal.notes",
+            "field.renames": "inventory.*.email:mail,inventory.customers.a.b=c",
+        }
+    )
     assert c.field_exclude_list == ("inventory.customers.ssn", "*.*.internal.notes")
     assert c.field_renames == (("inventory.*.email", "mail"), ("inventory.customers.a.b", "c"))
-    assert "field.exclude.list" in str(error_of({"topic.prefix": "x",
-                                                 "field.exclude.list": "customers.ssn"}))
-    assert "<new name>" in str(error_of({"topic.prefix": "x",
-                                         "field.renames": "inventory.customers.email"}))
+    assert "field.exclude.list" in str(error_of({"topic.prefix": "x", "field.exclude.list": "customers.ssn"}))
+    assert "<new name>" in str(error_of({"topic.prefix": "x", "field.renames": "inventory.customers.email"}))
 
 
 def test_cross_property_rule_for_backoff():
-    text = str(error_of({"topic.prefix": "x", "connect.backoff.initial.delay.ms": 5000,
-                         "connect.backoff.max.delay.ms": 1000}))
+    text = str(
+        error_of(
+            {
+                "topic.prefix": "x",
+                "connect.backoff.initial.delay.ms": 5000,
+                "connect.backoff.max.delay.ms": 1000,
+            }
+        )
+    )
     assert "connect.backoff.max.delay.ms" in text and "1000" in text
 
 
 def test_event_size_limit_and_offsets_topic():
-    c = config(**{"event.max.bytes": "2000000", "event.oversize.handling.mode": "skip",
-                  "offset.storage.topic": "cdc-offsets"})
-    assert (c.event_max_bytes, c.event_oversize_handling_mode, c.offsets_topic) == \
-        (2_000_000, "skip", "cdc-offsets")
+    c = config(
+        **{
+            "event.max.bytes": "2000000",
+            "event.oversize.handling.mode": "skip",
+            "offset.storage.topic": "cdc-offsets",
+        }
+    )
+    assert (c.event_max_bytes, c.event_oversize_handling_mode, c.offsets_topic) == (
+        2_000_000,
+        "skip",
+        "cdc-offsets",
+    )
     assert ">= 1024" in str(error_of({"topic.prefix": "x", "event.max.bytes": 10}))
 
 

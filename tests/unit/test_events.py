@@ -28,19 +28,30 @@ def builder(**props) -> EventBuilder:
 
 
 def change(operation: str, **extra) -> dict:
-    base = {"_id": {"_data": "82650000000000000001"}, "operationType": operation,
-            "clusterTime": Timestamp(1_700_000_000, 7),
-            "wallTime": datetime.datetime(2023, 11, 14, 22, 13, 20, 42000),
-            "ns": NS, "documentKey": {"_id": OID}}
+    base = {
+        "_id": {"_data": "82650000000000000001"},
+        "operationType": operation,
+        "clusterTime": Timestamp(1_700_000_000, 7),
+        "wallTime": datetime.datetime(2023, 11, 14, 22, 13, 20, 42000),
+        "ns": NS,
+        "documentKey": {"_id": OID},
+    }
     base.update(extra)
     return base
 
 
 def update(**extra) -> dict:
-    return change("update", updateDescription={"updatedFields": {"name": "Anne Marie"},
-                                               "removedFields": ["phone"],
-                                               "truncatedArrays": []},
-                  fullDocument=AFTER, fullDocumentBeforeChange=BEFORE, **extra)
+    return change(
+        "update",
+        updateDescription={
+            "updatedFields": {"name": "Anne Marie"},
+            "removedFields": ["phone"],
+            "truncatedArrays": [],
+        },
+        fullDocument=AFTER,
+        fullDocumentBeforeChange=BEFORE,
+        **extra,
+    )
 
 
 def payload(record: Record) -> dict:
@@ -51,12 +62,15 @@ def doc(text: str | None):
     return None if text is None else json_util.loads(text)
 
 
-@pytest.mark.parametrize(("mode", "has_before", "has_after"), [
-    ("change_streams", False, False),
-    ("change_streams_update_full", False, True),
-    ("change_streams_with_pre_image", True, False),
-    ("change_streams_update_full_with_pre_image", True, True),
-])
+@pytest.mark.parametrize(
+    ("mode", "has_before", "has_after"),
+    [
+        ("change_streams", False, False),
+        ("change_streams_update_full", False, True),
+        ("change_streams_with_pre_image", True, False),
+        ("change_streams_update_full_with_pre_image", True, True),
+    ],
+)
 def test_capture_modes_decide_before_and_after_of_updates(mode, has_before, has_after):
     [event] = builder(**{"capture.mode": mode}).build_change(update())
     p = payload(event)
@@ -76,19 +90,25 @@ def test_update_whose_lookup_found_nothing_has_null_after():
 
 
 def test_truncated_arrays_use_debezium_field_names():
-    event = change("update", updateDescription={
-        "updatedFields": {}, "removedFields": [],
-        "truncatedArrays": [{"field": "vacation_time", "newSize": 36}]})
+    event = change(
+        "update",
+        updateDescription={
+            "updatedFields": {},
+            "removedFields": [],
+            "truncatedArrays": [{"field": "vacation_time", "newSize": 36}],
+        },
+    )
     [record] = builder(**{"capture.mode": "change_streams"}).build_change(event)
     assert payload(record)["updateDescription"] == {
-        "removedFields": None, "updatedFields": "{}",
-        "truncatedArrays": [{"field": "vacation_time", "size": 36}]}
+        "removedFields": None,
+        "updatedFields": "{}",
+        "truncatedArrays": [{"field": "vacation_time", "size": 36}],
+    }
 
 
 def test_replace_is_an_update_with_the_replacement_as_after():
     for mode in ("change_streams", "change_streams_update_full"):
-        [record] = builder(**{"capture.mode": mode}).build_change(
-            change("replace", fullDocument=AFTER))
+        [record] = builder(**{"capture.mode": mode}).build_change(change("replace", fullDocument=AFTER))
         p = payload(record)
         assert p["op"] == "u"
         assert doc(p["after"]) == AFTER
@@ -97,8 +117,9 @@ def test_replace_is_an_update_with_the_replacement_as_after():
 
 
 def test_insert_has_after_only():
-    [record] = builder(**{"capture.mode": "change_streams_update_full_with_pre_image"}) \
-        .build_change(change("insert", fullDocument=AFTER))
+    [record] = builder(**{"capture.mode": "change_streams_update_full_with_pre_image"}).build_change(
+        change("insert", fullDocument=AFTER)
+    )
     p = payload(record)
     assert p["op"] == "c" and doc(p["after"]) == AFTER
     assert p["before"] is None and p["updateDescription"] is None
@@ -106,7 +127,8 @@ def test_insert_has_after_only():
 
 def test_delete_with_pre_image_and_tombstone():
     event, tombstone = builder(**{"capture.mode": "change_streams_with_pre_image"}).build_change(
-        change("delete", fullDocumentBeforeChange=BEFORE))
+        change("delete", fullDocumentBeforeChange=BEFORE)
+    )
     p = payload(event)
     assert p["op"] == "d" and doc(p["before"]) == BEFORE and p["after"] is None
     assert tombstone == Record(event.topic, event.key, None)
@@ -118,9 +140,10 @@ def test_delete_without_tombstone():
 
 
 def test_source_block_of_a_streamed_event():
-    lsid = {"id": json_util.loads('{"$binary": "FA7YEzXgQXSX9OxmzllH2w==", "$type": "04"}'),
-            "uid": json_util.loads('{"$binary": "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", '
-                                   '"$type": "00"}')}
+    lsid = {
+        "id": json_util.loads('{"$binary": "FA7YEzXgQXSX9OxmzllH2w==", "$type": "04"}'),
+        "uid": json_util.loads('{"$binary": "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", "$type": "00"}'),
+    }
     [record] = builder().build_change(update(lsid=lsid, txnNumber=Int64(1)))
     source = payload(record)["source"]
     assert source["name"] == "fulfillment" and source["connector"] == "mongodb"
@@ -134,7 +157,8 @@ def test_source_block_of_a_streamed_event():
     assert source["txnNumber"] == 1
     assert json.loads(source["lsid"]) == {
         "id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==", "$type": "04"},
-        "uid": {"$binary": "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", "$type": "00"}}
+        "uid": {"$binary": "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", "$type": "00"},
+    }
     assert payload(record)["ts_ms"] == NOW_MS
 
 
@@ -143,11 +167,11 @@ def test_replica_set_can_be_given_per_call():
     assert payload(record)["source"]["rs"] == "shard02"
 
 
-@pytest.mark.parametrize("operation", ["drop", "rename", "dropDatabase", "invalidate", "create",
-                                       "createIndexes"])
+@pytest.mark.parametrize(
+    "operation", ["drop", "rename", "dropDatabase", "invalidate", "create", "createIndexes"]
+)
 def test_collection_and_database_operations_produce_no_records(operation):
-    event = {"_id": {"_data": "82"}, "operationType": operation,
-             "clusterTime": Timestamp(1_700_000_000, 1)}
+    event = {"_id": {"_data": "82"}, "operationType": operation, "clusterTime": Timestamp(1_700_000_000, 1)}
     if operation != "invalidate":
         event["ns"] = {"db": "inventory"} if operation == "dropDatabase" else NS
     if operation == "rename":
@@ -156,13 +180,23 @@ def test_collection_and_database_operations_produce_no_records(operation):
     assert is_invalidate(event) is (operation == "invalidate")
 
 
-@pytest.mark.parametrize(("skipped", "operation", "emitted"), [
-    ("c", "insert", False), ("c", "update", True), ("u", "update", False),
-    ("u", "replace", False), ("d", "delete", False), ("d", "insert", True),
-    ("t", "delete", True), ("none", "delete", True)])
+@pytest.mark.parametrize(
+    ("skipped", "operation", "emitted"),
+    [
+        ("c", "insert", False),
+        ("c", "update", True),
+        ("u", "update", False),
+        ("u", "replace", False),
+        ("d", "delete", False),
+        ("d", "insert", True),
+        ("t", "delete", True),
+        ("none", "delete", True),
+    ],
+)
 def test_skipped_operations(skipped, operation, emitted):
-    event = change(operation, fullDocument=AFTER,
-                   updateDescription={"updatedFields": {"a": 1}, "removedFields": []})
+    event = change(
+        operation, fullDocument=AFTER, updateDescription={"updatedFields": {"a": 1}, "removedFields": []}
+    )
     records = builder(**{"skipped.operations": skipped}).build_change(event)
     assert bool(records) is emitted
 
@@ -178,14 +212,12 @@ def test_changes_of_collections_not_captured_produce_no_records():
 
 
 def test_payload_only_output_when_schemas_are_disabled():
-    b = builder(**{"key.converter.schemas.enable": "false",
-                   "value.converter.schemas.enable": "false"})
+    b = builder(**{"key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"})
     [record] = b.build_change(change("insert", fullDocument=AFTER))
     key, value = json.loads(record.key), json.loads(record.value)
     assert key == {"id": '{"$oid": "596e275826f08b2730779e1f"}'}
     assert "schema" not in value and value["op"] == "c"
-    assert list(value) == ["before", "after", "updateDescription", "source", "op", "ts_ms",
-                           "transaction"]
+    assert list(value) == ["before", "after", "updateDescription", "source", "op", "ts_ms", "transaction"]
 
 
 def test_schema_names_are_adjusted_to_avro_and_topics_to_kafka_rules():
@@ -201,7 +233,7 @@ def test_schema_names_are_adjusted_to_avro_and_topics_to_kafka_rules():
 
 
 def test_unicode_text_is_utf8_not_escaped_twice():
-    document = {"_id": OID, "city": "Zürich", "emoji": "\U0001F600", "quote": 'say "hi" \\o/'}
+    document = {"_id": OID, "city": "Zürich", "emoji": "\U0001f600", "quote": 'say "hi" \\o/'}
     [record] = builder().build_change(change("insert", fullDocument=document))
     assert "Zürich".encode() in record.value
     assert doc(payload(record)["after"]) == document
@@ -223,7 +255,8 @@ def test_snapshot_read_events():
 
 def test_snapshot_read_in_oplog_format():
     [record] = builder(**{"event.format": "oplog"}).build_snapshot(
-        AFTER, "inventory", "customers", last=True, position=Timestamp(5, 1))
+        AFTER, "inventory", "customers", last=True, position=Timestamp(5, 1)
+    )
     p = payload(record)
     assert p["op"] == "r" and p["source"]["snapshot"] is True
     assert doc(p["after"]) == AFTER and p["patch"] is None and p["filter"] is None
@@ -250,8 +283,9 @@ def test_missing_document_key_is_a_clear_error():
 def test_oversize_event_fails_by_default_naming_topic_and_key():
     big = {"_id": 42, "blob": "x" * 5000}
     with pytest.raises(OversizeEventError) as info:
-        builder(**{"event.max.bytes": 4096}).build_change(change(
-            "insert", documentKey={"_id": 42}, fullDocument=big))
+        builder(**{"event.max.bytes": 4096}).build_change(
+            change("insert", documentKey={"_id": 42}, fullDocument=big)
+        )
     text = str(info.value)
     assert "fulfillment.inventory.customers" in text and "42" in text
     assert "event.max.bytes=4096" in text and "Fix:" in text
@@ -261,8 +295,7 @@ def test_oversize_event_can_be_skipped_and_logged(caplog):
     big = {"_id": 42, "blob": "x" * 5000}
     b = builder(**{"event.max.bytes": 4096, "event.oversize.handling.mode": "skip"})
     with caplog.at_level(logging.WARNING):
-        records = b.build_change(change("delete", documentKey={"_id": 42},
-                                        fullDocumentBeforeChange=big))
+        records = b.build_change(change("delete", documentKey={"_id": 42}, fullDocumentBeforeChange=big))
         assert len(records) == 2  # a delete without pre-image is small
         assert b.build_change(change("insert", documentKey={"_id": 42}, fullDocument=big)) == []
     assert "Skipped a" in caplog.text and "fulfillment.inventory.customers" in caplog.text
@@ -286,10 +319,14 @@ def test_records_are_immutable_tuples_with_sizes():
 def test_builder_and_config_travel_to_spark_workers_by_pickle():
     import pickle
 
-    config = ConnectorConfig.from_properties({"topic.prefix": "fulfillment",
-                                             "provide.transaction.metadata": "true",
-                                             "collection.include.list": "inventory[.].*",
-                                             "field.exclude.list": "*.*.phone"})
+    config = ConnectorConfig.from_properties(
+        {
+            "topic.prefix": "fulfillment",
+            "provide.transaction.metadata": "true",
+            "collection.include.list": "inventory[.].*",
+            "field.exclude.list": "*.*.phone",
+        }
+    )
     copy = pickle.loads(pickle.dumps(EventBuilder(config, replica_set="rs0")))
     [record] = copy.build_change(change("insert", fullDocument=BEFORE))
     assert "phone" not in doc(payload(record)["after"])

@@ -27,26 +27,33 @@ PROCESSED_MS = 1558965515240  # seed 000's envelope ts_ms: when the connector pr
 SEED_VALUE_SCHEMA = {
     "type": "struct",
     "fields": [
-        {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1,
-         "field": "after"},
-        {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1,
-         "field": "patch"},
-        {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1,
-         "field": "filter"},
-        {"type": "struct",
-         "fields": [
-             {"type": "string", "optional": False, "field": "version"},
-             {"type": "string", "optional": False, "field": "connector"},
-             {"type": "string", "optional": False, "field": "name"},
-             {"type": "int64", "optional": False, "field": "ts_ms"},
-             {"type": "boolean", "optional": True, "default": False, "field": "snapshot"},
-             {"type": "string", "optional": False, "field": "db"},
-             {"type": "string", "optional": False, "field": "rs"},
-             {"type": "string", "optional": False, "field": "collection"},
-             {"type": "int32", "optional": False, "field": "ord"},
-             {"type": "int64", "optional": True, "field": "h"},
-         ],
-         "optional": False, "name": "io.debezium.connector.mongo.Source", "field": "source"},
+        {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1, "field": "after"},
+        {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1, "field": "patch"},
+        {
+            "type": "string",
+            "optional": True,
+            "name": "io.debezium.data.Json",
+            "version": 1,
+            "field": "filter",
+        },
+        {
+            "type": "struct",
+            "fields": [
+                {"type": "string", "optional": False, "field": "version"},
+                {"type": "string", "optional": False, "field": "connector"},
+                {"type": "string", "optional": False, "field": "name"},
+                {"type": "int64", "optional": False, "field": "ts_ms"},
+                {"type": "boolean", "optional": True, "default": False, "field": "snapshot"},
+                {"type": "string", "optional": False, "field": "db"},
+                {"type": "string", "optional": False, "field": "rs"},
+                {"type": "string", "optional": False, "field": "collection"},
+                {"type": "int32", "optional": False, "field": "ord"},
+                {"type": "int64", "optional": True, "field": "h"},
+            ],
+            "optional": False,
+            "name": "io.debezium.connector.mongo.Source",
+            "field": "source",
+        },
         {"type": "string", "optional": True, "field": "op"},
         {"type": "int64", "optional": True, "field": "ts_ms"},
     ],
@@ -55,38 +62,67 @@ SEED_VALUE_SCHEMA = {
 }
 
 SEED_CREATE_PAYLOAD = {
-    "after": "{\"_id\" : {\"$numberLong\" : \"1004\"},\"first_name\" : \"Anne\",\"last_name\" : "
-             "\"Kretchmar\",\"email\" : \"annek@noanswer.org\"}",
+    "after": '{"_id" : {"$numberLong" : "1004"},"first_name" : "Anne","last_name" : '
+    '"Kretchmar","email" : "annek@noanswer.org"}',
     "patch": None,
-    "source": {"version": "{debezium-version}", "connector": "mongodb", "name": "fulfillment",
-               "ts_ms": 1558965508000, "snapshot": False, "db": "inventory", "rs": "rs0",
-               "collection": "customers", "ord": 31, "h": 1546547425148721999},
+    "source": {
+        "version": "{debezium-version}",
+        "connector": "mongodb",
+        "name": "fulfillment",
+        "ts_ms": 1558965508000,
+        "snapshot": False,
+        "db": "inventory",
+        "rs": "rs0",
+        "collection": "customers",
+        "ord": 31,
+        "h": 1546547425148721999,
+    },
     "op": "c",
     "ts_ms": 1558965515240,
 }
 SEED_UPDATE_PAYLOAD = {
     "op": "u",
     "ts_ms": 1465491461815,
-    "patch": "{\"$set\":{\"first_name\":\"Anne Marie\"}}",
-    "filter": "{\"_id\" : {\"$numberLong\" : \"1004\"}}",
-    "source": {"version": "{debezium-version}", "connector": "mongodb", "name": "fulfillment",
-               "ts_ms": 1558965508000, "snapshot": True, "db": "inventory", "rs": "rs0",
-               "collection": "customers", "ord": 6, "h": 1546547425148721999},
+    "patch": '{"$set":{"first_name":"Anne Marie"}}',
+    "filter": '{"_id" : {"$numberLong" : "1004"}}',
+    "source": {
+        "version": "{debezium-version}",
+        "connector": "mongodb",
+        "name": "fulfillment",
+        "ts_ms": 1558965508000,
+        "snapshot": True,
+        "db": "inventory",
+        "rs": "rs0",
+        "collection": "customers",
+        "ord": 6,
+        "h": 1546547425148721999,
+    },
 }
 SEED_DELETE_PAYLOAD = {
     "op": "d",
     "ts_ms": 1465495462115,
-    "filter": "{\"_id\" : {\"$numberLong\" : \"1004\"}}",
-    "source": {"version": "{debezium-version}", "connector": "mongodb", "name": "fulfillment",
-               "ts_ms": 1558965508000, "snapshot": True, "db": "inventory", "rs": "rs0",
-               "collection": "customers", "ord": 6, "h": 1546547425148721999},
+    "filter": '{"_id" : {"$numberLong" : "1004"}}',
+    "source": {
+        "version": "{debezium-version}",
+        "connector": "mongodb",
+        "name": "fulfillment",
+        "ts_ms": 1558965508000,
+        "snapshot": True,
+        "db": "inventory",
+        "rs": "rs0",
+        "collection": "customers",
+        "ord": 6,
+        "h": 1546547425148721999,
+    },
 }
-SEED_KEY_SCHEMA = {"type": "struct", "name": "fulfillment.inventory.customers.Key",
-                   "optional": False,
-                   "fields": [{"field": "id", "type": "string", "optional": False}]}
+SEED_KEY_SCHEMA = {
+    "type": "struct",
+    "name": "fulfillment.inventory.customers.Key",
+    "optional": False,
+    "fields": [{"field": "id", "type": "string", "optional": False}],
+}
 
-DOCUMENT = {"_id": Int64(1004), "first_name": "Anne", "last_name": "Kretchmar",
-            "email": "annek@noanswer.org"}
+DOCUMENT = {"_id": Int64(1004), "first_name": "Anne", "last_name": "Kretchmar", "email": "annek@noanswer.org"}
 NS = {"db": "inventory", "coll": "customers"}
 
 
@@ -117,9 +153,14 @@ def _check_source(source: dict, expected: dict, *, snapshot: bool) -> None:
 
 def test_create_event_matches_seed_000_field_by_field():
     # Seed 001 insert event shape, for seed 000's document.
-    change = {"_id": {"_data": "825CEBE0E4000000012B"}, "operationType": "insert",
-              "clusterTime": Timestamp(1558965508, 31), "ns": NS,
-              "documentKey": {"_id": Int64(1004)}, "fullDocument": DOCUMENT}
+    change = {
+        "_id": {"_data": "825CEBE0E4000000012B"},
+        "operationType": "insert",
+        "clusterTime": Timestamp(1558965508, 31),
+        "ns": NS,
+        "documentKey": {"_id": Int64(1004)},
+        "fullDocument": DOCUMENT,
+    }
     [event] = _builder(PROCESSED_MS, **{"event.format": "oplog"}).build_change(change)
 
     assert event.topic == "fulfillment.inventory.customers"
@@ -142,13 +183,21 @@ def test_create_event_matches_seed_000_field_by_field():
 
 def test_update_event_matches_seed_000_field_by_field():
     # Seed 001 update event shape (no fullDocument: capture.mode=change_streams).
-    change = {"_id": {"_data": "825CEBE0E4000000062B"}, "operationType": "update",
-              "clusterTime": Timestamp(1558965508, 6), "ns": NS,
-              "documentKey": {"_id": Int64(1004)},
-              "updateDescription": {"updatedFields": {"first_name": "Anne Marie"},
-                                    "removedFields": [], "truncatedArrays": []}}
-    [event] = _builder(1465491461815, **{"event.format": "oplog",
-                                         "capture.mode": "change_streams"}).build_change(change)
+    change = {
+        "_id": {"_data": "825CEBE0E4000000062B"},
+        "operationType": "update",
+        "clusterTime": Timestamp(1558965508, 6),
+        "ns": NS,
+        "documentKey": {"_id": Int64(1004)},
+        "updateDescription": {
+            "updatedFields": {"first_name": "Anne Marie"},
+            "removedFields": [],
+            "truncatedArrays": [],
+        },
+    }
+    [event] = _builder(
+        1465491461815, **{"event.format": "oplog", "capture.mode": "change_streams"}
+    ).build_change(change)
 
     value = json.loads(event.value)
     assert value["schema"] == SEED_VALUE_SCHEMA  # "the same schema as a create event"
@@ -163,9 +212,13 @@ def test_update_event_matches_seed_000_field_by_field():
 
 
 def test_delete_event_and_tombstone_match_seed_000():
-    change = {"_id": {"_data": "825CEBE0E4000000062B"}, "operationType": "delete",
-              "clusterTime": Timestamp(1558965508, 6), "ns": NS,
-              "documentKey": {"_id": Int64(1004)}}
+    change = {
+        "_id": {"_data": "825CEBE0E4000000062B"},
+        "operationType": "delete",
+        "clusterTime": Timestamp(1558965508, 6),
+        "ns": NS,
+        "documentKey": {"_id": Int64(1004)},
+    }
     event, tombstone = _builder(1465495462115, **{"event.format": "oplog"}).build_change(change)
 
     payload = json.loads(event.value)["payload"]
@@ -180,19 +233,30 @@ def test_delete_event_and_tombstone_match_seed_000():
     assert tombstone.value is None
 
 
-@pytest.mark.parametrize(("document_id", "expected_id", "exact"), [
-    (1234, "1234", True),
-    (12.34, "12.34", True),
-    ("1234", "\"1234\"", True),
-    ({"hi": "kafka", "nums": [10.0, 100.0, 1000.0]},
-     "{\"hi\" : \"kafka\", \"nums\" : [10.0, 100.0, 1000.0]}", False),
-    (ObjectId("596e275826f08b2730779e1f"), "{\"$oid\" : \"596e275826f08b2730779e1f\"}", False),
-    (b"kafka", "{\"$binary\" : \"a2Fma2E=\", \"$type\" : \"00\"}", False),  # BinData("a2Fma2E=",0)
-], ids=["integer", "float", "string", "document", "objectid", "binary"])
+@pytest.mark.parametrize(
+    ("document_id", "expected_id", "exact"),
+    [
+        (1234, "1234", True),
+        (12.34, "12.34", True),
+        ("1234", '"1234"', True),
+        (
+            {"hi": "kafka", "nums": [10.0, 100.0, 1000.0]},
+            '{"hi" : "kafka", "nums" : [10.0, 100.0, 1000.0]}',
+            False,
+        ),
+        (ObjectId("596e275826f08b2730779e1f"), '{"$oid" : "596e275826f08b2730779e1f"}', False),
+        (b"kafka", '{"$binary" : "a2Fma2E=", "$type" : "00"}', False),  # BinData("a2Fma2E=",0)
+    ],
+    ids=["integer", "float", "string", "document", "objectid", "binary"],
+)
 def test_key_table_of_seed_000(document_id, expected_id, exact):
-    change = {"operationType": "insert", "clusterTime": Timestamp(1558965508, 1), "ns": NS,
-              "documentKey": {"_id": document_id},
-              "fullDocument": {"_id": document_id, "first_name": "Anne"}}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(1558965508, 1),
+        "ns": NS,
+        "documentKey": {"_id": document_id},
+        "fullDocument": {"_id": document_id, "first_name": "Anne"},
+    }
     for event_format in ("change_streams", "oplog"):
         [event] = _builder(PROCESSED_MS, **{"event.format": event_format}).build_change(change)
         key = json.loads(event.key)
@@ -210,9 +274,13 @@ def test_keys_of_common_ids_are_byte_identical_to_debezium_2x():
     """Debezium 2.x writes ``{"$oid": "..."}`` (Java driver compact layout); so do we, so
     compaction keeps working for a topic first written by Debezium."""
     oid = ObjectId("67f4675b8126ee23e2e79ec1")
-    change = {"operationType": "insert", "clusterTime": Timestamp(1744070865, 1),
-              "ns": {"db": "public", "coll": "books"}, "documentKey": {"_id": oid},
-              "fullDocument": {"_id": oid, "name": "23rwe\n"}}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(1744070865, 1),
+        "ns": {"db": "public", "coll": "books"},
+        "documentKey": {"_id": oid},
+        "fullDocument": {"_id": oid, "name": "23rwe\n"},
+    }
     [event] = _builder(PROCESSED_MS).build_change(change)
     assert json.loads(event.key)["payload"] == {"id": '{"$oid": "67f4675b8126ee23e2e79ec1"}'}
     after = json.loads(event.value)["payload"]["after"]
@@ -222,77 +290,151 @@ def test_keys_of_common_ids_are_byte_identical_to_debezium_2x():
 # A real Debezium 2.7.0.Final MongoDB update event (schema transcribed), with ``rs`` kept in the
 # source block as Debezium 2.0-2.6 write it.
 DEBEZIUM_2_SOURCE_FIELDS = [
-    ("version", "string", False), ("connector", "string", False), ("name", "string", False),
-    ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
-    ("sequence", "string", True), ("ts_us", "int64", True), ("ts_ns", "int64", True),
-    ("rs", "string", False), ("collection", "string", False), ("ord", "int32", False),
-    ("lsid", "string", True), ("txnNumber", "int64", True), ("wallTime", "int64", True)]
+    ("version", "string", False),
+    ("connector", "string", False),
+    ("name", "string", False),
+    ("ts_ms", "int64", False),
+    ("snapshot", "string", True),
+    ("db", "string", False),
+    ("sequence", "string", True),
+    ("ts_us", "int64", True),
+    ("ts_ns", "int64", True),
+    ("rs", "string", False),
+    ("collection", "string", False),
+    ("ord", "int32", False),
+    ("lsid", "string", True),
+    ("txnNumber", "int64", True),
+    ("wallTime", "int64", True),
+]
 
 
 def test_debezium_2x_update_event_layout():
     oid = ObjectId("67f4675b8126ee23e2e79ec1")
-    change = {"operationType": "update", "clusterTime": Timestamp(1744070865, 1),
-              "wallTime": json_util.loads('{"$date": 1744070865419}'),
-              "ns": {"db": "public", "coll": "books"}, "documentKey": {"_id": oid},
-              "updateDescription": {"updatedFields": {"name": "23rwe\n"}, "removedFields": [],
-                                    "truncatedArrays": []},
-              "fullDocument": {"_id": oid, "name": "23rwe\n"}}
+    change = {
+        "operationType": "update",
+        "clusterTime": Timestamp(1744070865, 1),
+        "wallTime": json_util.loads('{"$date": 1744070865419}'),
+        "ns": {"db": "public", "coll": "books"},
+        "documentKey": {"_id": oid},
+        "updateDescription": {
+            "updatedFields": {"name": "23rwe\n"},
+            "removedFields": [],
+            "truncatedArrays": [],
+        },
+        "fullDocument": {"_id": oid, "name": "23rwe\n"},
+    }
     config = ConnectorConfig.from_properties({"topic.prefix": "mongo"})
-    [event] = EventBuilder(config, replica_set="rs0",
-                           clock=lambda: 1744070865593).build_change(change)
+    [event] = EventBuilder(config, replica_set="rs0", clock=lambda: 1744070865593).build_change(change)
     value = json.loads(event.value)
     schema = value["schema"]
     assert schema["name"] == "mongo.public.books.Envelope" and schema["optional"] is False
     assert [f["field"] for f in schema["fields"]] == [
-        "before", "after", "updateDescription", "source", "op", "ts_ms", "transaction"]
+        "before",
+        "after",
+        "updateDescription",
+        "source",
+        "op",
+        "ts_ms",
+        "transaction",
+    ]
     before, after, description, source, op, ts_ms, transaction = schema["fields"]
     for json_field in (before, after):
-        assert json_field == {"type": "string", "optional": True, "name": "io.debezium.data.Json",
-                              "version": 1, "field": json_field["field"]}
+        assert json_field == {
+            "type": "string",
+            "optional": True,
+            "name": "io.debezium.data.Json",
+            "version": 1,
+            "field": json_field["field"],
+        }
     assert description == {
         "type": "struct",
         "fields": [
-            {"type": "array", "items": {"type": "string", "optional": False}, "optional": True,
-             "field": "removedFields"},
-            {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1,
-             "field": "updatedFields"},
-            {"type": "array",
-             "items": {"type": "struct",
-                       "fields": [{"type": "string", "optional": False, "field": "field"},
-                                  {"type": "int32", "optional": False, "field": "size"}],
-                       "optional": False,
-                       "name": "io.debezium.connector.mongodb.changestream.truncatedarray",
-                       "version": 1},
-             "optional": True, "field": "truncatedArrays"}],
-        "optional": True, "name": "io.debezium.connector.mongodb.changestream.updatedescription",
-        "version": 1, "field": "updateDescription"}
+            {
+                "type": "array",
+                "items": {"type": "string", "optional": False},
+                "optional": True,
+                "field": "removedFields",
+            },
+            {
+                "type": "string",
+                "optional": True,
+                "name": "io.debezium.data.Json",
+                "version": 1,
+                "field": "updatedFields",
+            },
+            {
+                "type": "array",
+                "items": {
+                    "type": "struct",
+                    "fields": [
+                        {"type": "string", "optional": False, "field": "field"},
+                        {"type": "int32", "optional": False, "field": "size"},
+                    ],
+                    "optional": False,
+                    "name": "io.debezium.connector.mongodb.changestream.truncatedarray",
+                    "version": 1,
+                },
+                "optional": True,
+                "field": "truncatedArrays",
+            },
+        ],
+        "optional": True,
+        "name": "io.debezium.connector.mongodb.changestream.updatedescription",
+        "version": 1,
+        "field": "updateDescription",
+    }
     assert source["name"] == "io.debezium.connector.mongo.Source"
-    assert [(f["field"], f["type"], f["optional"]) for f in source["fields"]] == \
-        DEBEZIUM_2_SOURCE_FIELDS
+    assert [(f["field"], f["type"], f["optional"]) for f in source["fields"]] == DEBEZIUM_2_SOURCE_FIELDS
     assert source["fields"][4] == {
-        "type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-        "parameters": {"allowed": "true,last,false,incremental"}, "default": "false",
-        "field": "snapshot"}
+        "type": "string",
+        "optional": True,
+        "name": "io.debezium.data.Enum",
+        "version": 1,
+        "parameters": {"allowed": "true,last,false,incremental"},
+        "default": "false",
+        "field": "snapshot",
+    }
     assert op == {"type": "string", "optional": True, "field": "op"}
     assert ts_ms == {"type": "int64", "optional": True, "field": "ts_ms"}
     assert transaction == {
         "type": "struct",
-        "fields": [{"type": "string", "optional": False, "field": "id"},
-                   {"type": "int64", "optional": False, "field": "total_order"},
-                   {"type": "int64", "optional": False, "field": "data_collection_order"}],
-        "optional": True, "name": "event.block", "version": 1, "field": "transaction"}
+        "fields": [
+            {"type": "string", "optional": False, "field": "id"},
+            {"type": "int64", "optional": False, "field": "total_order"},
+            {"type": "int64", "optional": False, "field": "data_collection_order"},
+        ],
+        "optional": True,
+        "name": "event.block",
+        "version": 1,
+        "field": "transaction",
+    }
 
     payload = value["payload"]
     assert payload == {
         "before": None,
         "after": '{"_id": {"$oid": "67f4675b8126ee23e2e79ec1"},"name": "23rwe\\n"}',
-        "updateDescription": {"removedFields": None, "updatedFields": '{"name": "23rwe\\n"}',
-                              "truncatedArrays": None},
-        "source": {"version": __version__, "connector": "mongodb", "name": "mongo",
-                   "ts_ms": 1744070865000, "snapshot": "false", "db": "public", "sequence": None,
-                   "ts_us": 1744070865000000, "ts_ns": 1744070865000000000, "rs": "rs0",
-                   "collection": "books", "ord": 1, "lsid": None, "txnNumber": None,
-                   "wallTime": 1744070865419},
+        "updateDescription": {
+            "removedFields": None,
+            "updatedFields": '{"name": "23rwe\\n"}',
+            "truncatedArrays": None,
+        },
+        "source": {
+            "version": __version__,
+            "connector": "mongodb",
+            "name": "mongo",
+            "ts_ms": 1744070865000,
+            "snapshot": "false",
+            "db": "public",
+            "sequence": None,
+            "ts_us": 1744070865000000,
+            "ts_ns": 1744070865000000000,
+            "rs": "rs0",
+            "collection": "books",
+            "ord": 1,
+            "lsid": None,
+            "txnNumber": None,
+            "wallTime": 1744070865419,
+        },
         "op": "u",
         "ts_ms": 1744070865593,
         "transaction": None,
@@ -300,9 +442,12 @@ def test_debezium_2x_update_event_layout():
 
 
 def test_binary_key_uses_strict_binary_form():
-    change = {"operationType": "insert", "clusterTime": Timestamp(1, 1), "ns": NS,
-              "documentKey": {"_id": Binary(b"kafka", 0)},
-              "fullDocument": {"_id": Binary(b"kafka", 0)}}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(1, 1),
+        "ns": NS,
+        "documentKey": {"_id": Binary(b"kafka", 0)},
+        "fullDocument": {"_id": Binary(b"kafka", 0)},
+    }
     [event] = _builder(PROCESSED_MS).build_change(change)
-    assert json.loads(json.loads(event.key)["payload"]["id"]) == \
-        {"$binary": "a2Fma2E=", "$type": "00"}
+    assert json.loads(json.loads(event.key)["payload"]["id"]) == {"$binary": "a2Fma2E=", "$type": "00"}

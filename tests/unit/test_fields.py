@@ -29,9 +29,13 @@ def builder(**props) -> EventBuilder:
 
 
 def event(**extra) -> dict:
-    change = {"operationType": "insert", "clusterTime": Timestamp(1, 1),
-              "ns": {"db": "inventory", "coll": "customers"}, "documentKey": {"_id": 1},
-              "fullDocument": DOCUMENT}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(1, 1),
+        "ns": {"db": "inventory", "coll": "customers"},
+        "documentKey": {"_id": 1},
+        "fullDocument": DOCUMENT,
+    }
     change.update(extra)
     return change
 
@@ -45,9 +49,13 @@ def after(records):
 
 
 def test_excluded_fields_vanish_from_after_at_any_depth_and_inside_arrays():
-    b = builder(**{"field.exclude.list": "inventory.customers.ssn,"
-                                         "inventory.customers.address.geo.lat,"
-                                         "inventory.customers.orders.secret"})
+    b = builder(
+        **{
+            "field.exclude.list": "inventory.customers.ssn,"
+            "inventory.customers.address.geo.lat,"
+            "inventory.customers.orders.secret"
+        }
+    )
     result = after(b.build_change(event()))
     assert "ssn" not in result
     assert result["address"] == {"street": "Main", "geo": {"lon": 2.0}}
@@ -64,9 +72,13 @@ def test_wildcards_and_case_insensitive_namespaces():
 
 
 def test_renames_apply_in_order_and_keep_field_position():
-    b = builder(**{"field.renames": "inventory.customers.name:full_name,"
-                                    "inventory.customers.full_name:display_name,"
-                                    "inventory.customers.address.street:line1"})
+    b = builder(
+        **{
+            "field.renames": "inventory.customers.name:full_name,"
+            "inventory.customers.full_name:display_name,"
+            "inventory.customers.address.street:line1"
+        }
+    )
     result = after(b.build_change(event()))
     assert list(result)[:2] == ["_id", "display_name"]
     assert result["display_name"] == "Anne"
@@ -80,24 +92,39 @@ def test_rename_onto_an_existing_field_is_an_error_naming_the_rule():
 
 
 def test_rules_apply_to_update_descriptions():
-    update = event(operationType="update", fullDocument=DOCUMENT,
-                   fullDocumentBeforeChange=DOCUMENT,
-                   updateDescription={
-                       "updatedFields": {"ssn": "x", "address.geo.lat": 5.0, "address": {
-                           "street": "Side", "geo": {"lat": 6.0, "lon": 7.0}},
-                           "orders.1.secret": 9, "orders.1.sku": "c", "name": "Bea"},
-                       "removedFields": ["ssn", "address.geo.lat", "phone", "orders.0.secret"],
-                       "truncatedArrays": [{"field": "orders", "newSize": 1}]})
-    b = builder(**{"capture.mode": "change_streams_update_full_with_pre_image",
-                   "field.exclude.list": "inventory.customers.ssn,"
-                                         "inventory.customers.address.geo.lat,"
-                                         "inventory.customers.orders.secret",
-                   "field.renames": "inventory.customers.orders:purchases,"
-                                    "inventory.customers.name:full_name"})
+    update = event(
+        operationType="update",
+        fullDocument=DOCUMENT,
+        fullDocumentBeforeChange=DOCUMENT,
+        updateDescription={
+            "updatedFields": {
+                "ssn": "x",
+                "address.geo.lat": 5.0,
+                "address": {"street": "Side", "geo": {"lat": 6.0, "lon": 7.0}},
+                "orders.1.secret": 9,
+                "orders.1.sku": "c",
+                "name": "Bea",
+            },
+            "removedFields": ["ssn", "address.geo.lat", "phone", "orders.0.secret"],
+            "truncatedArrays": [{"field": "orders", "newSize": 1}],
+        },
+    )
+    b = builder(
+        **{
+            "capture.mode": "change_streams_update_full_with_pre_image",
+            "field.exclude.list": "inventory.customers.ssn,"
+            "inventory.customers.address.geo.lat,"
+            "inventory.customers.orders.secret",
+            "field.renames": "inventory.customers.orders:purchases,inventory.customers.name:full_name",
+        }
+    )
     p = payload_of(b.build_change(update))
     updated = json_util.loads(p["updateDescription"]["updatedFields"])
-    assert updated == {"address": {"street": "Side", "geo": {"lon": 7.0}},
-                       "purchases.1.sku": "c", "full_name": "Bea"}
+    assert updated == {
+        "address": {"street": "Side", "geo": {"lon": 7.0}},
+        "purchases.1.sku": "c",
+        "full_name": "Bea",
+    }
     assert p["updateDescription"]["removedFields"] == ["phone"]
     assert p["updateDescription"]["truncatedArrays"] == [{"field": "purchases", "size": 1}]
     for side in ("before", "after"):
@@ -107,11 +134,18 @@ def test_rules_apply_to_update_descriptions():
 
 
 def test_rules_apply_to_patch_and_filter_of_the_oplog_format():
-    update = event(operationType="update", documentKey={"_id": 1, "ssn": "shard-key"},
-                   updateDescription={"updatedFields": {"ssn": "x", "name": "Bea"},
-                                      "removedFields": ["address"]})
-    b = builder(**{"event.format": "oplog", "field.exclude.list": "inventory.customers.ssn",
-                   "field.renames": "inventory.customers.address:home"})
+    update = event(
+        operationType="update",
+        documentKey={"_id": 1, "ssn": "shard-key"},
+        updateDescription={"updatedFields": {"ssn": "x", "name": "Bea"}, "removedFields": ["address"]},
+    )
+    b = builder(
+        **{
+            "event.format": "oplog",
+            "field.exclude.list": "inventory.customers.ssn",
+            "field.renames": "inventory.customers.address:home",
+        }
+    )
     p = payload_of(b.build_change(update))
     assert json_util.loads(p["patch"]) == {"$set": {"name": "Bea"}, "$unset": {"home": True}}
     assert json_util.loads(p["filter"]) == {"_id": 1}
@@ -129,12 +163,17 @@ def test_keys_are_not_affected_by_field_rules():
     assert json.loads(record.key)["payload"]["id"] == "1"
 
 
-@pytest.mark.parametrize(("mode", "expected"), [
-    # An invalid first character is replaced, not prefixed, as Debezium's adjuster does.
-    ("avro", {"_id": 1, "a_b": 1, "_dollar": {"_": 2, "x_y": [{"_st": True}]}}),
-    ("avro_unicode", {"_u005fid": 1, "a_u002eb": 1,
-                      "_u0024dollar": {"_u0030": 2, "x_u002dy": [{"_u0031st": True}]}}),
-])
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # An invalid first character is replaced, not prefixed, as Debezium's adjuster does.
+        ("avro", {"_id": 1, "a_b": 1, "_dollar": {"_": 2, "x_y": [{"_st": True}]}}),
+        (
+            "avro_unicode",
+            {"_u005fid": 1, "a_u002eb": 1, "_u0024dollar": {"_u0030": 2, "x_u002dy": [{"_u0031st": True}]}},
+        ),
+    ],
+)
 def test_field_name_adjustment(mode, expected):
     document = {"_id": 1, "a.b": 1, "$dollar": {"0": 2, "x-y": [{"1st": True}]}}
     b = builder(**{"field.name.adjustment.mode": mode})
@@ -142,8 +181,11 @@ def test_field_name_adjustment(mode, expected):
 
 
 def test_sanitize_field_names_adjusts_update_paths_but_not_array_indexes():
-    update = event(operationType="update", fullDocument=None, updateDescription={
-        "updatedFields": {"a-b.0.c d": 1}, "removedFields": ["x-y"]})
+    update = event(
+        operationType="update",
+        fullDocument=None,
+        updateDescription={"updatedFields": {"a-b.0.c d": 1}, "removedFields": ["x-y"]},
+    )
     b = builder(**{"sanitize.field.names": "true", "capture.mode": "change_streams"})
     description = payload_of(b.build_change(update))["updateDescription"]
     assert json_util.loads(description["updatedFields"]) == {"a_b.0.c_d": 1}

@@ -37,21 +37,39 @@ def test_key_follows_kafka_connects_offset_convention():
 def test_chunk_markers_have_their_own_keys():
     partition = OffsetPartition("p", "rs0")
     key = partition.chunk_key("snap-1", "inventory.orders#3")
-    assert json.loads(key) == ["p", {"server_id": "p", "rs": "rs0", "snapshot": "snap-1",
-                                     "chunk": "inventory.orders#3"}]
+    assert json.loads(key) == [
+        "p",
+        {"server_id": "p", "rs": "rs0", "snapshot": "snap-1", "chunk": "inventory.orders#3"},
+    ]
     assert key != partition.key()
     assert parse_key(key) == (partition, ("snap-1", "inventory.orders#3"))
 
 
-@pytest.mark.parametrize("key", [None, b"", b"not json", b'{"a": 1}', b'["c", {"rs": "x"}]',
-                                 b'["c", {"server_id": "", "rs": "x"}]', b"[1, 2]"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        b"",
+        b"not json",
+        b'{"a": 1}',
+        b'["c", {"rs": "x"}]',
+        b'["c", {"server_id": "", "rs": "x"}]',
+        b"[1, 2]",
+    ],
+)
 def test_foreign_keys_are_not_offset_keys(key):
     assert parse_key(key) is None
 
 
 def test_value_carries_debeziums_fields_and_round_trips():
-    state = OffsetState(position=Position(TOKEN, Timestamp(1714557600, 7)), last_window_end=END,
-                        events=42, windows=3, snapshots=1, updated_at=END)
+    state = OffsetState(
+        position=Position(TOKEN, Timestamp(1714557600, 7)),
+        last_window_end=END,
+        events=42,
+        windows=3,
+        snapshots=1,
+        updated_at=END,
+    )
     data = json.loads(state.to_bytes())
     assert data["sec"] == 1714557600 and data["ord"] == 7
     assert data["resume_token"] == TOKEN["_data"]  # Debezium stores the token's _data string

@@ -20,23 +20,29 @@ def config(**props) -> ConnectorConfig:
 
 def test_debezium_topic_names():
     namer = TopicNamer(config())
-    assert [namer.data_topic("inventory", c) for c in
-            ("products", "products_on_hand", "customers", "orders")] == [
-        "fulfillment.inventory.products", "fulfillment.inventory.products_on_hand",
-        "fulfillment.inventory.customers", "fulfillment.inventory.orders"]
+    assert [
+        namer.data_topic("inventory", c) for c in ("products", "products_on_hand", "customers", "orders")
+    ] == [
+        "fulfillment.inventory.products",
+        "fulfillment.inventory.products_on_hand",
+        "fulfillment.inventory.customers",
+        "fulfillment.inventory.orders",
+    ]
     assert namer.transaction_topic == "fulfillment.transaction"
     assert namer.heartbeat_topic == "__debezium-heartbeat.fulfillment"
     assert namer.offsets_topic == "fulfillment.offsets"
 
 
 def test_topic_name_options():
-    namer = TopicNamer(config(**{"topic.delimiter": "_", "topic.transaction": "tx",
-                                 "heartbeat.topics.prefix": "hb"}))
+    namer = TopicNamer(
+        config(**{"topic.delimiter": "_", "topic.transaction": "tx", "heartbeat.topics.prefix": "hb"})
+    )
     assert namer.data_topic("inventory", "orders") == "fulfillment_inventory_orders"
     assert namer.transaction_topic == "fulfillment_tx"
     assert namer.heartbeat_topic == "hb_fulfillment"
-    assert TopicNamer(config(**{"topic.heartbeat.name": "all-heartbeats"})).heartbeat_topic == \
-        "all-heartbeats"
+    assert (
+        TopicNamer(config(**{"topic.heartbeat.name": "all-heartbeats"})).heartbeat_topic == "all-heartbeats"
+    )
 
 
 def test_topic_names_keep_only_kafka_characters():
@@ -46,14 +52,16 @@ def test_topic_names_keep_only_kafka_characters():
     assert namer.data_topic("my-db", "a.b c") == "fulfillment.my-db.a.b_c"
 
 
-@pytest.mark.parametrize(("name", "mode", "adjusted"), [
-    ("fulfillment.inventory.customers.Envelope", "avro",
-     "fulfillment.inventory.customers.Envelope"),
-    ("my-server.inventory.orders.Key", "avro", "my_server.inventory.orders.Key"),
-    ("1st.db.c.Key", "avro", "_st.db.c.Key"),
-    ("my-server.a_b.Key", "avro_unicode", "my_u002dserver.a_u005fb.Key"),
-    ("my-server.x.Key", "none", "my-server.x.Key"),
-])
+@pytest.mark.parametrize(
+    ("name", "mode", "adjusted"),
+    [
+        ("fulfillment.inventory.customers.Envelope", "avro", "fulfillment.inventory.customers.Envelope"),
+        ("my-server.inventory.orders.Key", "avro", "my_server.inventory.orders.Key"),
+        ("1st.db.c.Key", "avro", "_st.db.c.Key"),
+        ("my-server.a_b.Key", "avro_unicode", "my_u002dserver.a_u005fb.Key"),
+        ("my-server.x.Key", "none", "my-server.x.Key"),
+    ],
+)
 def test_schema_names_follow_avro_rules(name, mode, adjusted):
     assert adjust_schema_name(name, mode) == adjusted
 
@@ -63,14 +71,26 @@ def test_heartbeat_record_shape():
     record = heartbeat.record(1_700_000_000_000)
     assert record.topic == "__debezium-heartbeat.fulfillment"
     key, value = json.loads(record.key), json.loads(record.value)
-    assert key == {"schema": {"type": "struct", "fields": [
-        {"type": "string", "optional": False, "field": "serverName"}], "optional": False,
-        "name": "io.debezium.connector.common.ServerNameKey", "version": 1},
-        "payload": {"serverName": "fulfillment"}}
-    assert value == {"schema": {"type": "struct", "fields": [
-        {"type": "int64", "optional": False, "field": "ts_ms"}], "optional": False,
-        "name": "io.debezium.connector.common.Heartbeat", "version": 1},
-        "payload": {"ts_ms": 1_700_000_000_000}}
+    assert key == {
+        "schema": {
+            "type": "struct",
+            "fields": [{"type": "string", "optional": False, "field": "serverName"}],
+            "optional": False,
+            "name": "io.debezium.connector.common.ServerNameKey",
+            "version": 1,
+        },
+        "payload": {"serverName": "fulfillment"},
+    }
+    assert value == {
+        "schema": {
+            "type": "struct",
+            "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
+            "optional": False,
+            "name": "io.debezium.connector.common.Heartbeat",
+            "version": 1,
+        },
+        "payload": {"ts_ms": 1_700_000_000_000},
+    }
 
 
 def test_heartbeats_are_due_once_per_interval():
@@ -83,8 +103,9 @@ def test_heartbeats_are_due_once_per_interval():
 
 
 def test_payload_only_heartbeat():
-    heartbeat = Heartbeat(config(**{"key.converter.schemas.enable": "false",
-                                    "value.converter.schemas.enable": "false"}))
+    heartbeat = Heartbeat(
+        config(**{"key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"})
+    )
     record = heartbeat.record(5)
     assert json.loads(record.key) == {"serverName": "fulfillment"}
     assert json.loads(record.value) == {"ts_ms": 5}

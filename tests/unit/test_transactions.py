@@ -14,23 +14,32 @@ from airflow_provider_mongocdc.core.transactions import TransactionTracker, tran
 
 pytestmark = pytest.mark.unit
 
-SESSION = {"id": Binary(uuid.UUID("140ed813-35e0-4174-97f4-ec66ce5947db").bytes, 4),
-           "uid": Binary(b"\xe3" * 32, 0)}
-LSID_TEXT = ('{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},'
-             '"uid": {"$binary": "4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+M=","$type": "00"}}')
+SESSION = {
+    "id": Binary(uuid.UUID("140ed813-35e0-4174-97f4-ec66ce5947db").bytes, 4),
+    "uid": Binary(b"\xe3" * 32, 0),
+}
+LSID_TEXT = (
+    '{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},'
+    '"uid": {"$binary": "4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+Pj4+M=","$type": "00"}}'
+)
 
 
 def builder(**props) -> EventBuilder:
-    config = ConnectorConfig.from_properties({"topic.prefix": "fulfillment",
-                                             "provide.transaction.metadata": "true", **props})
+    config = ConnectorConfig.from_properties(
+        {"topic.prefix": "fulfillment", "provide.transaction.metadata": "true", **props}
+    )
     return EventBuilder(config, replica_set="rs0", clock=lambda: 1)
 
 
 def insert(collection: str, seconds: int, txn: int | None = None) -> dict:
     oid = ObjectId()
-    change = {"operationType": "insert", "clusterTime": Timestamp(seconds, 1),
-              "ns": {"db": "testDB", "coll": collection}, "documentKey": {"_id": oid},
-              "fullDocument": {"_id": oid}}
+    change = {
+        "operationType": "insert",
+        "clusterTime": Timestamp(seconds, 1),
+        "ns": {"db": "testDB", "coll": collection},
+        "documentKey": {"_id": oid},
+        "fullDocument": {"_id": oid},
+    }
     if txn is not None:
         change.update(lsid=SESSION, txnNumber=Int64(txn))
     return change
@@ -52,35 +61,56 @@ def test_transaction_id_is_debezium_2x_lsid_and_txn_number():
 def test_begin_events_end_in_stream_order_with_counts():
     b = builder()
     records = []
-    for change in (insert("collectiona", 100, txn=1), insert("collectionb", 100, txn=1),
-                   insert("collectiona", 100, txn=1), insert("collectiona", 101),
-                   insert("collectionb", 102, txn=2)):
+    for change in (
+        insert("collectiona", 100, txn=1),
+        insert("collectionb", 100, txn=1),
+        insert("collectiona", 100, txn=1),
+        insert("collectiona", 101),
+        insert("collectionb", 102, txn=2),
+    ):
         records += b.build_change(change)
     records += b.finish()
 
     topics = [r.topic for r in records]
-    assert topics == ["fulfillment.transaction", "fulfillment.testDB.collectiona",
-                      "fulfillment.testDB.collectionb", "fulfillment.testDB.collectiona",
-                      "fulfillment.transaction", "fulfillment.testDB.collectiona",
-                      "fulfillment.transaction", "fulfillment.testDB.collectionb",
-                      "fulfillment.transaction"]
+    assert topics == [
+        "fulfillment.transaction",
+        "fulfillment.testDB.collectiona",
+        "fulfillment.testDB.collectionb",
+        "fulfillment.testDB.collectiona",
+        "fulfillment.transaction",
+        "fulfillment.testDB.collectiona",
+        "fulfillment.transaction",
+        "fulfillment.testDB.collectionb",
+        "fulfillment.transaction",
+    ]
     _, key, begin = decode(records[0])
     assert key["payload"] == {"id": LSID_TEXT + ":1"}
     assert key["schema"]["name"] == "io.debezium.connector.common.TransactionMetadataKey"
     assert begin["schema"]["name"] == "io.debezium.connector.common.TransactionMetadataValue"
-    assert begin["payload"] == {"status": "BEGIN", "id": LSID_TEXT + ":1", "event_count": None,
-                                "data_collections": None, "ts_ms": 100_000}
+    assert begin["payload"] == {
+        "status": "BEGIN",
+        "id": LSID_TEXT + ":1",
+        "event_count": None,
+        "data_collections": None,
+        "ts_ms": 100_000,
+    }
     blocks = [decode(r)[2]["payload"]["transaction"] for r in records[1:4]]
     assert blocks == [
         {"id": LSID_TEXT + ":1", "total_order": 1, "data_collection_order": 1},
         {"id": LSID_TEXT + ":1", "total_order": 2, "data_collection_order": 1},
-        {"id": LSID_TEXT + ":1", "total_order": 3, "data_collection_order": 2}]
+        {"id": LSID_TEXT + ":1", "total_order": 3, "data_collection_order": 2},
+    ]
     end = decode(records[4])[2]["payload"]
-    assert end == {"status": "END", "id": LSID_TEXT + ":1", "event_count": 3,
-                   "data_collections": [
-                       {"data_collection": "testDB.collectiona", "event_count": 2},
-                       {"data_collection": "testDB.collectionb", "event_count": 1}],
-                   "ts_ms": 100_000}
+    assert end == {
+        "status": "END",
+        "id": LSID_TEXT + ":1",
+        "event_count": 3,
+        "data_collections": [
+            {"data_collection": "testDB.collectiona", "event_count": 2},
+            {"data_collection": "testDB.collectionb", "event_count": 1},
+        ],
+        "ts_ms": 100_000,
+    }
     assert decode(records[5])[2]["payload"]["transaction"] is None
     assert decode(records[6])[2]["payload"]["status"] == "BEGIN"
     final = decode(records[8])[2]["payload"]
@@ -91,15 +121,18 @@ def test_begin_events_end_in_stream_order_with_counts():
 def test_consecutive_transactions_each_get_begin_and_end():
     b = builder()
     records = b.build_change(insert("a", 5, txn=1)) + b.build_change(insert("a", 6, txn=2))
-    statuses = [decode(r)[2]["payload"].get("status") for r in records
-                if r.topic.endswith(".transaction")]
+    statuses = [decode(r)[2]["payload"].get("status") for r in records if r.topic.endswith(".transaction")]
     assert statuses == ["BEGIN", "END", "BEGIN"]
 
 
 def test_events_not_captured_neither_count_nor_delimit():
     b = builder(**{"collection.include.list": "testDB[.]a"})
-    records = b.build_change(insert("a", 5, txn=1)) + b.build_change(insert("b", 5, txn=1)) \
-        + b.build_change(insert("a", 5, txn=1)) + b.finish()
+    records = (
+        b.build_change(insert("a", 5, txn=1))
+        + b.build_change(insert("b", 5, txn=1))
+        + b.build_change(insert("a", 5, txn=1))
+        + b.finish()
+    )
     end = decode(records[-1])[2]["payload"]
     assert end["event_count"] == 2
     assert end["data_collections"] == [{"data_collection": "testDB.a", "event_count": 2}]
@@ -108,9 +141,14 @@ def test_events_not_captured_neither_count_nor_delimit():
 def test_tombstones_do_not_count():
     b = builder()
     oid = ObjectId()
-    delete = {"operationType": "delete", "clusterTime": Timestamp(9, 1),
-              "ns": {"db": "testDB", "coll": "a"}, "documentKey": {"_id": oid},
-              "lsid": SESSION, "txnNumber": Int64(4)}
+    delete = {
+        "operationType": "delete",
+        "clusterTime": Timestamp(9, 1),
+        "ns": {"db": "testDB", "coll": "a"},
+        "documentKey": {"_id": oid},
+        "lsid": SESSION,
+        "txnNumber": Int64(4),
+    }
     records = b.build_change(delete) + b.finish()
     assert [r.value is None for r in records] == [False, False, True, False]
     assert decode(records[-1])[2]["payload"]["event_count"] == 1
@@ -123,29 +161,25 @@ def test_oplog_format_uses_debezium_1x_ids_and_replica_set_qualified_collections
     assert [f["field"] for f in event["schema"]["fields"]][-1] == "transaction"
     assert event["payload"]["transaction"]["id"] == "140ed813-35e0-4174-97f4-ec66ce5947db:8"
     end = decode(records[2])[2]["payload"]
-    assert end["data_collections"] == [{"data_collection": "rs0.testDB.collectiona",
-                                        "event_count": 1}]
+    assert end["data_collections"] == [{"data_collection": "rs0.testDB.collectiona", "event_count": 1}]
 
 
 def test_state_carries_an_open_transaction_to_the_next_window():
-    config = ConnectorConfig.from_properties({"topic.prefix": "p",
-                                             "provide.transaction.metadata": "true"})
+    config = ConnectorConfig.from_properties({"topic.prefix": "p", "provide.transaction.metadata": "true"})
     first = TransactionTracker(config)
     first.on_event("tx:1", "db.a", 1000)
     first.on_event("tx:1", "db.b", 1000)
     state = json.loads(json.dumps(first.state()))
     second = TransactionTracker(config, state=state)
     records, block = second.on_event("tx:1", "db.a", 1000)
-    assert records == [] and block == {"id": "tx:1", "total_order": 3,
-                                       "data_collection_order": 2}
+    assert records == [] and block == {"id": "tx:1", "total_order": 3, "data_collection_order": 2}
     [end] = second.finish()
     assert json.loads(end.value)["payload"]["event_count"] == 3
     assert second.state() is None
 
 
 def test_payload_only_transaction_records():
-    b = builder(**{"key.converter.schemas.enable": "false",
-                   "value.converter.schemas.enable": "false"})
+    b = builder(**{"key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"})
     begin = b.build_change(insert("a", 5, txn=1))[0]
     assert json.loads(begin.key) == {"id": LSID_TEXT + ":1"}
     assert json.loads(begin.value)["status"] == "BEGIN"

@@ -16,6 +16,11 @@ with DAG(
         task_id="produce",
         conn_id="spark_harness",
         application=os.environ.get("HARNESS_JOB", "produce_job.py"),
-        application_args=[os.environ.get("HARNESS_BOOTSTRAP", ""), os.environ.get("HARNESS_TOPIC", ""), "50", "2"],
+        application_args=[
+            os.environ.get("HARNESS_BOOTSTRAP", ""),
+            os.environ.get("HARNESS_TOPIC", ""),
+            "50",
+            "2",
+        ],
         conf={"spark.ui.enabled": "false"},
     )

@@ -39,7 +39,7 @@ def tricky_fields(n: int) -> dict[str, Any]:
         "max": MaxKey(),
         "nan": float("nan"),
         "nested": {"a": [1, {"b": None}, [True, False]], "e": {}},
-        "text": "h\u00e9llo \"quoted\" \\ \u2603",
+        "text": 'h\u00e9llo "quoted" \\ \u2603',
     }
 
 
@@ -73,12 +73,17 @@ def seed(client, database: str, sizes: dict[str, int]) -> dict[str, list[Any]]:
             docs = [{"_id": _id, **tricky_fields(n)} for n, _id in enumerate(ids)]
         elif name.startswith("orders"):
             ids = list(range(1, count + 1))
-            docs = [{"_id": _id, "customer": n % 50, "total": Decimal128(f"{n}.99")} for n, _id in enumerate(ids)]
+            docs = [
+                {"_id": _id, "customer": n % 50, "total": Decimal128(f"{n}.99")} for n, _id in enumerate(ids)
+            ]
         else:
             ids = [ObjectId() for _ in range(count)]
-            docs = [{"_id": _id, "name": f"customer {n}", "tags": ["a", "b"][: n % 3]} for n, _id in enumerate(ids)]
+            docs = [
+                {"_id": _id, "name": f"customer {n}", "tags": ["a", "b"][: n % 3]}
+                for n, _id in enumerate(ids)
+            ]
         for start in range(0, len(docs), 1000):
-            client[database][name].insert_many(docs[start:start + 1000], ordered=False)
+            client[database][name].insert_many(docs[start : start + 1000], ordered=False)
         created[name] = ids
     return created
 
@@ -90,8 +95,13 @@ def mongo_details(uri: str, *, user: str | None = None, password: str | None = N
     return details
 
 
-def write_spec(directory: Path, connector: dict[str, Any], mongo: dict[str, Any], kafka: dict[str, Any],
-               params: dict[str, Any] | None = None) -> tuple[Path, Path]:
+def write_spec(
+    directory: Path,
+    connector: dict[str, Any],
+    mongo: dict[str, Any],
+    kafka: dict[str, Any],
+    params: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     stamp = uuid.uuid4().hex[:8]
     spec_path = directory / f"spec-{stamp}.json"
@@ -99,8 +109,14 @@ def write_spec(directory: Path, connector: dict[str, Any], mongo: dict[str, Any]
     return spec_path, directory / f"result-{stamp}.json"
 
 
-SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.ui.enabled=false",
-              "--conf", "spark.ui.showConsoleProgress=false"]
+SPARK_ARGS = [
+    "--master",
+    "local[2]",
+    "--conf",
+    "spark.ui.enabled=false",
+    "--conf",
+    "spark.ui.showConsoleProgress=false",
+]
 
 
 @dataclass
@@ -119,9 +135,13 @@ class Run:
 
 
 def run_snapshot(spark_submit: str, spec_path: Path, result_path: Path, *, timeout: float = 240) -> Run:
-    process = subprocess.run([spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path),
-                              "--result", str(result_path)], capture_output=True, text=True,
-                             timeout=timeout, env=_env())
+    process = subprocess.run(
+        [spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path), "--result", str(result_path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+    )
     return Run(process.returncode, process.stdout + process.stderr, _result(result_path))
 
 
@@ -129,9 +149,13 @@ def start_snapshot(spark_submit: str, spec_path: Path, result_path: Path, log_pa
     """spark-submit in its own process group (so that the test can kill -9 all of it)."""
     log = open(log_path, "w")
     try:
-        return subprocess.Popen([spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path),
-                                 "--result", str(result_path)], stdout=log, stderr=subprocess.STDOUT,
-                                env=_env(), start_new_session=True)
+        return subprocess.Popen(
+            [spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path), "--result", str(result_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+        )
     finally:
         log.close()
 

@@ -28,13 +28,18 @@ SPARK_TIMEOUT_S = 240
 
 def connector(prefix: str, database: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Connector properties capturing every collection of ``database`` (and ``extra``)."""
-    props = {"topic.prefix": prefix, "collection.include.list": f"{database}\\..*",
-             "provide.transaction.metadata": True}
+    props = {
+        "topic.prefix": prefix,
+        "collection.include.list": f"{database}\\..*",
+        "provide.transaction.metadata": True,
+    }
     props.update(extra or {})
     return props
 
 
-def seed_offset(uri: str, kafka: dict[str, Any], props: dict[str, Any]) -> tuple[OffsetStore, OffsetPartition]:
+def seed_offset(
+    uri: str, kafka: dict[str, Any], props: dict[str, Any]
+) -> tuple[OffsetStore, OffsetPartition]:
     """Store the stream's current position as the offset (what a completed snapshot hands over)."""
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": uri}), config)
@@ -47,17 +52,40 @@ def seed_offset(uri: str, kafka: dict[str, Any], props: dict[str, Any]) -> tuple
 
 
 def spark_command(spark_submit: str, spec: Path, result: Path) -> list[str]:
-    return [spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.ui.showConsoleProgress=false",
-            application_path("stream_window"), "--job-spec", str(spec), "--result", str(result)]
+    return [
+        spark_submit,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        application_path("stream_window"),
+        "--job-spec",
+        str(spec),
+        "--result",
+        str(result),
+    ]
 
 
-def write_spec(directory: Path, name: str, props: dict[str, Any], uri: str, kafka: dict[str, Any],
-               window_end: datetime | Timestamp, **params: Any) -> tuple[Path, Path]:
+def write_spec(
+    directory: Path,
+    name: str,
+    props: dict[str, Any],
+    uri: str,
+    kafka: dict[str, Any],
+    window_end: datetime | Timestamp,
+    **params: Any,
+) -> tuple[Path, Path]:
     if isinstance(window_end, Timestamp):
         window_end = datetime.fromtimestamp(window_end.time, timezone.utc)
-    spec = JobSpec("stream_window", props, {"connection_string": uri}, dict(kafka),
-                   {"window_end": window_end.isoformat(), **params})
+    spec = JobSpec(
+        "stream_window",
+        props,
+        {"connection_string": uri},
+        dict(kafka),
+        {"window_end": window_end.isoformat(), **params},
+    )
     return spec.write(directory / f"{name}.json"), directory / f"{name}-result.json"
 
 
@@ -76,11 +104,24 @@ class SparkRun:
         return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
 
 
-def run_window_app(spark_submit: str, directory: Path, name: str, props: dict[str, Any], uri: str,
-                   kafka: dict[str, Any], window_end: datetime | Timestamp, **params: Any) -> SparkRun:
+def run_window_app(
+    spark_submit: str,
+    directory: Path,
+    name: str,
+    props: dict[str, Any],
+    uri: str,
+    kafka: dict[str, Any],
+    window_end: datetime | Timestamp,
+    **params: Any,
+) -> SparkRun:
     spec, result = write_spec(directory, name, props, uri, kafka, window_end, **params)
-    done = subprocess.run(spark_command(spark_submit, spec, result), capture_output=True, text=True,
-                          timeout=SPARK_TIMEOUT_S, env=dict(os.environ))
+    done = subprocess.run(
+        spark_command(spark_submit, spec, result),
+        capture_output=True,
+        text=True,
+        timeout=SPARK_TIMEOUT_S,
+        env=dict(os.environ),
+    )
     return SparkRun(done.returncode, read_result(result), done.stdout + done.stderr)
 
 
