@@ -35,6 +35,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_provider_mongocdc.operators.snapshot",
                     "airflow_provider_mongocdc.operators.stream_window",
+                    "airflow_provider_mongocdc.operators.resnapshot",
                 ],
             }
         ],
@@ -77,8 +78,11 @@ def get_provider_info() -> dict:
                     },
                     "tls": {
                         "label": "Use TLS",
-                        "description": "Connect with TLS (mongodb.ssl.enabled).",
-                        "schema": {"type": ["boolean", "null"], "default": False},
+                        "description": "Connect with TLS (mongodb.ssl.enabled). Unset: as the host says "
+                        "(on for mongodb+srv:// and tls=true strings, off otherwise).",
+                        # No default: the form saves a default in the extra, and a tls value there
+                        # overrides the connection string's (mongodb+srv:// turns TLS on).
+                        "schema": {"type": ["boolean", "null"]},
                     },
                     "tls_allow_invalid_hostnames": {
                         "label": "Allow invalid host names",
@@ -98,17 +102,13 @@ def get_provider_info() -> dict:
                 "connection-type": "mongocdc_kafka",
                 "hook-class-name": "airflow_provider_mongocdc.hooks.kafka.KafkaConfigHook",
                 "hook-name": "Apache Kafka (for MongoDB CDC)",
+                # The extra is the librdkafka configuration, e.g. {"bootstrap.servers": "broker1:9092",
+                # "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}. Airflow 3's
+                # connection form edits the extra as JSON of its own: ui-field-behaviour cannot
+                # relabel it or give it a placeholder.
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "port", "host"],
-                    "relabeling": {
-                        "extra": "librdkafka configuration (JSON)",
-                        "login": "SASL user name",
-                        "password": "SASL password",
-                    },
-                    "placeholders": {
-                        "extra": '{"bootstrap.servers": "broker1:9092", "security.protocol": "SASL_SSL", '
-                        '"sasl.mechanism": "SCRAM-SHA-512"}',
-                    },
+                    "relabeling": {"login": "SASL user name", "password": "SASL password"},
                 },
             },
         ],

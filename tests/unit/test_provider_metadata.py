@@ -1,0 +1,345 @@
+"""Provider metadata: ``get_provider_info()`` names every hook, operator, sensor, trigger and extra
+link of the package, and what it declares for the connection forms is what Airflow 3.3 shows.
+
+The package's classes are discovered by walking its modules, so a new module that is not listed
+in ``get_provider_info()`` fails here. No server and no Airflow database is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import airflow
+import jsonschema
+import pytest
+from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, BaseSensorOperator, Connection
+from airflow.triggers.base import BaseTrigger
+
+import airflow_provider_mongocdc
+from airflow_provider_mongocdc.get_provider_info import get_provider_info
+from airflow_provider_mongocdc.hooks.topology import details_from_connection
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = airflow_provider_mongocdc.__name__
+AIRFLOW_DIR = Path(airflow.__file__).resolve().parent
+
+# Airflow class -> section of get_provider_info() that must list the module (or, for extra links,
+# the class). Sensors are operators too: the most specific base decides.
+SECTIONS = (
+    (BaseSensorOperator, "sensors"),
+    (BaseOperator, "operators"),
+    (BaseHook, "hooks"),
+    (BaseTrigger, "triggers"),
+    (BaseOperatorLink, "extra-links"),
+)
+
+# Classes that need no entry, and why. Each must stay what its reason says (checked below).
+NOT_LISTED = {
+    f"{PACKAGE}.operators.base.MongoCdcSparkSubmitOperator": (
+        "the base of the Spark operators: its application_name is empty, so it runs nothing by itself"
+    ),
+}
+
+# The fields of the connection form of Airflow 3.3's UI that ui-field-behaviour can hide, relabel or
+# give a placeholder: the fields of the API's StandardHookFields (its "url_schema" is the "schema"
+# field). The extra is a JSON editor of its own, which ui-field-behaviour does not change.
+FORM_FIELDS = {
+    "description": "description",
+    "schema": "url_schema",
+    "host": "host",
+    "port": "port",
+    "login": "login",
+    "password": "password",
+}
+
+
+def package_modules() -> list[str]:
+    """Every module of the installed package, spark_apps included (it is mapped from another
+    directory, so walking the package alone does not reach it)."""
+    names = set()
+    for package_name in (PACKAGE, f"{PACKAGE}.spark_apps"):
+        package = importlib.import_module(package_name)
+        names.add(package_name)
+        names.update(info.name for info in pkgutil.walk_packages(package.__path__, f"{package_name}."))
+    return sorted(names)
+
+
+def section_of(cls: type) -> str | None:
+    for base, section in SECTIONS:
+        if issubclass(cls, base):
+            return section
+    return None
+
+
+def package_classes() -> dict[str, str]:
+    """``module.Class`` -> section, for every Airflow class defined in the package."""
+    found = {}
+    for module_name in package_modules():
+        module = importlib.import_module(module_name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module_name and (section := section_of(cls)):
+                found[f"{module_name}.{cls.__qualname__}"] = section
+    return found
+
+
+def listed_modules(info: dict, section: str) -> set[str]:
+    return {module for entry in info.get(section, []) for module in entry["python-modules"]}
+
+
+def import_class(path: str) -> type:
+    module_name, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
+
+
+def connection_type(conn_type: str) -> dict:
+    (entry,) = [e for e in get_provider_info()["connection-types"] if e["connection-type"] == conn_type]
+    return entry
+
+
+# -- every class is listed, every listed name imports -----------------------------------------------
+
+
+def test_discovery_finds_the_provider_classes():
+    # Guards the walk itself: if it stopped finding classes, the next test would pass vacuously.
+    found = package_classes()
+    for path, section in {
+        f"{PACKAGE}.hooks.topology.MongoTopologyHook": "hooks",
+        f"{PACKAGE}.operators.snapshot.MongoSnapshotOperator": "operators",
+        f"{PACKAGE}.sensors.oplog_gap.OplogGapSensor": "sensors",
+        f"{PACKAGE}.triggers.oplog_gap.OplogGapTrigger": "triggers",
+        f"{PACKAGE}.links.ResnapshotTriggerLink": "extra-links",
+    }.items():
+        assert found.get(path) == section, f"the package walk did not find {path} as {section}: {found}"
+
+
+def test_every_hook_operator_sensor_trigger_and_link_is_listed():
+    info = get_provider_info()
+    missing = []
+    for path, section in sorted(package_classes().items()):
+        if path in NOT_LISTED:
+            continue
+        if section == "extra-links":
+            if path not in info.get("extra-links", []):
+                missing.append(f'{path} not in get_provider_info()["extra-links"]')
+        elif path.rpartition(".")[0] not in listed_modules(info, section):
+            missing.append(
+                f"{path}: module {path.rpartition('.')[0]} not in get_provider_info()[{section!r}]"
+            )
+    assert not missing, (
+        "Airflow only knows the provider's classes that get_provider_info() lists "
+        "(airflow_provider_mongocdc/get_provider_info.py):\n" + "\n".join(missing)
+    )
+
+
+def test_unlisted_classes_are_what_their_reason_says():
+    found = package_classes()
+    for path in NOT_LISTED:
+        assert path in found, f"{path} no longer exists: drop it from NOT_LISTED"
+        assert import_class(path).application_name == "", f"{path} runs an application: list it"
+
+
+def test_every_listed_module_and_class_imports_and_holds_its_kind():
+    info = get_provider_info()
+    for _, section in SECTIONS:
+        if section == "extra-links":
+            for path in info.get(section, []):
+                cls = import_class(path)
+                assert issubclass(cls, BaseOperatorLink), f"{path} is not a BaseOperatorLink"
+            continue
+        for module_name in listed_modules(info, section):
+            module = importlib.import_module(module_name)
+            kinds = {
+                section_of(cls)
+                for _, cls in inspect.getmembers(module, inspect.isclass)
+                if cls.__module__ == module_name
+            }
+            assert section in kinds, f"{module_name} is listed under {section!r} but defines none"
+
+
+def test_extra_links_of_every_operator_are_listed():
+    info = get_provider_info()
+    for path, section in package_classes().items():
+        if section in ("operators", "sensors"):
+            for link in import_class(path).operator_extra_links:
+                link_path = f"{type(link).__module__}.{type(link).__qualname__}"
+                assert link_path in info["extra-links"], f"{path} shows {link_path}, which is not listed"
+
+
+# -- connection types --------------------------------------------------------------------------------
+
+
+def test_every_connection_type_has_its_hook():
+    info = get_provider_info()
+    types = [entry["connection-type"] for entry in info["connection-types"]]
+    assert len(types) == len(set(types)), f"connection types declared twice: {types}"
+    for entry in info["connection-types"]:
+        hook = import_class(entry["hook-class-name"])
+        assert issubclass(hook, BaseHook), f"{entry['hook-class-name']} is not a BaseHook"
+        assert hook.conn_type == entry["connection-type"], (
+            f"{entry['hook-class-name']}.conn_type is {hook.conn_type!r}, "
+            f"declared for {entry['connection-type']!r}"
+        )
+        assert hook.hook_name == entry["hook-name"]
+        assert hook.__module__ in listed_modules(info, "hooks")
+    declared = {entry["hook-class-name"] for entry in info["connection-types"]}
+    for path, section in package_classes().items():
+        if section == "hooks" and getattr(import_class(path), "conn_type", None):
+            assert path in declared, f"{path} has a conn_type but no connection-types entry"
+
+
+def _schema(name: str) -> dict:
+    path = AIRFLOW_DIR / name
+    assert path.is_file(), f"the installed Airflow has no {name} under {AIRFLOW_DIR}"
+    return json.loads(path.read_text())
+
+
+def test_provider_info_is_valid_for_airflow():
+    # The schema Airflow's ProvidersManager validates every provider's info with.
+    jsonschema.validate(get_provider_info(), _schema("provider_info.schema.json"))
+
+
+def test_connection_types_are_valid_for_airflow():
+    # provider_info.schema.json does not describe conn-fields and ui-field-behaviour; Airflow's
+    # provider.yaml schema does, and the UI's field behaviours have a schema of their own.
+    yaml_schema = _schema("provider.yaml.schema.json")
+    entry_schema = {
+        **yaml_schema["properties"]["connection-types"],
+        "definitions": yaml_schema.get("definitions", {}),
+    }
+    behaviour_schema = _schema("customized_form_field_behaviours.schema.json")
+    for entry in get_provider_info()["connection-types"]:
+        jsonschema.validate([entry], entry_schema)
+        behaviour = entry.get("ui-field-behaviour", {})
+        jsonschema.validate(
+            {
+                "hidden_fields": behaviour.get("hidden-fields", []),
+                "relabeling": behaviour.get("relabeling", {}),
+                "placeholders": behaviour.get("placeholders", {}),
+            },
+            behaviour_schema,
+        )
+        for name, field in entry.get("conn-fields", {}).items():
+            assert name not in FORM_FIELDS and name != "extra", f"conn-field {name!r} shadows a form field"
+            if "default" in field["schema"]:
+                jsonschema.validate(field["schema"]["default"], field["schema"])
+
+
+def test_field_behaviour_names_real_form_fields():
+    from airflow.api_fastapi.core_api.datamodels.connections import StandardHookFields
+
+    assert set(FORM_FIELDS.values()) == set(StandardHookFields.model_fields), (
+        "Airflow's connection form fields changed: update FORM_FIELDS"
+    )
+    for entry in get_provider_info()["connection-types"]:
+        behaviour = entry.get("ui-field-behaviour", {})
+        named = {
+            "hidden-fields": behaviour.get("hidden-fields", []),
+            "relabeling": behaviour.get("relabeling", {}),
+            "placeholders": behaviour.get("placeholders", {}),
+        }
+        for key, names in named.items():
+            unknown = sorted(set(names) - set(FORM_FIELDS))
+            assert not unknown, (
+                f"{entry['connection-type']}: {key} names {unknown}, which Airflow's connection form "
+                f"does not apply it to (form fields: {sorted(FORM_FIELDS)})"
+            )
+        both = set(named["hidden-fields"]) & (set(named["relabeling"]) | set(named["placeholders"]))
+        assert not both, f"{entry['connection-type']}: {sorted(both)} hidden and also relabeled"
+
+
+def test_airflow_loads_the_connection_forms_from_the_entry_point():
+    """What Airflow's API gives the UI for the two connection forms (a fresh interpreter, so that
+    the ProvidersManager reads the provider through its entry point, as a deployment does)."""
+    script = (
+        "import json\n"
+        "from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService\n"
+        "print(json.dumps({m.connection_type: m.model_dump(mode='json') for m in HookMetaService.hook_meta_data()}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    forms = json.loads(done.stdout.strip().splitlines()[-1])
+    for entry in get_provider_info()["connection-types"]:
+        conn_type = entry["connection-type"]
+        assert conn_type in forms, f"Airflow does not offer the connection type {conn_type!r}"
+        form = forms[conn_type]
+        assert form["hook_class_name"] == entry["hook-class-name"]
+        assert form["hook_name"] == entry["hook-name"]
+        behaviour = entry.get("ui-field-behaviour", {})
+        standard = form["standard_fields"] or {}
+
+        def shown(name: str, conn_type: str = conn_type, standard: dict = standard) -> dict:
+            field = standard.get(FORM_FIELDS.get(name, name))
+            assert field, f"{conn_type}: Airflow's form shows nothing of the behaviour declared for {name!r}"
+            return field
+
+        for name in behaviour.get("hidden-fields", []):
+            assert shown(name)["hidden"], f"{conn_type}: {name} is not hidden"
+        for name, title in behaviour.get("relabeling", {}).items():
+            assert shown(name)["title"] == title, f"{conn_type}: {name} is not relabeled"
+        for name, text in behaviour.get("placeholders", {}).items():
+            assert shown(name)["placeholder"] == text, f"{conn_type}: no placeholder on {name}"
+        extra_fields = form["extra_fields"] or {}
+        assert set(extra_fields) == set(entry.get("conn-fields", {})), f"{conn_type}: {extra_fields}"
+        for name, field in entry.get("conn-fields", {}).items():
+            assert extra_fields[name]["schema"]["title"] == field["label"]
+
+
+# -- the MongoDB form's extra fields are what the hook reads ------------------------------------------
+
+
+def _mongo_connection(host: str, extra: dict | None = None) -> Connection:
+    return Connection(
+        conn_id="form_test",
+        conn_type="mongocdc",
+        host=host,
+        login="reader",
+        password="pw",
+        extra=json.dumps(extra) if extra is not None else None,
+    )
+
+
+def test_every_mongodb_form_field_is_read_by_the_hook():
+    for name, field in connection_type("mongocdc")["conn-fields"].items():
+        types = field["schema"]["type"]
+        types = types if isinstance(types, list) else [types]
+        if "boolean" in types:
+            value = not field["schema"].get("default", False)
+        else:
+            value = f"value-of-{name}"
+        details = details_from_connection(_mongo_connection("h1:27017,h2:27017", {name: value}))
+        assert getattr(details, name) == value, f"the form field {name!r} ({value!r}) is ignored: {details!r}"
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "mongodb+srv://cluster.example.net/?replicaSet=rs0",
+        "mongodb://h1:27017,h2:27017/?tls=true&replicaSet=rs0",
+    ],
+)
+def test_mongodb_form_defaults_do_not_change_the_connection(host):
+    # The connection form pre-fills each conn-field with its schema default (Airflow's API sends it
+    # as the field's value), so a form saved unchanged stores those defaults in the extra. They must
+    # not override what the connection string says: TLS is on for mongodb+srv:// and for tls=true
+    # (pymongo applies a tls keyword argument over both).
+    defaults = {
+        name: field["schema"]["default"]
+        for name, field in connection_type("mongocdc")["conn-fields"].items()
+        if "default" in field["schema"]
+    }
+    saved = details_from_connection(_mongo_connection(host, defaults)).client_arguments()
+    plain = details_from_connection(_mongo_connection(host)).client_arguments()
+    assert saved == plain, (
+        f"a connection saved from the form with its defaults {defaults} connects differently from "
+        f"the same host without them: {saved[1]} instead of {plain[1]}"
+    )
