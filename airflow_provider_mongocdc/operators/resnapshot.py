@@ -82,7 +82,6 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         "reason",
         "mode",
         "gap_report",
-        "spark_conn_id",
     )
     template_fields_renderers = {**MongoSnapshotOperator.template_fields_renderers, "gap_report": "json"}
     ui_color = "#c9e4a6"

@@ -141,11 +141,14 @@ class OplogGapSensor(BaseSensorOperator):
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        # Validate before handing over to the triggerer, so a bad configuration fails here.
-        ConnectorConfig.from_properties(self.properties())
+        # Validate before handing over to the triggerer, so a bad configuration fails here. The
+        # trigger gets the canonical properties of the same configuration: the properties the
+        # connector ignores (producer.override.* may hold Kafka credentials) are not stored in
+        # Airflow's trigger table.
+        config = ConnectorConfig.from_properties(self.properties())
         self.defer(
             trigger=OplogGapTrigger(
-                self.properties(),
+                config.to_properties(),
                 self.mongo_conn_id,
                 self.kafka_conn_id,
                 poll_interval=self.poke_interval,

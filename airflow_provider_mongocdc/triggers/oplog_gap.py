@@ -6,9 +6,10 @@ asyncio API (:class:`~airflow_provider_mongocdc.core.oplog_gap.AsyncGapChecker`)
 
 Its serialized keyword arguments, which Airflow stores in its metadata database, hold no secret:
 the connector configuration (whose properties never carry credentials: addresses and passwords
-belong to the Airflow connections, :mod:`~airflow_provider_mongocdc.core.config` refuses them)
-and the two connection ids. The connections are resolved inside the triggerer, through its
-secrets backends, each time the trigger polls.
+belong to the Airflow connections, :mod:`~airflow_provider_mongocdc.core.config` refuses them;
+the sensor passes the canonical properties, without the ignored ones such as
+``producer.override.*``) and the two connection ids. The connections are resolved inside the
+triggerer, through its secrets backends, each time the trigger polls.
 
 Events:
 
