@@ -6,7 +6,10 @@ The driver discovers the deployment's change streams (one for the deployment, or
 replica set with ``mongodb.connection.mode=replica_set``), checks that each can start from its
 stored offset (clear errors before any task runs), then runs one Spark task per stream: each task
 reads its stream up to the window end and commits events and offsets exactly once
-(``airflow_provider_mongocdc.core.window``). The summary merges the streams' summaries.
+(``airflow_provider_mongocdc.core.window``). The summary merges the streams' summaries. When a
+stream's cluster time stalled before a window end in the past, the driver fails the run with
+``WindowEndNotReachedError`` once every stream has committed what it read (the operator's task
+then fails with its message, and Airflow's retry continues from the committed offsets).
 
 The job spec's ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``,
 ``max_duration_s``, ``poll_ms`` (see :class:`~airflow_provider_mongocdc.core.window.WindowParams`).
@@ -29,6 +32,7 @@ from airflow_provider_mongocdc.core.window import (
     check_offsets,
     connection_details,
     empty_summary,
+    end_not_reached_error,
     iso,
     merge_summaries,
     plan_streams,
@@ -67,7 +71,19 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     )
     rdd = spark.sparkContext.parallelize([target.to_json() for target in targets], len(targets))
     summaries = rdd.mapPartitions(task).collect()
-    return merge_summaries(summaries, params.window_end, time.monotonic() - started)
+    summary = merge_summaries(summaries, params.window_end, time.monotonic() - started)
+    error = end_not_reached_error(summary, params)
+    if error is not None:
+        for item in summary["partitions"]:
+            log.warning(
+                "Stream %s: %s, %d events committed, offset %s",
+                item["partition"],
+                item["stop_reason"],
+                item["events"],
+                item["end_position"],
+            )
+        raise error
+    return summary
 
 
 if __name__ == "__main__":

@@ -21,10 +21,28 @@ The end
     ``clusterTime`` is at or past it (that change is not emitted), or when the server's
     ``postBatchResumeToken`` (PBRT) has passed it and no change is left. Events of one MongoDB
     transaction share a cluster time's seconds (their oplog timestamps are reserved together), so
-    a transaction is never cut by the end. The window also stops when it is *idle*: no change and
-    no PBRT progress for ``idle_timeout_s`` (a server whose cluster time does not move), and after
-    ``max_duration_s`` (at the next point between transactions); both store the furthest safe
-    position and are reported in the summary (``stop_reason``).
+    a transaction is never cut by the end. After ``max_duration_s`` the window stops at the next
+    point between transactions, stores its position and reports ``stop_reason=max_duration``
+    (``reached_end`` false; the next window continues from there).
+
+Idle servers and the idle timeout
+    An idle MongoDB primary writes a no-op to its oplog every ``periodicNoopIntervalSecs`` (10 s
+    by default, and at most 10 s), so the PBRT of a healthy replica set (and, through mongos, of
+    a cluster) moves at least that often and a window whose end has passed reaches it within
+    about 10 s even when nothing is written. ``idle_timeout_s`` (default 30 s) is how long the
+    window waits for *any* progress (a change or a newer PBRT) before it concludes that the
+    server's cluster time does not move; values below :data:`MIN_IDLE_TIMEOUT_S` (20 s, twice the
+    longest no-op interval) are refused with a :class:`ConfigError`, since they would give up
+    before the next no-op. When the window goes idle while its end lies in the past by the
+    worker's clock, the interval cannot be completed: the window commits what it read (the
+    offset stays at the last change or PBRT read, the window is not counted as finished) and
+    fails with :class:`WindowEndNotReachedError` (``stop_reason=cluster_time_stalled``), a
+    retryable error whose retry continues from the committed offset. It never reports success
+    for a past interval it did not cover. (:func:`run_window` raises it; the Spark application
+    raises it in the driver once every stream has committed, so the Airflow task fails with the
+    message.) An idle stop with an end still in the future (only possible when calling
+    :func:`run_window` directly; the operator's end is never in the future) stores the furthest
+    position and reports ``stop_reason=idle_timeout``.
 
 The stored position (what the next window resumes from)
     * end reached: ``cluster_time = end`` without a token (``startAtOperationTime``, inclusive).
@@ -55,10 +73,15 @@ Exactly once
     ``max.batch.size`` events, at least every ``commit_interval_s`` (60 s, Kafka Connect's
     ``offset.flush.interval.ms`` default, far below the producer's transaction timeout) and at the
     end, so a read_committed consumer sees a batch and its offset together or not at all, and a
-    re-run continues from the last commit. A batch boundary never cuts a MongoDB transaction:
-    the batch grows until the transaction's END has been written, so BEGIN, the events and END
-    always share one Kafka transaction (when the stream fails inside a transaction, the window
-    rolls back to its last commit and reads the transaction again whole).
+    re-run continues from the last commit. A batch boundary never cuts a MongoDB transaction,
+    with or without ``provide.transaction.metadata``: whether a change continues the transaction
+    of the change read before it is decided from their ``(lsid, txnNumber)``
+    (:func:`~.transactions.transaction_id`), and the batch grows (past ``max.batch.size`` if
+    need be) until a change outside that transaction arrives or the stream has no change
+    pending, so a transaction's events (with BEGIN and END when metadata is on) always share
+    one Kafka transaction and no committed offset points inside a transaction. A
+    ``max_duration`` stop waits for the same point; when the stream fails after a change of a
+    transaction, the window rolls back to its last commit and reads the transaction again whole.
 
 Faults
     pymongo resumes a change stream once by itself after a resumable error (network error,
@@ -140,6 +163,12 @@ log = logging.getLogger(__name__)
 
 RESNAPSHOT_DAG = "mongocdc_resnapshot"
 DEFAULT_IDLE_TIMEOUT_S = 30.0
+# MongoDB's periodicNoopIntervalSecs: an idle primary writes a no-op to its oplog this often (the
+# default, and the largest value the server accepts), which moves the cluster time and the PBRT.
+MONGODB_NOOP_INTERVAL_S = 10
+# The shortest idle timeout accepted: twice the no-op interval, so a quiet but healthy server
+# always shows progress before the window gives up.
+MIN_IDLE_TIMEOUT_S = 2.0 * MONGODB_NOOP_INTERVAL_S
 DEFAULT_MAX_DURATION_S = 3600.0
 DEFAULT_POLL_MS = 1000
 # Kafka Connect's offset.flush.interval.ms default: a batch is committed at least this often, so
@@ -150,6 +179,7 @@ DEFAULT_COMMIT_INTERVAL_S = 60.0
 END_REACHED = "end_reached"
 ALREADY_PAST_END = "already_past_end"
 IDLE_TIMEOUT = "idle_timeout"
+CLUSTER_TIME_STALLED = "cluster_time_stalled"  # idle while the window end lies in the past
 MAX_DURATION = "max_duration"
 INVALIDATED = "invalidated"
 INITIAL_ONLY = "initial_only"
@@ -215,11 +245,12 @@ class WindowParams:
     """How far and how long a window reads.
 
     ``window_end``: where it stops (see the module documentation); ``idle_timeout_s``: stop after
-    this long without a change or PBRT progress; ``max_duration_s``: stop (at the next point
-    between transactions) after this long; ``poll_ms``: the server's wait for new changes per
-    request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when set); ``commit_interval_s``:
-    commit the batch at least this often (at a point between transactions), even when it holds
-    fewer than ``max.batch.size`` events.
+    this long without a change or PBRT progress (at least :data:`MIN_IDLE_TIMEOUT_S`; with the
+    end in the past the window then fails, see the module documentation); ``max_duration_s``:
+    stop (at the next point between transactions) after this long; ``poll_ms``: the server's
+    wait for new changes per request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when
+    set); ``commit_interval_s``: commit the batch at least this often (at a point between
+    transactions), even when it holds fewer than ``max.batch.size`` events.
     """
 
     window_end: datetime
@@ -237,6 +268,15 @@ class WindowParams:
                     f"The window parameter {name}={value!r} is invalid",
                     fix=f"give {name} as a number of seconds greater than 0",
                 )
+        if self.idle_timeout_s < MIN_IDLE_TIMEOUT_S:
+            raise ConfigError(
+                f"The window parameter idle_timeout_s={self.idle_timeout_s!r} is too short",
+                cause="an idle MongoDB replica set moves its cluster time only by the no-op it writes to "
+                f"its oplog every {MONGODB_NOOP_INTERVAL_S} s (periodicNoopIntervalSecs), so a window "
+                "would give up before the cluster time passes an end that has already passed",
+                fix=f"give idle_timeout_s (the operator's idle_timeout) at least {MIN_IDLE_TIMEOUT_S:g} s, "
+                f"or leave the default ({DEFAULT_IDLE_TIMEOUT_S:g} s)",
+            )
         if isinstance(self.poll_ms, bool) or not isinstance(self.poll_ms, int) or self.poll_ms <= 0:
             raise ConfigError(
                 f"The window parameter poll_ms={self.poll_ms!r} is invalid",
@@ -450,6 +490,41 @@ def purged_error(
     )
 
 
+class WindowEndNotReachedError(MongoCdcError):
+    """A window went idle before its end although the end lies in the past: the server's cluster
+    time did not move for ``idle_timeout_s``. What was read is committed; the task fails so that
+    Airflow retries it (the retry continues from the committed offset)."""
+
+
+def end_not_reached_error(
+    summary: Mapping[str, Any], params: WindowParams
+) -> WindowEndNotReachedError | None:
+    """The error of a window (a stream's summary, or the merged summary of all streams) whose
+    streams stalled before a window end in the past, or None when none did."""
+    partitions = summary.get("partitions") or [summary]
+    stalled = [item for item in partitions if item.get("stop_reason") == CLUSTER_TIME_STALLED]
+    if not stalled:
+        return None
+    where = "; ".join(
+        f"stream {item['partition']} stayed at cluster time "
+        f"{(item.get('end_position') or {}).get('time', 'unknown')} "
+        f"after {item.get('events', 0)} events, read and committed"
+        for item in stalled
+    )
+    return WindowEndNotReachedError(
+        f"The stream window did not reach the window end {iso(params.window_end)}, which lies in the "
+        f"past: MongoDB's cluster time did not move for {params.idle_timeout_s:g} s (idle_timeout_s) "
+        f"before the end: {where}; the interval is not complete",
+        cause=f"an idle MongoDB replica set writes a periodic no-op to its oplog every "
+        f"{MONGODB_NOOP_INTERVAL_S} s (periodicNoopIntervalSecs), so its cluster time should have "
+        "passed the end: the replica set has no primary taking writes or is stalled, its periodic "
+        "no-op writer is off, or its clock runs behind the clock of this worker",
+        fix="check the replica set (rs.status(): a primary and recent optimes) and that the MongoDB "
+        "servers and the Airflow and Spark workers agree on the time (NTP); the task's retry (or the "
+        "next run) continues from the committed offset",
+    )
+
+
 # -- statistics --------------------------------------------------------------------------------------
 @dataclass
 class WindowStats:
@@ -568,6 +643,9 @@ class StreamWindow:
         self.pending_changes = 0
         self._batch_started: float | None = None
         self.position: Position | None = None  # the furthest position read
+        # The transaction id (lsid, txnNumber) of the last change read, None when it was outside
+        # a transaction: the next change continues that transaction when it has the same id.
+        self._last_transaction: str | None = None
         self._invalidate_position: Position | None = None
 
     # -- setup --
@@ -609,7 +687,8 @@ class StreamWindow:
         )
         try:
             reason, final = self._stream()
-            self._commit(final, last=True)
+            # A stalled window commits what it read but is not a finished window.
+            self._commit(final, last=reason != CLUSTER_TIME_STALLED)
         except BaseException:
             try:
                 self._abort()
@@ -707,7 +786,7 @@ class StreamWindow:
                 if now >= deadline:
                     raise _Stop(MAX_DURATION)
                 if now - idle_since >= self.params.idle_timeout_s:
-                    raise _Stop(IDLE_TIMEOUT)
+                    raise _Stop(CLUSTER_TIME_STALLED if self._end_passed() else IDLE_TIMEOUT)
                 if self._batch_due(now):  # no change pending: any transaction read is complete
                     self._commit(self.position, last=False)
                 continue
@@ -716,8 +795,10 @@ class StreamWindow:
             cluster_time = change.get("clusterTime")
             if cluster_time is not None and cluster_time >= self.end:
                 raise _Stop(END_REACHED)
-            open_id = self.tracker.current_id if self.tracker is not None else None
-            between_transactions = open_id is None or change_transaction_id(change, event_format) != open_id
+            # Decided from (lsid, txnNumber), with or without transaction metadata: a commit or a
+            # stop between two changes of one MongoDB transaction would cut it.
+            transaction = change_transaction_id(change, event_format)
+            between_transactions = transaction is None or transaction != self._last_transaction
             if between_transactions:
                 if now >= deadline:
                     raise _Stop(MAX_DURATION)
@@ -725,10 +806,15 @@ class StreamWindow:
                     self._commit(self.position, last=False)
             self._emit(change, cluster_time)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
+            self._last_transaction = transaction
             idle_since = now
             progressed[0] = True
             if not stream.alive:
                 self._invalidated(self._invalidate_token(stream.resume_token))
+
+    def _end_passed(self) -> bool:
+        """Whether the window end lies in the past by this worker's clock."""
+        return self._clock_ms() >= self.params.window_end.timestamp() * 1000
 
     def _batch_due(self, now: float) -> bool:
         return self._batch_started is not None and now - self._batch_started >= self.params.commit_interval_s
@@ -876,10 +962,10 @@ class StreamWindow:
         self.batches_committed += 1
 
     def _recover(self) -> None:
-        """After a stream failure: keep what was read when no MongoDB transaction is open (commit
-        it), else roll back to the last commit so that the transaction is read again whole."""
-        open_transaction = self.tracker is not None and self.tracker.current_id is not None
-        if not open_transaction:
+        """After a stream failure: keep what was read when the last change read was outside a
+        MongoDB transaction (commit it), else roll back to the last commit so that the transaction
+        is read again whole (whether more of its changes follow is unknown)."""
+        if self._last_transaction is None:
             if self.pending_changes or self.writer.in_transaction:
                 self._commit(self.position, last=False)
             return
@@ -887,13 +973,14 @@ class StreamWindow:
             "Window of %s: the stream failed inside MongoDB transaction %s; rolling back to the "
             "last commit (%s) to read it again whole",
             self.partition.describe(),
-            self.tracker.current_id,
+            self._last_transaction,
             (self.committed_position or self.start).describe(),
         )
         self._abort()
         self.pending = WindowStats()
         self.pending_changes = 0
         self.position = self.committed_position
+        self._last_transaction = None  # commits happen between transactions only
         self._new_builder()
 
     def _abort(self) -> None:
@@ -938,8 +1025,14 @@ def run_window(
     params: WindowParams,
     *,
     sleep: Callable[[float], None] = time.sleep,
+    check_end: bool = True,
 ) -> dict[str, Any]:
-    """Run the window of one stream: fence older writers, read the offset, stream, commit."""
+    """Run the window of one stream: fence older writers, read the offset, stream, commit.
+
+    Raises :class:`WindowEndNotReachedError` (after committing what was read) when the stream
+    stalled before an end in the past; with ``check_end=False`` the summary reports it instead
+    (``stop_reason=cluster_time_stalled``) and the caller raises :func:`end_not_reached_error`.
+    """
     policy = BackoffPolicy.from_config(config)
     store = OffsetStore(kafka_config, config.offsets_topic)
     with TransactionalWriter(kafka_config, transactional_id(config, target.partition)) as writer:
@@ -957,9 +1050,13 @@ def run_window(
                 policy=policy,
                 sleep=sleep,
             )
-            return window.run()
+            summary = window.run()
         finally:
             client.close()
+    error = end_not_reached_error(summary, params) if check_end else None
+    if error is not None:
+        raise error
+    return summary
 
 
 def run_stream_tasks(
@@ -969,11 +1066,13 @@ def run_stream_tasks(
     kafka: Mapping[str, Any],
     params: Mapping[str, Any],
 ) -> Iterator[dict[str, Any]]:
-    """A Spark task's work: the windows of its streams (JSON-able targets), one summary each."""
+    """A Spark task's work: the windows of its streams (JSON-able targets), one summary each. A
+    stalled stream is reported in its summary; the driver raises :func:`end_not_reached_error`
+    once every stream has committed."""
     config = ConnectorConfig.from_properties(connector)
     window_params = WindowParams.from_params(params, config)
     for target in targets:
-        yield run_window(StreamTarget.from_json(target), config, kafka, window_params)
+        yield run_window(StreamTarget.from_json(target), config, kafka, window_params, check_end=False)
 
 
 def check_offsets(

@@ -34,8 +34,11 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
     and end positions per stream, lag percentiles (processing time minus cluster time, ms),
     duration and batches committed.
 
-    :param idle_timeout: seconds without a change or cluster-time progress after which the
-        window stops early, storing the furthest safe position (default 30).
+    :param idle_timeout: seconds the window waits for a change or cluster-time progress (default
+        30, at least 20: an idle MongoDB moves its cluster time with a no-op every 10 s). When
+        the server's cluster time does not reach the window end (which lies in the past) within
+        it, the task commits what it read and fails with ``WindowEndNotReachedError``'s message;
+        Airflow's retry continues from the committed offset. (templated)
     :param max_duration: seconds after which the window stops at the next point between
         transactions, storing its position (default 3600). (templated)
     :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:

@@ -113,7 +113,7 @@ def test_purge_between_windows_is_found_and_resnapshot_converges(
         end = next_second(insert_at(client.marks.m, {"at": 1}))  # after everything written so far
         pass_second(client, end, "marks")
         (target,) = plan_streams(details, config)
-        summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=10))
+        summary = run_window(target, config, kafka, WindowParams(end))
         assert summary["reached_end"] is True, summary
         return summary
 

@@ -17,10 +17,11 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
 from airflow_provider_mongocdc.core.errors import ConnectionFailedError
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
-from airflow_provider_mongocdc.core.window import WindowParams, plan_streams, run_window
+from airflow_provider_mongocdc.core.window import WindowParams, end_timestamp, plan_streams, run_window
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
+from tests.integration.window_helpers import pass_second
 
 pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
 
@@ -89,9 +90,12 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
     store.write(partition, completed_snapshot(client, config))
 
     # A quiet hour: a window with no change of a captured collection moves the offset to its end.
-    client.other.noise.insert_one({"x": 1})
+    # The end is taken first, then an uncaptured write moves the cluster time past it, so the
+    # window need not wait for MongoDB's next periodic no-op (every 10 s).
+    end = datetime.now(timezone.utc)
+    pass_second(client, end_timestamp(end), "other")
     (target,) = plan_streams(MongoConnectionDetails(connection_string=sim.uri), config)
-    summary = run_window(target, config, kafka, WindowParams(datetime.now(timezone.utc), idle_timeout_s=5))
+    summary = run_window(target, config, kafka, WindowParams(end))
     assert summary["events"] == 0 and summary["reached_end"]
 
     quiet = sensor(props, ids, headroom_warning=10**9)

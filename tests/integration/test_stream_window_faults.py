@@ -108,7 +108,7 @@ def test_killed_window_then_rerun_loses_and_duplicates_nothing(
     # killed one.
     rerun = ConnectorConfig.from_properties({**props, "max.batch.size": 2048})
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), rerun)
-    summary = run_window(target, rerun, kafka, WindowParams(end, idle_timeout_s=10))
+    summary = run_window(target, rerun, kafka, WindowParams(end))
     assert summary["events"] == count - committed.events
     ids = _ids(topic_events(kafka_bootstrap, topic))
     assert len(ids) == count and sorted(int(i) for i in ids) == list(range(count))
@@ -131,7 +131,7 @@ def test_window_survives_a_step_down(mongosim, kafka_bootstrap, unique_name):
 
     def window() -> None:
         try:
-            outcome["summary"] = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=10))
+            outcome["summary"] = run_window(target, config, kafka, WindowParams(end))
         except BaseException as error:  # reported by the assertions below
             outcome["error"] = error
 
@@ -188,7 +188,7 @@ def test_purged_resume_point_fails_clearly_and_keeps_the_offset(
     config = ConnectorConfig.from_properties({**props, "snapshot.mode": "when_needed"})
     (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
     with pytest.raises(ResumePointPurgedError) as info:
-        run_window(target, config, kafka, WindowParams(end, idle_timeout_s=5))
+        run_window(target, config, kafka, WindowParams(end))
     assert "when_needed a new snapshot must run first" in str(info.value)
     assert "hourly DAG's snapshot task" in str(info.value)
 
@@ -198,7 +198,7 @@ def test_window_refuses_to_start_without_a_usable_offset(mongodb_uri, kafka_boot
     props = connector(unique_name, unique_name[:40])
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    params = WindowParams(datetime.now(timezone.utc), idle_timeout_s=5)
+    params = WindowParams(datetime.now(timezone.utc))
 
     with pytest.raises(OffsetError) as info:
         run_window(target, config, kafka, params)
@@ -234,7 +234,7 @@ def test_oversize_events_fail_or_are_skipped(mongodb_uri, kafka_bootstrap, uniqu
     topic = f"{unique_name}.{db_name}.items"
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    params = WindowParams(datetime.fromtimestamp(end.time, timezone.utc), idle_timeout_s=5)
+    params = WindowParams(datetime.fromtimestamp(end.time, timezone.utc))
 
     with pytest.raises(OversizeEventError) as info:
         run_window(target, config, kafka, params)
@@ -259,7 +259,7 @@ def test_positions_are_never_moved_back_by_an_old_window(mongodb_uri, kafka_boot
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
     old_end = datetime.fromtimestamp(seeded.cluster_time.time - 3600, timezone.utc)
-    summary = run_window(target, config, kafka, WindowParams(old_end, idle_timeout_s=5))
+    summary = run_window(target, config, kafka, WindowParams(old_end))
     assert summary["stop_reason"] == "already_past_end" and summary["events"] == 0
     assert store.read(partition).position == seeded.position
 
@@ -304,7 +304,7 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
         try:
             config = ConnectorConfig.from_properties(props)
             (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
-            summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=10))
+            summary = run_window(target, config, kafka, WindowParams(end))
         finally:
             client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
 
