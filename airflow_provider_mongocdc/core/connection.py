@@ -11,6 +11,10 @@ The first contact is retried with exponential backoff (``connect.backoff.initial
 ``connect.backoff.max.delay.ms``, ``connect.max.attempts``; see :mod:`.backoff`). Wrong credentials
 fail at once with :class:`AuthenticationError`; a standalone server fails at once with
 :class:`TopologyError`. Passwords never appear in messages, logs or ``repr``.
+
+Clients decode dates with ``datetime_conversion=DATETIME_AUTO`` (whatever the connection's options
+say): MongoDB stores any signed 64-bit count of milliseconds, and a date outside Python's years
+1-9999 is returned as :class:`bson.datetime_ms.DatetimeMS` instead of failing the read.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from bson.codec_options import DatetimeConversion
 from pymongo import MongoClient, ReadPreference
 from pymongo.errors import (
     ConfigurationError,
@@ -42,20 +47,33 @@ log = logging.getLogger(__name__)
 
 AUTHENTICATION_FAILED = 18
 DEFAULT_PORT = 27017
-_URI_CREDENTIALS = re.compile(r"(mongodb(?:\+srv)?://)([^@/?#]*)@")
 _DRIVER_NOISE = re.compile(r"\s*\(configured timeouts:[^)]*\)")
-_PASSWORD_OPTION = re.compile(r"((?:password|secret|token)[^=]*=)[^&\s]*", re.IGNORECASE)
+
+# Credentials inside text (see redact_uri). Userinfo: the password runs to the last "@" before the
+# next blank or quote, so that an unescaped "@", "/" or "?" in it does not leave a part visible.
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)([^:@/?#\s'\"]*):([^\s'\"]*)@")
+_SECRET_WORD = r"(?:password|passwd|pwd|secret|token|credential)"
+# name=value where the name says secret (password=, sasl.password=, tlsCertificateKeyFilePassword=).
+_SECRET_OPTION = re.compile(
+    rf"(?<![\w.\-])([\w.\-]*{_SECRET_WORD}[\w.\-]*\s*=\s*)(\"[^\"]*\"|'[^']*'|[^&\s'\"]+)", re.IGNORECASE
+)
+# NAME:value pairs of authMechanismProperties (AWS_SESSION_TOKEN:..., also URL-encoded: %3A, %2C).
+_SECRET_PROPERTY = re.compile(
+    rf"(?<![\w/])(\w*{_SECRET_WORD}\w*(?::|%3A))((?:(?!%2C)[^,&\s'\"])+)", re.IGNORECASE
+)
 
 
-def redact_uri(uri: str) -> str:
-    """A connection string with its password replaced by ``***`` (user names are kept)."""
+def redact_uri(text: str) -> str:
+    """``text`` with every credential inside it replaced by ``***``: the password of any
+    ``scheme://user:password@`` URI (user names are kept), password-like options
+    (``password=``, ``sasl.password=``, ``...Password=``, ``...token=``, ``...secret=``) and
+    secret authentication properties (``authMechanismProperties=AWS_SESSION_TOKEN:...``).
 
-    def hide(match: re.Match) -> str:
-        userinfo = match.group(2)
-        user = userinfo.split(":", 1)[0]
-        return f"{match.group(1)}{user}:***@" if ":" in userinfo else f"{match.group(1)}{user}@"
-
-    return _PASSWORD_OPTION.sub(r"\1***", _URI_CREDENTIALS.sub(hide, uri))
+    The one place that hides credentials in connection strings, error messages and logged values.
+    """
+    text = _USERINFO.sub(r"\1\2:***@", text)
+    text = _SECRET_OPTION.sub(r"\1***", text)
+    return _SECRET_PROPERTY.sub(r"\1***", text)
 
 
 def split_hosts(hosts: str) -> tuple[str | None, list[str]]:
@@ -207,6 +225,11 @@ class MongoConnectionDetails:
         if self.tls_allow_invalid_hostnames:
             kwargs["tlsAllowInvalidHostnames"] = True
         kwargs.update(self.options)
+        # Every BSON date must decode: one outside Python's years 1-9999 (valid in MongoDB) would
+        # otherwise fail every read of the change that holds it. Such dates become DatetimeMS.
+        for key in [key for key in kwargs if key.replace("_", "").lower() == "datetimeconversion"]:
+            del kwargs[key]
+        kwargs["datetime_conversion"] = DatetimeConversion.DATETIME_AUTO
         return host, kwargs
 
     def as_seed_list(self) -> MongoConnectionDetails:

@@ -15,18 +15,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_mongocdc.core.connection import redact_uri
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
 
-_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "ssl.key", "token", "credential")
+_SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "ssl.key", "token", "credential", "jaas")
 
 
 def _redact(value: Any, key: str = "") -> Any:
+    """Values under a secret-looking key become ``***``; every other text is shown with the
+    credentials inside it hidden (:func:`~.connection.redact_uri`: URIs with a password,
+    ``password=`` options, ``AWS_SESSION_TOKEN:`` properties)."""
     if isinstance(value, dict):
-        return {k: _redact(v, k) for k, v in value.items()}
-    if isinstance(value, list):
+        return {k: _redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
         return [_redact(v, key) for v in value]
     if value is not None and any(marker in key.lower() for marker in _SECRET_MARKERS):
         return "***"
+    if isinstance(value, str):
+        return redact_uri(value)
     return value
 
 
@@ -60,7 +66,8 @@ class JobSpec:
         return cls(**data)
 
     def redacted(self) -> dict[str, Any]:
-        """The spec with every secret replaced by ``***``, safe for logs."""
+        """The spec with every secret replaced by ``***``, safe for logs: values of secret keys,
+        and the credentials inside any text (a connection string's password, for one)."""
         return _redact(asdict(self))
 
     def __repr__(self) -> str:
@@ -75,9 +82,13 @@ def write_result(path: str | os.PathLike | None, summary: dict[str, Any]) -> Non
 def write_failure(path: str | os.PathLike | None, error: BaseException) -> None:
     if not path:
         return
-    payload = {"status": "failed", "error_type": type(error).__name__, "message": str(error)}
+    payload = {"status": "failed", "error_type": type(error).__name__, "message": redact_uri(str(error))}
     if isinstance(error, MongoCdcError):
-        payload.update(problem=error.problem, cause=error.cause, fix=error.fix)
+        payload.update(
+            problem=redact_uri(error.problem),
+            cause=error.cause and redact_uri(error.cause),
+            fix=error.fix and redact_uri(error.fix),
+        )
     Path(path).write_text(json.dumps(payload))
 
 

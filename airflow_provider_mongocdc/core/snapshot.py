@@ -14,6 +14,9 @@ Planning
     upper bound, so documents inserted after planning still fall into a range. The plan is
     stored in the offsets topic (:meth:`SnapshotPlan.records`) in the same transaction as the
     "snapshot started" offset, so that a restarted snapshot copies exactly the same ranges.
+    Boundaries are the ``_id`` values as stored: binary ones (UUIDs) stay BSON binary whatever
+    ``uuidRepresentation`` the connection sets, and dates outside Python's years 1-9999 decode
+    (see :func:`bound_codec_options`).
 Ranges over mixed ``_id`` types
     A range is half-open, ``[lower, upper)``, in MongoDB's BSON comparison order (MinKey < null <
     numbers < strings < objects < binary < ObjectId < booleans < dates < timestamps < ... <
@@ -59,6 +62,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bson import json_util
+from bson.binary import UuidRepresentation
 from bson.code import Code
 from bson.codec_options import CodecOptions, DatetimeConversion
 from bson.dbref import DBRef
@@ -73,6 +77,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.connection import redact_uri
 from airflow_provider_mongocdc.core.errors import (
     ConfigError,
     ConnectionFailedError,
@@ -181,12 +186,35 @@ def range_query(lower: Any = None, upper: Any = None) -> dict[str, Any]:
     return {"$expr": conditions[0] if len(conditions) == 1 else {"$and": conditions}}
 
 
+# How the snapshot decodes what it reads. Dates: DATETIME_AUTO, so that every BSON date (a signed
+# 64-bit count of milliseconds, also outside Python's years 1-9999) decodes, out-of-range ones as
+# bson.DatetimeMS. Chunk bounds are sampled with uuid_representation UNSPECIFIED: binary _ids (UUIDs
+# of any subtype) stay bson.Binary, so the bounds stored in the plan and sent in range queries are
+# the stored bytes whatever uuidRepresentation the connection sets. Documents are read with the
+# client's own UUID representation, as the window's change stream reads them, so that a document's
+# read event and its change events carry the same key.
+_BOUNDS_JSON = CANONICAL_JSON_OPTIONS.with_options(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+
+
+def bound_codec_options(client: MongoClient) -> CodecOptions:
+    """The codec options of planning reads: ``_id`` values exactly as stored."""
+    return client.codec_options.with_options(
+        uuid_representation=UuidRepresentation.UNSPECIFIED,
+        datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+    )
+
+
+def document_codec_options(client: MongoClient) -> CodecOptions:
+    """The codec options of chunk reads: the client's, with every BSON date decodable."""
+    return client.codec_options.with_options(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+
+
 def _ejson(value: Any) -> str | None:
-    return None if value is None else json_util.dumps(value, json_options=CANONICAL_JSON_OPTIONS)
+    return None if value is None else json_util.dumps(value, json_options=_BOUNDS_JSON)
 
 
 def _from_ejson(text: str | None) -> Any:
-    return None if text is None else json_util.loads(text, json_options=CANONICAL_JSON_OPTIONS)
+    return None if text is None else json_util.loads(text, json_options=_BOUNDS_JSON)
 
 
 # -- the plan ---------------------------------------------------------------------------------------
@@ -442,8 +470,9 @@ def plan_collection(
     samples_per_chunk: int = SAMPLES_PER_CHUNK,
 ) -> list[tuple[Any, Any, int]]:
     """``[(lower, upper, estimated documents), ...]``: ranges of about ``chunk_size`` documents
-    in ``_id`` order, the first without lower and the last without upper bound."""
-    coll = client[database][collection]
+    in ``_id`` order, the first without lower and the last without upper bound. Bounds are the
+    ``_id`` values as stored (see :func:`bound_codec_options`)."""
+    coll = client[database].get_collection(collection, codec_options=bound_codec_options(client))
     try:
         total = (
             coll.count_documents(dict(snapshot_filter))
@@ -771,8 +800,9 @@ class ChunkCopier:
         self, client: MongoClient, chunk: Chunk, snapshot_filter: Mapping[str, Any]
     ) -> Iterator[tuple[dict[str, Any], bool]]:
         """The chunk's documents in ``_id`` order, each with "is the snapshot's last event"."""
-        options = CodecOptions(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
-        collection = client[chunk.database].get_collection(chunk.collection, codec_options=options)
+        collection = client[chunk.database].get_collection(
+            chunk.collection, codec_options=document_codec_options(client)
+        )
         fetch = self.config.snapshot_fetch_size
         previous = None
         try:
@@ -796,8 +826,8 @@ class ChunkCopier:
 
 def _error_text(error: BaseException) -> str:
     if isinstance(error, OperationFailure) and error.details:
-        return str(error.details.get("errmsg", error))
-    return str(error).split(", Timeout:")[0].split(" (configured timeouts")[0]
+        return redact_uri(str(error.details.get("errmsg", error)))
+    return redact_uri(str(error).split(", Timeout:")[0].split(" (configured timeouts")[0])
 
 
 # -- progress ---------------------------------------------------------------------------------------

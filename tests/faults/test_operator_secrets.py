@@ -1,6 +1,8 @@
 """Secrets in the connections never reach spark-submit's command line or the task logs, for the
 snapshot and the window operator; and wrong MongoDB credentials fail the window operator with one
-clear error that leaves the offset alone.
+clear error that leaves the offset alone. Credentials inside a connection string (the MongoDB
+connection's host) or inside an extra (an ``authMechanismProperties`` session token) are hidden
+too, in the values the operators log, while the job uses them to connect.
 
 The MongoDB password is used for real (a simulator with authentication). The Kafka SASL password
 is the Kafka connection's password, which the hook puts into the librdkafka configuration as
@@ -29,10 +31,11 @@ pytestmark = [pytest.mark.faults, pytest.mark.simulator_only]
 MONGO_PASSWORD = "Mongo-s3cr3t-never-in-logs"
 SASL_PASSWORD = "Kafka-sasl-s3cr3t-never-in-logs"
 WRONG_PASSWORD = "Wrong-passw0rd-also-secret"
+SESSION_TOKEN = "Aws-sess10n-t0ken-never-in-logs"
 
 
 def _assert_no_secret(text: str, where: str) -> None:
-    for secret in (MONGO_PASSWORD, SASL_PASSWORD, WRONG_PASSWORD):
+    for secret in (MONGO_PASSWORD, SASL_PASSWORD, WRONG_PASSWORD, SESSION_TOKEN):
         assert secret not in text, f"a password appears in {where}"
 
 
@@ -108,3 +111,65 @@ def test_no_secret_in_argv_or_logs_and_wrong_credentials_fail_the_window_clearly
     assert "Spark-Submit cmd" in logs and "Snapshot decision" in logs and "Window of" in logs
     assert "'sasl.password': '***'" in logs and "'sasl.username': 'cdc-producer'" in logs
     _assert_no_secret(logs, "the task logs")
+
+
+def test_credentials_inside_a_connection_string_or_an_extra_never_reach_the_logs(
+    mongosim, kafka_bootstrap, unique_name, monkeypatch, capfd, caplog
+):
+    caplog.set_level(logging.INFO)
+    sim = mongosim(auth=("cdc", MONGO_PASSWORD))
+    database = unique_name[:40]
+    with sim.client() as client:
+        client[database].items.insert_many([{"_id": n, "v": 0} for n in range(30)])
+    assert sim.uri.startswith("mongodb://") and "@" not in sim.uri
+    connections = Connections(monkeypatch)
+    # The password inside the connection string of the host field (no login/password fields).
+    in_uri = connections.mongo(
+        "sec_uri", sim.uri.replace("mongodb://", f"mongodb://cdc:{MONGO_PASSWORD}@", 1)
+    )
+    # A connection of apache-airflow-providers-mongo's type: its extras are connection string
+    # options, here authentication properties holding a session token (unused by SCRAM).
+    in_extra = connections.add(
+        "sec_extra",
+        {
+            "conn_type": "mongo",
+            "host": sim.uri,
+            "login": "cdc",
+            "password": MONGO_PASSWORD,
+            "extra": {"authMechanismProperties": f"AWS_SESSION_TOKEN:{SESSION_TOKEN}"},
+        },
+    )
+    kafka = connections.kafka("sec_kafka2", {"bootstrap.servers": kafka_bootstrap})
+    common = dict(
+        connector_config={
+            "topic.prefix": unique_name,
+            "collection.include.list": rf"{database}\..*",
+            "connect.max.attempts": 1,
+        },
+        kafka_conn_id=kafka,
+        spark_conn_id=connections.spark(),
+        conf={"spark.ui.enabled": "false"},
+    )
+
+    # The snapshot connects with the credentials of the connection string.
+    snapshot = MongoSnapshotOperator(task_id="snapshot_uri", mongo_conn_id=in_uri, **common)
+    assert snapshot.execute({})["documents"] == 30
+
+    # The window connects through the connection whose extra holds the token.
+    with sim.client() as client:
+        end = next_second(insert_at(client[database].items, {"_id": 1000, "v": 1}))
+        pass_second(client, end, f"{database}_m")
+    window = MongoStreamWindowOperator(task_id="window_extra", mongo_conn_id=in_extra, **common)
+    summary = window.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
+    assert summary["events"] == 1 and summary["reached_end"] is True, summary
+    assert len(changes(kafka_bootstrap, f"{unique_name}.{database}.items")) == 30 + 1
+
+    for operator in (snapshot, window):
+        command = operator._hook._build_spark_submit_command(operator.application)
+        _assert_no_secret(" ".join(command), "the spark-submit command line")
+    captured = capfd.readouterr()
+    logs = captured.out + captured.err + caplog.text
+    _assert_no_secret(logs, "the task logs")
+    # The operators logged what they ran with: the connection string and the extra, redacted.
+    assert "'connection_string': 'mongodb://cdc:***@" in logs, logs[-4000:]
+    assert "'authMechanismProperties': 'AWS_SESSION_TOKEN:***'" in logs, logs[-4000:]
