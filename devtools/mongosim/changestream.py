@@ -196,16 +196,15 @@ class ChangeStreamCursor:
         self._start()
 
     # -- start / resume --------------------------------------------------------------------------
-    def _oldest_key(self) -> int | None:
-        keys = [
-            n.oplog.oldest_key for n in self.nodes if n.oplog is not None and n.oplog.oldest_key is not None
-        ]
-        return max(keys) if keys else None
+    def _history_lost(self, key: int) -> bool:
+        """Whether a node's oplog no longer reaches back to ``key`` (MongoDB checks each shard's
+        first oplog entry; one that is the replica set's initiation covers any earlier time, so a
+        shard added after ``key`` does not fail the stream)."""
+        return any(n.oplog is not None and not n.oplog.covers(key) for n in self.nodes)
 
     def _start(self) -> None:
         spec = self.spec
         token = spec.resume_after if spec.resume_after is not None else spec.start_after
-        oldest = self._oldest_key()
         if token is not None:
             try:
                 data = tokens.decode_token(token)
@@ -218,7 +217,7 @@ class ChangeStreamCursor:
                     "allowed from an invalidate notification.",
                 )
             key = bsonutil.ts_key(data.cluster_time)
-            if oldest is not None and key < oldest:
+            if self._history_lost(key):
                 raise history_lost("aggregate")
             self.position = data.position()
             self.position_data = data.data
@@ -229,7 +228,7 @@ class ChangeStreamCursor:
             return
         if spec.start_at is not None:
             key = bsonutil.ts_key(spec.start_at)
-            if oldest is not None and key < oldest:
+            if self._history_lost(key):
                 raise history_lost("aggregate")
         else:
             key = bsonutil.ts_key(self.deployment.clock.peek_next())

@@ -212,6 +212,16 @@ class MongoSim:
                     {"mongosimSetOplogRetention": 1, "maxEntries": max_entries, "maxBytes": max_bytes}
                 )
 
+    def add_shard(self, name: str | None = None) -> str:
+        """Sharded mode: start and initiate a new replica set (``mongosimStartReplicaSet``) and add
+        it to the cluster (``addShard``), as an operator adds a shard; returns its URI (also
+        appended to ``shard_uris``)."""
+        with self.client() as client:
+            started = client.admin.command({"mongosimStartReplicaSet": name or 1})
+            client.admin.command({"addShard": started["host"]})
+        self.shard_uris.append(started["uri"])
+        return started["uri"]
+
     def step_down(self, seconds: int = 10) -> None:
         """replSetStepDown on the primary (of every shard in sharded mode)."""
         from pymongo.errors import AutoReconnect

@@ -18,6 +18,7 @@ from bson.timestamp import Timestamp
 from devtools.mongosim import bsonutil
 
 DEFAULT_OPLOG_MAX_BYTES = 1024 * 1024 * 1024  # reported as maxSize when no byte limit is set
+INITIATING_SET = "initiating set"  # o.msg of the first entry of a replica set's oplog
 
 
 class ClusterClock:
@@ -108,6 +109,23 @@ class Oplog:
     @property
     def oldest_key(self) -> int | None:
         return self.keys[0] if self.keys else None
+
+    @property
+    def starts_at_initiation(self) -> bool:
+        """Whether the oldest entry is the replica set's initiation (``op: "n"``, ``o.msg:
+        "initiating set"``): no entry was ever dropped, so the oplog holds all of this replica
+        set's history, and MongoDB resumes a change stream from any earlier time on it."""
+        if not self.entries:
+            return False
+        first = self.entries[0]
+        o = first.get("o")
+        return first.get("op") == "n" and isinstance(o, dict) and o.get("msg") == INITIATING_SET
+
+    def covers(self, key: int) -> bool:
+        """MongoDB's resumability rule for one oplog: a change stream can start at ``key`` when
+        the oplog's first entry is at or before it, or is the replica set's initiation (the
+        server's ``isNewRS``); an empty oplog lost nothing either."""
+        return not self.keys or self.keys[0] <= key or self.starts_at_initiation
 
     @property
     def latest_key(self) -> int | None:

@@ -7,6 +7,12 @@ primary shard (``shard0``). Reads scatter to the shards and merge on mongos; wri
 shard(s) the shard key targets. Change streams merge the shards' oplogs in resume-token order.
 DDL that has to touch every shard is logged with ``fromMigrate: true`` on the non-primary shards,
 so a sharded drop is seen once, as on MongoDB.
+
+Shards can be added while running: ``mongosimStartReplicaSet`` (simulator command) starts and
+initiates a new replica set in the process, ``addShard`` adds it. As on MongoDB without a
+balancer, a new shard holds no data of the collections sharded before it came (they keep routing
+to the shards they were sharded over); collections sharded afterwards spread over it too. Open
+change streams through mongos read the new shard from then on.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ class Router(Endpoint):
     def __init__(self, deployment, shards: list):
         super().__init__(deployment)
         self.shards = shards
+        self.added: dict[str, Timestamp] = {}  # shards added while running -> when
         self.sharded: dict[str, dict] = {}
         self.sessions: dict[bytes, RouterSession] = {}
         self.backend = RouterBackend(self)
@@ -131,16 +138,23 @@ class Router(Endpoint):
         if meta is None:
             return self.primary_shard(ns.split(".", 1)[0])
         values = [query.get_path(doc, field, None) for field in meta["key"]]
-        return self.shards[_hash_index(values, len(self.shards))]
+        owners = meta["shards"]  # the shards the collection was sharded over (no balancer)
+        return owners[_hash_index(values, len(owners))]
 
     def targets(self, ns: str, spec) -> list:
         meta = self.sharded.get(ns)
         if meta is None:
             return [self.primary_shard(ns.split(".", 1)[0])]
         values = query.shard_key_values(spec, meta["key"])
+        owners = meta["shards"]
         if values is not None:
-            return [self.shards[_hash_index([values[f] for f in meta["key"]], len(self.shards))]]
-        return list(self.shards)
+            return [owners[_hash_index([values[f] for f in meta["key"]], len(owners))]]
+        return list(owners)
+
+    def add_shard(self, rs) -> None:
+        """Add a replica set as a shard (it holds no data yet)."""
+        self.shards.append(rs)
+        self.added[rs.set_name] = self.deployment.clock.now
 
     def session_for(self, lsid) -> RouterSession:
         key = bytes(lsid["id"]) if isinstance(lsid, dict) and "id" in lsid else b""
@@ -295,7 +309,9 @@ class RouterBackend:
                     "_id": shard.set_name,
                     "host": f"{shard.set_name}/" + ",".join(m.host for m in shard.members),
                     "state": 1,
-                    "topologyTime": Timestamp(int(router.deployment.started), 1),
+                    "topologyTime": router.added.get(
+                        shard.set_name, Timestamp(int(router.deployment.started), 1)
+                    ),
                 }
                 for shard in router.shards
             ]
@@ -580,7 +596,8 @@ class RouterBackend:
         return out
 
     def change_stream_nodes(self):
-        return list(self.router.shards)
+        # The live list: an open stream reads a shard added later from then on, as on MongoDB.
+        return self.router.shards
 
     def lookup_document(self, db, name, uuid, document_key):
         ns = f"{db}.{name}"
@@ -622,6 +639,70 @@ def cmd_isdbgrid(call: cmds.Call) -> dict:
 @router_command("listShards", admin_only=True)
 def cmd_list_shards(call: cmds.Call) -> dict:
     return {"shards": call.backend._config_docs("shards")}  # pylint: disable=protected-access
+
+
+@router_command("addShard", "addshard", admin_only=True)
+def cmd_add_shard(call: cmds.Call) -> dict:
+    """``addShard: "<set name>/<host>[,<host>...]"`` (``name`` optional, default the set name)."""
+    router: Router = call.endpoint
+    seed = call.arg()
+    if not isinstance(seed, str) or not seed:
+        raise CommandError(2, "addShard needs a connection string", code_name="BadValue")
+    set_name, sep, hosts = seed.partition("/")
+    if not sep or not set_name or not hosts:
+        raise CommandError(
+            96,
+            f"can't add shard {seed}: give the replica set as <set name>/<host:port>",
+            code_name="OperationFailed",
+        )
+    name = call.cmd.get("name") or set_name
+    hosts = {h.strip() for h in hosts.split(",") if h.strip()}
+    rs = next(
+        (
+            rs
+            for rs in router.deployment.replsets
+            if rs.set_name is not None and hosts & {m.host for m in rs.members}
+        ),
+        None,
+    )
+    if rs is None:
+        raise CommandError(
+            96,
+            f"failed to connect to new shard {seed} :: caused by :: no replica set member listens at "
+            + ", ".join(sorted(hosts)),
+            code_name="OperationFailed",
+        )
+    if rs.set_name != set_name:
+        raise CommandError(
+            96,
+            f"in seed list {seed}, host {sorted(hosts)[0]} does not belong to replica set {set_name}; "
+            f"found {{ setName: {rs.set_name!r} }}",
+            code_name="OperationFailed",
+        )
+    if name != rs.set_name:
+        raise CommandError(2, "the simulator names a shard after its replica set", code_name="BadValue")
+    if rs in router.shards:
+        return {"shardAdded": rs.set_name}  # idempotent, as on MongoDB
+    router.add_shard(rs)
+    return {"shardAdded": rs.set_name}
+
+
+@router_command("mongosimStartReplicaSet", admin_only=True)
+def cmd_start_replica_set(call: cmds.Call) -> dict:
+    """Simulator command: start and initiate a new replica set (for ``addShard``)."""
+    router: Router = call.endpoint
+    name = call.arg()
+    if name in (1, 1.0, True):
+        used = {rs.set_name for rs in router.deployment.replsets}
+        name = next(f"shard{n}" for n in range(len(used) + 1) if f"shard{n}" not in used)
+    if not isinstance(name, str) or not name or "/" in name:
+        raise CommandError(2, "mongosimStartReplicaSet takes a replica set name or 1", code_name="BadValue")
+    rs = router.deployment.start_replica_set(name)
+    return {
+        "setName": rs.set_name,
+        "host": f"{rs.set_name}/" + ",".join(m.host for m in rs.members),
+        "uri": rs.uri,
+    }
 
 
 @router_command("enableSharding", "enablesharding", admin_only=True)
@@ -680,6 +761,7 @@ def cmd_shard_collection(call: cmds.Call) -> dict:
         other.uuid = coll.uuid
         other.indexes = [dict(i) for i in coll.indexes]
     router.sharded[ns] = {
+        "shards": list(router.shards),
         "key": dict(key),
         "unique": bool(call.cmd.get("unique")),
         "uuid": coll.uuid,

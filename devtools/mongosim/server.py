@@ -26,7 +26,7 @@ from devtools.mongosim.errors import (
     CommandError,
 )
 from devtools.mongosim.failpoints import FAILCOMMAND_MESSAGE, FailPoint
-from devtools.mongosim.oplog import ClusterClock, wall_now
+from devtools.mongosim.oplog import INITIATING_SET, ClusterClock, wall_now
 from devtools.mongosim.wire import WireServer
 
 WIRE_VERSIONS = {21: "7.0.14", 25: "8.0.4"}
@@ -72,6 +72,9 @@ class Deployment:
         self.started = time.time()
         self.replsets: list[ReplicaSet] = []
         self.router = None
+        self.members = members
+        self.oplog_max_entries = oplog_max_entries
+        self.oplog_max_bytes = oplog_max_bytes
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         first_port = port
@@ -96,7 +99,7 @@ class Deployment:
                 )
             from devtools.mongosim.router import Router
 
-            self.router = Router(self, self.replsets)
+            self.router = Router(self, list(self.replsets))
         else:
             raise ValueError(f"unknown mode {mode!r}")
         self._first_port = first_port
@@ -117,6 +120,29 @@ class Deployment:
         thread = threading.Thread(target=self._maintenance, name="mongosim-maintenance", daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def start_replica_set(self, name: str) -> ReplicaSet:
+        """Start and initiate one more replica set in this process (its oplog begins with the
+        "initiating set" entry, now), as an operator starts the mongod processes of a new shard
+        and runs ``rs.initiate()``; ``addShard`` on mongos then adds it to the cluster."""
+        with self.lock:
+            if any(rs.set_name == name for rs in self.replsets):
+                raise CommandError(
+                    2, f"a replica set named {name} already runs in this simulator", code_name="BadValue"
+                )
+            rs = ReplicaSet(
+                self,
+                name,
+                self.members,
+                oplog_max_entries=self.oplog_max_entries,
+                oplog_max_bytes=self.oplog_max_bytes,
+            )
+        for member in rs.members:
+            member.listen(0)
+        with self.lock:
+            rs.initiate()
+            self.replsets.append(rs)
+        return rs
 
     def stop(self) -> None:
         self._stop.set()
@@ -145,7 +171,7 @@ class Deployment:
         return {
             "uri": self.uri,
             "mode": self.mode,
-            "shard_uris": [rs.uri for rs in self.replsets] if self.router else [],
+            "shard_uris": [rs.uri for rs in self.router.shards] if self.router else [],
             "members": [m.host for rs in self.replsets for m in rs.members],
             "mongos": self.router.host if self.router else None,
         }
@@ -612,7 +638,7 @@ class ReplicaSet(DataNode):
         self.primary = self.members[0]
         self.election_id = ObjectId(f"7fffffff{self.term:016x}")
         if self.oplog is not None:
-            self.log_noop("initiating set")
+            self.log_noop(INITIATING_SET)
 
     def elect(self, member: Member) -> None:
         self.term += 1

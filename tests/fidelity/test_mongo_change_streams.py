@@ -318,6 +318,10 @@ def test_open_stream_that_falls_off_the_oplog_fails_without_resuming(mongosim, r
 def test_start_at_operation_time_before_the_oplog(mongosim):
     sim = mongosim()
     with sim.client() as mongo:
+        # Roll the oplog past its "initiating set" entry (from which MongoDB resumes any earlier
+        # time, see test_mongo_shard_added.py).
+        mongo.db.c.insert_many([{"_id": i} for i in range(20)])
+        sim.set_oplog_retention(max_entries=5)
         with pytest.raises(OperationFailure) as error:
             mongo.db.c.watch(start_at_operation_time=Timestamp(1, 1))
     assert error.value.code == 286
