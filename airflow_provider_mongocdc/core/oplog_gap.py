@@ -15,16 +15,27 @@ Stream check (always)
     timeouts and elections are *not* evidence of a gap: they raise
     :class:`~.errors.ConnectionFailedError`, so that the caller retries instead of re-snapshotting.
 Oplog comparison (where ``local.oplog.rs`` can be read)
-    The stored cluster time is compared with the oldest oplog entry. For a replica set (or a
-    shard's own stream in per-shard mode, ``mongodb.connection.mode=replica_set``) this is the
-    replica set's oplog; for a cluster-wide stream through mongos every shard's oplog matters (the
-    position is lost as soon as one shard purged it). mongos itself refuses to serve the ``local``
-    database, so the shards are contacted directly with the connection's credentials; a shard
-    that cannot be reached (or read: ``local.oplog.rs`` needs the ``clusterMonitor`` role or read
-    access to ``local``) is noted in the report, and for it only the stream check applies.
+    The stored cluster time is compared with the oldest oplog entry, by the server's own rule
+    (:func:`oplog_covers`): the oplog still covers the position when its first entry is at or
+    before it, *or* when that first entry is the replica set's initiation (``op: "n"``,
+    ``o.msg: "initiating set"``): such an oplog never lost an entry, and MongoDB resumes a change
+    stream from any earlier time on it (``isNewRS`` in the server's resumability check). That is
+    the case of a shard added to the cluster after the stored position: its young oplog is not a
+    gap. For a replica set (or a shard's own stream in per-shard mode,
+    ``mongodb.connection.mode=replica_set``) this is the replica set's oplog; for a cluster-wide
+    stream through mongos every shard's oplog matters (the position is lost as soon as one shard
+    purged it). mongos itself refuses to serve the ``local`` database, so the shards are
+    contacted directly with the connection's credentials; a shard that cannot be reached (or
+    read: ``local.oplog.rs`` needs the ``clusterMonitor`` role or read access to ``local``) is
+    noted in the report, and for it only the stream check applies.
 
-A partition has a *gap* when either piece of evidence says its position is gone. The lost history
-is the time between the stored position and the oldest entry still in the oplog.
+A partition has a *gap* when the stream check says its position is gone (MongoDB's verdict
+decides whenever the stream could be opened); the oplog comparison decides only where no stream
+check ran. The lost history is the time between the stored position and the oldest entry still in
+the oplog. A stream MongoDB refuses for another reason than a purged oplog (``InvalidResumeToken``
+260, ``ChangeStreamFatalError`` 280: a malformed token, or one of another deployment) is not a
+gap: the check fails with :class:`~.errors.OffsetError`, whose fix is to inspect and repair the
+offset (``mongocdc offsets show|set|reset``).
 
 Headroom
     How long until the stored position would be purged at the current oplog rate. When the oplog
@@ -60,8 +71,10 @@ from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.change_stream import (
     is_history_lost,
+    is_unusable_position,
     open_stream,
     token_cluster_time,
+    unusable_position_error,
     watch_target,
 )
 from airflow_provider_mongocdc.core.config import ConnectorConfig
@@ -127,11 +140,33 @@ def _error_text(error: BaseException) -> str:
 
 
 # -- the oplog of one replica set -------------------------------------------------------------------
+INITIATING_SET = "initiating set"  # o.msg of the no-op that starts a new replica set's oplog
+
+
+def is_initiation_entry(entry: Mapping[str, Any] | None) -> bool:
+    """Whether an oplog entry is a replica set's initiation: ``op: "n"`` with ``o.msg:
+    "initiating set"``, the first entry MongoDB writes when a replica set is initiated."""
+    if not entry or entry.get("op") != "n":
+        return False
+    o = entry.get("o")
+    return isinstance(o, Mapping) and o.get("msg") == INITIATING_SET
+
+
+def oplog_covers(oldest: Timestamp, starts_at_initiation: bool, cluster_time: Timestamp) -> bool:
+    """MongoDB's rule for whether a change stream can still start at ``cluster_time`` on an oplog
+    whose first entry is at ``oldest``: that entry is at or before it, or it is the replica set's
+    initiation (nothing was ever dropped from that oplog, so nothing before it can be missing:
+    the server's ``isNewRS``)."""
+    return starts_at_initiation or oldest <= cluster_time
+
+
 @dataclass(frozen=True)
 class OplogSpan:
     """The oldest and newest entries of one replica set's oplog, and how full it is.
 
-    ``error`` says why the oplog could not be read (then ``oldest`` is None).
+    ``error`` says why the oplog could not be read (then ``oldest`` is None);
+    ``starts_at_initiation``: the oldest entry is the replica set's initiation (see
+    :func:`oplog_covers`).
     """
 
     replica_set: str
@@ -142,6 +177,7 @@ class OplogSpan:
     count: int | None = None
     max_count: int | None = None
     error: str | None = None
+    starts_at_initiation: bool = False
 
     @property
     def readable(self) -> bool:
@@ -172,17 +208,23 @@ class OplogSpan:
         return int(window * (1.0 - fill) / fill)
 
     def covers(self, cluster_time: Timestamp) -> bool | None:
-        """Whether an operation at ``cluster_time`` is still in this oplog (None: unreadable)."""
+        """Whether a change stream can still start at ``cluster_time`` on this oplog (MongoDB's
+        rule, :func:`oplog_covers`; None: unreadable)."""
         if self.oldest is None:
             return None
-        return cluster_time >= self.oldest
+        return oplog_covers(self.oldest, self.starts_at_initiation, cluster_time)
 
     def headroom_seconds(self, cluster_time: Timestamp) -> int | None:
         """Seconds until ``cluster_time`` would be purged at the current rate (see the module
-        documentation); negative when it already is; None when the oplog is unreadable."""
+        documentation); negative when it already is; None when the oplog is unreadable. A position
+        older than a replica set's initiation stays resumable until the initiation entry itself
+        is dropped, that is until the oplog is full."""
         if self.oldest is None:
             return None
-        return (cluster_time.time - self.oldest.time) + self.fill_seconds()
+        behind = cluster_time.time - self.oldest.time
+        if behind < 0 and self.starts_at_initiation:
+            behind = 0
+        return behind + self.fill_seconds()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +239,7 @@ class OplogSpan:
             "count": self.count,
             "max_count": self.max_count,
             "fill": None if self.fill is None else round(self.fill, 6),
+            "starts_at_initiation": self.starts_at_initiation,
             "error": self.error,
         }
 
@@ -207,7 +250,8 @@ def span_from_documents(
     last: Mapping[str, Any] | None,
     stats: Mapping[str, Any] | None,
 ) -> OplogSpan:
-    """An :class:`OplogSpan` from the first and last ``local.oplog.rs`` entries and its collStats."""
+    """An :class:`OplogSpan` from the first and last ``local.oplog.rs`` entries (``ts``, and ``op``
+    and ``o.msg`` of the first) and its collStats."""
     stats = stats or {}
 
     def number(name: str) -> int | None:
@@ -223,9 +267,12 @@ def span_from_documents(
         count=number("count"),
         max_count=number("max") or None,
         error=None if first else "the oplog is empty",
+        starts_at_initiation=is_initiation_entry(first),
     )
 
 
+# The first entry's op and o.msg tell whether it is the replica set's initiation (o can be large).
+_FIRST_PROJECTION = {"ts": 1, "op": 1, "o.msg": 1, "_id": 0}
 _OPLOG_PROJECTION = {"ts": 1, "_id": 0}
 
 
@@ -236,7 +283,7 @@ def read_oplog_span(client: MongoClient, replica_set: str) -> OplogSpan:
     """
     oplog = client["local"]["oplog.rs"]
     try:
-        first = oplog.find_one({}, _OPLOG_PROJECTION, sort=[("$natural", 1)])
+        first = oplog.find_one({}, _FIRST_PROJECTION, sort=[("$natural", 1)])
         last = oplog.find_one({}, _OPLOG_PROJECTION, sort=[("$natural", -1)])
     except OperationFailure as error:
         return OplogSpan(replica_set, error=f"local.oplog.rs is not readable: {_error_text(error)}")
@@ -251,7 +298,7 @@ async def read_oplog_span_async(client, replica_set: str) -> OplogSpan:
     """:func:`read_oplog_span` with an ``AsyncMongoClient``."""
     oplog = client["local"]["oplog.rs"]
     try:
-        first = await oplog.find_one({}, _OPLOG_PROJECTION, sort=[("$natural", 1)])
+        first = await oplog.find_one({}, _FIRST_PROJECTION, sort=[("$natural", 1)])
         last = await oplog.find_one({}, _OPLOG_PROJECTION, sort=[("$natural", -1)])
     except OperationFailure as error:
         return OplogSpan(replica_set, error=f"local.oplog.rs is not readable: {_error_text(error)}")
@@ -533,7 +580,9 @@ def assess(
         return PartitionCheck(
             partition, NO_POSITION, None, spans, note="the offset holds no stream position yet"
         )
-    gap = stream == HISTORY_LOST or bool(purged_spans)
+    # MongoDB's own check decides when the stream could be opened; the oplog comparison (same rule,
+    # see oplog_covers) only where it could not.
+    gap = stream == HISTORY_LOST if stream is not None else bool(purged_spans)
     if gap:
         evidence = []
         if stream == HISTORY_LOST:
@@ -565,6 +614,12 @@ def assess(
         )
     if readable:
         note = f"resumable; purged in about {_duration(headroom)} at the current oplog rate"
+        if purged_spans:
+            note += (
+                "; MongoDB resumed the change stream although the oldest entry in the oplog of "
+                + ", ".join(span.replica_set for span in purged_spans)
+                + " is after the stored position"
+            )
     else:
         reasons = "; ".join(span.error or "unreadable" for span in spans) or "no oplog to read"
         note = f"resumable; headroom unknown ({reasons})"
@@ -640,6 +695,18 @@ def _stream_refused(error: OperationFailure, where: str) -> MongoCdcError:
     )
 
 
+def _stream_failed(
+    error: OperationFailure, config: ConnectorConfig, probe: Probe, where: str
+) -> tuple[str, str | None]:
+    """The stream check's outcome when MongoDB refused the stream: a purged oplog is evidence of a
+    gap; an unusable stored position (260, 280) and any other refusal raise (they are not gaps)."""
+    if is_history_lost(error):
+        return HISTORY_LOST, f"error {error.code}: {_error_text(error)}"
+    if is_unusable_position(error):
+        raise unusable_position_error(config, probe.partition, probe.position, error) from None
+    raise _stream_refused(error, where) from None
+
+
 def _unreachable(error: PyMongoError, where: str) -> ConnectionFailedError:
     return ConnectionFailedError(
         f"Lost the connection to MongoDB at {where} while checking the stored resume point",
@@ -709,7 +776,7 @@ class GapChecker:
                             if probe.stream_via is None
                             else self._shard(layout, probe.stream_via, clients, required=True)
                         )
-                        stream, error_text = self._stream(client, probe.position, where)
+                        stream, error_text = self._stream(client, probe, where)
                     checks.append(
                         assess(
                             probe, [spans[name] for name in probe.oplogs if name in spans], stream, error_text
@@ -776,16 +843,14 @@ class GapChecker:
                 notes.append(f"{span.replica_set}: {span.error}; only the stream check applies")
         return spans
 
-    def _stream(self, client: MongoClient, position: Position, where: str) -> tuple[str, str | None]:
+    def _stream(self, client: MongoClient, probe: Probe, where: str) -> tuple[str, str | None]:
         try:
             with open_stream(
-                client, self.config, position, max_await_time_ms=STREAM_PROBE_AWAIT_MS
+                client, self.config, probe.position, max_await_time_ms=STREAM_PROBE_AWAIT_MS
             ) as stream:
                 stream.try_next()
         except OperationFailure as error:
-            if is_history_lost(error):
-                return HISTORY_LOST, f"error {error.code}: {_error_text(error)}"
-            raise _stream_refused(error, where) from None
+            return _stream_failed(error, self.config, probe, where)
         return RESUMABLE, None
 
 
@@ -844,7 +909,7 @@ class AsyncGapChecker:
                             if probe.stream_via is None
                             else self._shard(layout, probe.stream_via, clients)
                         )
-                        stream, error_text = await self._stream(client, probe.position, where)
+                        stream, error_text = await self._stream(client, probe, where)
                     checks.append(
                         assess(
                             probe, [spans[name] for name in probe.oplogs if name in spans], stream, error_text
@@ -895,7 +960,8 @@ class AsyncGapChecker:
                 notes.append(f"{span.replica_set}: {span.error}; only the stream check applies")
         return spans
 
-    async def _stream(self, client, position: Position, where: str) -> tuple[str, str | None]:
+    async def _stream(self, client, probe: Probe, where: str) -> tuple[str, str | None]:
+        position = probe.position
         filters = Filters(self.config)
         options = filters.change_stream_options()
         options["max_await_time_ms"] = STREAM_PROBE_AWAIT_MS
@@ -910,7 +976,5 @@ class AsyncGapChecker:
             async with stream:
                 await stream.try_next()
         except OperationFailure as error:
-            if is_history_lost(error):
-                return HISTORY_LOST, f"error {error.code}: {_error_text(error)}"
-            raise _stream_refused(error, where) from None
+            return _stream_failed(error, self.config, probe, where)
         return RESUMABLE, None

@@ -557,7 +557,12 @@ def resume_point_purged(client: MongoClient, config: ConnectorConfig, position: 
     """Whether the change stream can no longer resume from ``position`` (oplog rules: MongoDB
     refuses to open it with ChangeStreamHistoryLost and friends, see
     :func:`~.change_stream.is_history_lost`)."""
-    from airflow_provider_mongocdc.core.change_stream import is_history_lost, open_stream
+    from airflow_provider_mongocdc.core.change_stream import (
+        is_history_lost,
+        is_unusable_position,
+        open_stream,
+        unusable_position_error,
+    )
 
     try:
         with open_stream(client, config, position, max_await_time_ms=100) as stream:
@@ -571,6 +576,8 @@ def resume_point_purged(client: MongoClient, config: ConnectorConfig, position: 
                 _error_text(error),
             )
             return True
+        if is_unusable_position(error):  # a wrong offset, not a purged oplog
+            raise unusable_position_error(config, None, position, error) from None
         raise ConnectionFailedError(
             "MongoDB refused to open the change stream at the stored position",
             cause=f"{error.code}: {_error_text(error)}",

@@ -89,11 +89,15 @@ Faults
     no MongoDB transaction is open, else rolls back to the last commit) and re-opens the stream
     from its last position, waiting per ``connect.backoff.*`` and giving up after
     ``connect.max.attempts`` failures in a row. A purged resume point (``ChangeStreamHistoryLost``
-    286, ``ChangeStreamFatalError`` 280, ``InvalidResumeToken`` 260, ``CappedPositionLost`` 136,
-    or "resume point may no longer be in the oplog") fails with :class:`ResumePointPurgedError`:
+    286, ``CappedPositionLost`` 136, or "resume point may no longer be in the oplog") fails with
+    :class:`ResumePointPurgedError`:
     its fix names the re-snapshot DAG ``mongocdc_resnapshot``; with ``snapshot.mode=when_needed``
     it says that a snapshot must run first, which the hourly DAG's snapshot task does before the
-    next window (the window itself only reports it). An oversize event fails with
+    next window (the window itself only reports it). A stored position MongoDB refuses as invalid
+    (``InvalidResumeToken`` 260, ``ChangeStreamFatalError`` 280: a malformed token, or one of
+    another deployment) is no purged oplog: it fails with :class:`OffsetError` naming the offset
+    and how to inspect and repair it (``mongocdc offsets show|set|reset``), and nothing is
+    re-snapshotted or reset. An oversize event fails with
     :class:`OversizeEventError` (nothing past the last commit is visible) or is skipped with a
     logged warning, per ``event.oversize.handling.mode``.
 
@@ -130,8 +134,10 @@ from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duratio
 from airflow_provider_mongocdc.core.change_stream import (
     HISTORY_LOST_CODES,
     is_history_lost,
+    is_unusable_position,
     open_stream,
     token_cluster_time,
+    unusable_position_error,
     watch_target,
 )
 from airflow_provider_mongocdc.core.config import ConnectorConfig
@@ -725,6 +731,10 @@ class StreamWindow:
             except PyMongoError as error:
                 if is_history_lost(error):
                     raise purged_error(self.config, self.partition, self.position, error) from None
+                if is_unusable_position(error):
+                    raise unusable_position_error(
+                        self.config, self.partition, self.committed_position or self.start, error
+                    ) from None
                 if not is_transient(error):
                     raise MongoCdcError(
                         f"The change stream of {self.partition.describe()} failed; the window "

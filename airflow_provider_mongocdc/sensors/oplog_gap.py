@@ -51,7 +51,10 @@ class OplogGapSensor(BaseSensorOperator):
     and the evidence. Until then it keeps poking, and logs a WARNING for every partition whose
     position would be purged within ``headroom_warning`` at the current oplog rate.
 
-    Connection errors are not gaps: the poke fails (the task's retries apply).
+    Connection errors are not gaps: the poke fails (the task's retries apply). Nor is a stored
+    resume token MongoDB refuses as invalid (260, 280): the poke fails with an
+    :class:`~airflow_provider_mongocdc.core.errors.OffsetError` naming the offset and the
+    ``mongocdc offsets`` commands that inspect and repair it.
 
     Through mongos the oplogs are read from the shards directly (same credentials); when the
     shards cannot be reached from the worker only the change stream check applies.

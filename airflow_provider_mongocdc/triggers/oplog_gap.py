@@ -17,8 +17,10 @@ Events:
     A stored position is gone; the report is :meth:`GapReport.to_dict`.
 ``{"status": "error", "error": "<MongoCdcError subclass>", "problem": ..., "cause": ..., "fix": ..., "message": ...}``
     The check could not be made (MongoDB or Kafka unreachable, refused credentials, invalid
-    configuration). That is not a gap: the sensor raises the same error (:func:`event_error`),
-    so the task fails and its retries apply.
+    configuration), or MongoDB refuses the stored offset as invalid (``OffsetError``: a malformed
+    resume token, or one of another deployment; its fix names ``mongocdc offsets``). That is not
+    a gap: the sensor raises the same error (:func:`event_error`), so the task fails and its
+    retries apply.
 """
 
 from __future__ import annotations
