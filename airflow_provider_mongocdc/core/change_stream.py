@@ -186,11 +186,26 @@ def open_stream(
 
 
 def current_position(client: MongoClient, config: ConnectorConfig) -> Position:
-    """Where the connector's change stream stands now: its high-water-mark resume token and
-    cluster time. A snapshot records this before copying, so that streaming continues from it."""
+    """Where the connector's change stream stands now, before any change is consumed. A snapshot
+    records this before copying, so that streaming continues from it.
+
+    The position is the ``postBatchResumeToken`` of the stream's opening ``aggregate`` (pymongo
+    keeps it as the stream's resume token when that first batch is empty): every change after it
+    is still ahead. Reading a change first would make the position that change's token, and a
+    stream resumed after it would lose that change, and split its transaction. When the first
+    batch did hold changes (written while the stream opened), the position is the first one's
+    cluster time without a token: the next stream starts *at* it (``startAtOperationTime``,
+    inclusive), so that change and every other change of its transaction are streamed.
+    """
     with client.start_session() as session:
         with open_stream(client, config, max_await_time_ms=100, session=session) as stream:
-            stream.try_next()
             token = stream.resume_token
-        cluster_time = token_cluster_time(token) or session.operation_time
+            opened_at = session.operation_time
+            if token is None:
+                change = stream.try_next()
+                if change is not None:
+                    first = change.get("clusterTime") or token_cluster_time(change.get("_id"))
+                    return Position(cluster_time=first or opened_at)
+                token = stream.resume_token
+        cluster_time = token_cluster_time(token) or opened_at or session.operation_time
     return Position(resume_token=dict(token) if token else None, cluster_time=cluster_time)
