@@ -60,7 +60,8 @@ def get_provider_info() -> dict:
                     "hidden-fields": ["port", "schema"],
                     "relabeling": {"host": "Seed list or connection string", "login": "User name"},
                     "placeholders": {
-                        "host": "rs0/mongo1:27017,mongo2:27017 or mongodb+srv://cluster.example.net",
+                        "host": "mongodb://host1:27017,host2:27017/?replicaSet=rs0 or rs0/host1:27017,host2:27017",
+                        "login": "leave empty without authentication",
                     },
                 },
                 "conn-fields": {
@@ -90,6 +91,31 @@ def get_provider_info() -> dict:
                         "test servers only.",
                         "schema": {"type": ["boolean", "null"], "default": False},
                     },
+                    "auth_mechanism": {
+                        "label": "Authentication mechanism",
+                        "description": "How the user name and password authenticate (pymongo authMechanism). "
+                        "Unset: negotiated with the server (SCRAM), or as the connection string says.",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": [
+                                None,
+                                "SCRAM-SHA-256",
+                                "SCRAM-SHA-1",
+                                "MONGODB-X509",
+                                "MONGODB-AWS",
+                                "MONGODB-OIDC",
+                                "GSSAPI",
+                                "PLAIN",
+                            ],
+                            "values_display": {"null": "Not set (negotiated)"},
+                        },
+                    },
+                    "options": {
+                        "label": "More client options",
+                        "description": 'Further pymongo MongoClient options as JSON, e.g. {"tlsCAFile": '
+                        '"/etc/ssl/mongo-ca.pem", "readPreference": "secondaryPreferred"}.',
+                        "schema": {"type": ["object", "null"]},
+                    },
                     "members_auto_discover": {
                         "label": "Discover members",
                         "description": "Use the seeds to discover all members (mongodb.members.auto.discover); "
@@ -105,10 +131,52 @@ def get_provider_info() -> dict:
                 # The extra is the librdkafka configuration, e.g. {"bootstrap.servers": "broker1:9092",
                 # "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}. Airflow 3's
                 # connection form edits the extra as JSON of its own: ui-field-behaviour cannot
-                # relabel it or give it a placeholder.
+                # relabel it or give it a placeholder. The conn-fields below are named after the
+                # librdkafka keys they set: Airflow stores a conn-field in the extra under its name,
+                # so the form shows the extra's bootstrap.servers and saves the field there.
+                # Airflow 3.3 shows no placeholder on conn-fields: the examples are in the descriptions.
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "port", "host"],
                     "relabeling": {"login": "SASL user name", "password": "SASL password"},
+                    "placeholders": {"login": "with SASL only", "password": "with SASL only"},
+                },
+                "conn-fields": {
+                    "bootstrap.servers": {
+                        "label": "Bootstrap servers",
+                        "description": "The Kafka brokers to contact first, host:port separated by commas, "
+                        "e.g. broker1:9092,broker2:9092 (librdkafka bootstrap.servers).",
+                        # Not nullable: the form marks it required.
+                        "schema": {"type": "string", "minLength": 1},
+                    },
+                    "security.protocol": {
+                        "label": "Security protocol",
+                        "description": "How to talk to the brokers: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or "
+                        "SASL_SSL (SASL over TLS) (librdkafka security.protocol). Not set: PLAINTEXT.",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": [None, "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+                            "default": None,
+                            "values_display": {"null": "Not set (PLAINTEXT)"},
+                        },
+                    },
+                    "sasl.mechanism": {
+                        "label": "SASL mechanism",
+                        "description": "With SASL_PLAINTEXT or SASL_SSL: how the SASL user name and password "
+                        "authenticate (librdkafka sasl.mechanism). Not set: GSSAPI (Kerberos).",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": [
+                                None,
+                                "PLAIN",
+                                "SCRAM-SHA-256",
+                                "SCRAM-SHA-512",
+                                "GSSAPI",
+                                "OAUTHBEARER",
+                            ],
+                            "default": None,
+                            "values_display": {"null": "Not set (GSSAPI)"},
+                        },
+                    },
                 },
             },
         ],

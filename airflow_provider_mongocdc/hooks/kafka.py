@@ -10,6 +10,16 @@ belongs to one provider, and registering ``kafka`` twice would make Airflow pick
 hooks when both providers are installed. The ``mongocdc_kafka`` form also offers the SASL user
 name and password as the connection's login and password fields, which Airflow stores encrypted
 and masks in logs; they are used when the extra does not set ``sasl.username``/``sasl.password``.
+
+The form's fields ``bootstrap.servers``, ``security.protocol`` and ``sasl.mechanism`` are named
+after the librdkafka keys, and Airflow stores a form field in the extra under its name: a field
+filled in the form and the same key written in the extra JSON are one and the same value. A field
+left empty is stored as null (or an empty string) and means "not set": it is dropped, and the
+value falls back to ``extra__mongocdc_kafka__<key>`` (forms of older Airflow versions), then, for
+``bootstrap.servers`` only, to the connection's host (and port), e.g. from a connection URI
+``mongocdc-kafka://broker1:9092``. ``sasl.mechanism`` (the form's field) takes precedence over
+librdkafka's alias ``sasl.mechanisms``; the configuration carries one of them, as
+``sasl.mechanism``.
 """
 
 from __future__ import annotations
@@ -26,17 +36,36 @@ from airflow_provider_mongocdc.core.writer import admin_client, redact_config
 
 CONN_TYPE = "mongocdc_kafka"
 ACCEPTED_CONN_TYPES = (CONN_TYPE, "kafka")
+# The fields of the connection form (get_provider_info.py's conn-fields): librdkafka keys.
+FORM_FIELDS = ("bootstrap.servers", "security.protocol", "sasl.mechanism")
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def kafka_config_from_connection(conn) -> dict[str, Any]:
-    """The librdkafka configuration of an Airflow Kafka connection."""
+    """The librdkafka configuration of an Airflow Kafka connection (see the module's docstring for
+    how the form's fields, the extra's keys, the host and login/password combine)."""
     extras = conn.extra_dejson
     if isinstance(extras, str) or not isinstance(extras, dict):
         raise ConfigError(
             f"The extra of Kafka connection {conn.conn_id!r} is not a JSON object",
             fix='set it to the librdkafka configuration, e.g. {"bootstrap.servers": "host:9092"}',
         )
-    config = {key: value for key, value in extras.items() if not key.startswith("extra__")}
+    # null is no librdkafka value: it is what the form stores for a field left empty.
+    config = {
+        key: value for key, value in extras.items() if not key.startswith("extra__") and value is not None
+    }
+    for field in FORM_FIELDS:
+        if _unset(config.get(field)):
+            config.pop(field, None)
+            prefixed = extras.get(f"extra__{conn.conn_type or CONN_TYPE}__{field}")
+            if not _unset(prefixed):
+                config[field] = prefixed
+    plural = config.pop("sasl.mechanisms", None)
+    if "sasl.mechanism" not in config and not _unset(plural):
+        config["sasl.mechanism"] = plural
     if not config.get("bootstrap.servers") and conn.host:
         hosts = (
             conn.host
@@ -51,8 +80,10 @@ def kafka_config_from_connection(conn) -> dict[str, Any]:
     if not config.get("bootstrap.servers"):
         raise ConfigError(
             f"Kafka connection {conn.conn_id!r} has no bootstrap.servers",
-            cause="its extra (the librdkafka configuration) lacks bootstrap.servers",
-            fix='add "bootstrap.servers": "host1:9092,host2:9092" to the extra',
+            cause="neither its form field 'Bootstrap servers' nor the extra's key bootstrap.servers "
+            "(nor its host) is set",
+            fix="fill in 'Bootstrap servers' in the connection form (e.g. broker1:9092,broker2:9092), "
+            'or add "bootstrap.servers": "broker1:9092,broker2:9092" to its extra',
         )
     return config
 

@@ -23,7 +23,9 @@ from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, BaseSensorOper
 from airflow.triggers.base import BaseTrigger
 
 import airflow_provider_mongocdc
+from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.get_provider_info import get_provider_info
+from airflow_provider_mongocdc.hooks.kafka import kafka_config_from_connection
 from airflow_provider_mongocdc.hooks.topology import details_from_connection
 
 pytestmark = pytest.mark.unit
@@ -255,9 +257,10 @@ def test_field_behaviour_names_real_form_fields():
         assert not both, f"{entry['connection-type']}: {sorted(both)} hidden and also relabeled"
 
 
-def test_airflow_loads_the_connection_forms_from_the_entry_point():
-    """What Airflow's API gives the UI for the two connection forms (a fresh interpreter, so that
-    the ProvidersManager reads the provider through its entry point, as a deployment does)."""
+@pytest.fixture(scope="module")
+def airflow_forms() -> dict:
+    """What Airflow's API gives the UI for the connection forms (a fresh interpreter, so that the
+    ProvidersManager reads the provider through its entry point, as a deployment does)."""
     script = (
         "import json\n"
         "from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService\n"
@@ -267,7 +270,11 @@ def test_airflow_loads_the_connection_forms_from_the_entry_point():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=dict(os.environ)
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    forms = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_airflow_loads_the_connection_forms_from_the_entry_point(airflow_forms):
+    forms = airflow_forms
     for entry in get_provider_info()["connection-types"]:
         conn_type = entry["connection-type"]
         assert conn_type in forms, f"Airflow does not offer the connection type {conn_type!r}"
@@ -314,10 +321,15 @@ def test_every_mongodb_form_field_is_read_by_the_hook():
         types = types if isinstance(types, list) else [types]
         if "boolean" in types:
             value = not field["schema"].get("default", False)
+        elif "object" in types:
+            value = {"maxPoolSize": 5}
+        elif field["schema"].get("enum"):
+            value = [choice for choice in field["schema"]["enum"] if choice is not None][-1]
         else:
             value = f"value-of-{name}"
         details = details_from_connection(_mongo_connection("h1:27017,h2:27017", {name: value}))
         assert getattr(details, name) == value, f"the form field {name!r} ({value!r}) is ignored: {details!r}"
+    assert {"auth_mechanism", "options"} <= set(connection_type("mongocdc")["conn-fields"])
 
 
 @pytest.mark.parametrize(
@@ -343,3 +355,178 @@ def test_mongodb_form_defaults_do_not_change_the_connection(host):
         f"a connection saved from the form with its defaults {defaults} connects differently from "
         f"the same host without them: {saved[1]} instead of {plain[1]}"
     )
+
+
+def test_every_mongodb_form_field_a_user_fills_is_shown_and_labelled(airflow_forms):
+    standard = airflow_forms["mongocdc"]["standard_fields"]
+    host = standard["host"]
+    assert not host["hidden"] and host["title"] == "Seed list or connection string"
+    assert "mongodb://host1:27017,host2:27017/?replicaSet=rs0" in host["placeholder"]
+    # A standard field without declared behaviour is absent from the API's answer: shown as is.
+    for name in ("login", "password"):
+        assert not (standard.get(name) or {}).get("hidden"), f"the MongoDB form hides {name}"
+    extra_fields = airflow_forms["mongocdc"]["extra_fields"]
+    for name in ("replica_set", "auth_source", "auth_mechanism", "tls", "options"):
+        assert extra_fields[name]["schema"]["title"], f"the MongoDB form has no labelled {name!r} field"
+
+
+# -- the Kafka form: its fields are the librdkafka keys the hook reads ---------------------------------
+
+KAFKA_FORM = ("bootstrap.servers", "security.protocol", "sasl.mechanism")
+
+
+def test_kafka_form_declares_the_librdkafka_fields():
+    fields = connection_type("mongocdc_kafka")["conn-fields"]
+    assert set(KAFKA_FORM) <= set(fields), f"the Kafka form lacks {set(KAFKA_FORM) - set(fields)}"
+    servers = fields["bootstrap.servers"]["schema"]
+    # A type without null is what Airflow's form marks as required.
+    assert servers["type"] == "string", f"bootstrap.servers is not a required field: {servers}"
+    assert "broker1:9092,broker2:9092" in fields["bootstrap.servers"]["description"]
+    protocol = fields["security.protocol"]["schema"]
+    assert set(protocol["enum"]) == {None, "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+    assert protocol["default"] is None  # "not set" (the hook drops it)
+    mechanism = fields["sasl.mechanism"]["schema"]
+    assert {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} <= set(mechanism["enum"])
+    assert mechanism["default"] is None
+
+
+def test_airflow_shows_the_kafka_form_fields(airflow_forms):
+    form = airflow_forms["mongocdc_kafka"]
+    extra_fields = form["extra_fields"] or {}
+    for name in KAFKA_FORM:
+        assert name in extra_fields, f"Airflow's Kafka connection form has no {name!r} field: {extra_fields}"
+    servers = extra_fields["bootstrap.servers"]
+    assert servers["schema"]["title"] == "Bootstrap servers" and servers["schema"]["type"] == "string"
+    assert extra_fields["security.protocol"]["schema"]["enum"][1:] == [
+        "PLAINTEXT",
+        "SSL",
+        "SASL_PLAINTEXT",
+        "SASL_SSL",
+    ]
+    assert form["standard_fields"]["login"]["title"] == "SASL user name"
+
+
+def _kafka_connection(extra: dict | None, host=None, login=None, password=None, port=None) -> Connection:
+    return Connection(
+        conn_id="kafka_form_test",
+        conn_type="mongocdc_kafka",
+        host=host,
+        port=port,
+        login=login,
+        password=password,
+        extra=json.dumps(extra) if extra is not None else None,
+    )
+
+
+def _saved_by_the_form(**filled) -> dict:
+    """The extra as Airflow's connection form saves it: every conn-field under its name, with its
+    schema default (null for the Kafka fields) when left untouched."""
+    fields = connection_type("mongocdc_kafka")["conn-fields"]
+    return {name: filled.get(name, field["schema"].get("default")) for name, field in fields.items()}
+
+
+EXPECTED_SASL = {
+    "bootstrap.servers": "broker1:9092,broker2:9092",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "cdc",
+    "sasl.password": "secret",
+}
+
+
+@pytest.mark.parametrize(
+    "conn",
+    [
+        pytest.param(
+            _kafka_connection(
+                _saved_by_the_form(
+                    **{
+                        "bootstrap.servers": "broker1:9092,broker2:9092",
+                        "security.protocol": "SASL_SSL",
+                        "sasl.mechanism": "SCRAM-SHA-512",
+                    }
+                ),
+                login="cdc",
+                password="secret",
+            ),
+            id="form-fields",
+        ),
+        pytest.param(
+            _kafka_connection(
+                {
+                    "bootstrap.servers": "broker1:9092,broker2:9092",
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanisms": "SCRAM-SHA-512",
+                    "sasl.username": "cdc",
+                    "sasl.password": "secret",
+                }
+            ),
+            id="raw-extra",
+        ),
+        pytest.param(
+            _kafka_connection(
+                {
+                    **_saved_by_the_form(),
+                    "extra__mongocdc_kafka__bootstrap.servers": "broker1:9092,broker2:9092",
+                    "extra__mongocdc_kafka__security.protocol": "SASL_SSL",
+                    "extra__mongocdc_kafka__sasl.mechanism": "SCRAM-SHA-512",
+                },
+                login="cdc",
+                password="secret",
+            ),
+            id="prefixed-form-fields",
+        ),
+        pytest.param(
+            _kafka_connection(
+                _saved_by_the_form(**{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}),
+                host="broker1:9092,broker2:9092",
+                login="cdc",
+                password="secret",
+            ),
+            id="host-field",
+        ),
+        pytest.param(
+            _kafka_connection(
+                {
+                    **_saved_by_the_form(
+                        **{
+                            "bootstrap.servers": "broker1:9092,broker2:9092",
+                            "security.protocol": "SASL_SSL",
+                            "sasl.mechanism": "SCRAM-SHA-512",
+                        }
+                    ),
+                    "sasl.mechanisms": "PLAIN",  # librdkafka's alias: the form's field wins
+                },
+                login="cdc",
+                password="secret",
+            ),
+            id="form-field-over-alias",
+        ),
+    ],
+)
+def test_kafka_hook_builds_one_config_from_form_fields_and_raw_extra(conn):
+    assert kafka_config_from_connection(conn) == EXPECTED_SASL
+
+
+def test_kafka_form_defaults_do_not_change_the_connection():
+    raw = {"bootstrap.servers": "broker1:9092", "client.id": "cdc"}
+    saved = kafka_config_from_connection(_kafka_connection({**_saved_by_the_form(), **raw}))
+    assert saved == kafka_config_from_connection(_kafka_connection(raw)) == raw, (
+        f"a connection saved from the form with its untouched fields reads as {saved}, not {raw}"
+    )
+
+
+def test_kafka_host_and_port_still_give_bootstrap_servers():
+    conn = _kafka_connection(_saved_by_the_form(), host="broker1", port=9093)
+    assert kafka_config_from_connection(conn) == {"bootstrap.servers": "broker1:9093"}
+
+
+@pytest.mark.parametrize(
+    "extra", [None, {}, _saved_by_the_form(), _saved_by_the_form(**{"bootstrap.servers": " "})]
+)
+def test_kafka_connection_without_bootstrap_servers_names_the_field(extra):
+    with pytest.raises(ConfigError) as raised:
+        kafka_config_from_connection(_kafka_connection(extra))
+    message = str(raised.value)
+    assert "bootstrap.servers" in message and "'Bootstrap servers'" in message, message
+    assert "Fix: fill in 'Bootstrap servers'" in message, message
