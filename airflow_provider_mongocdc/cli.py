@@ -10,8 +10,11 @@ the command line), ``--kafka-conn-id ID`` (an Airflow connection whose extra is 
 configuration) or ``--bootstrap-servers HOSTS`` (clusters without authentication). The offsets
 topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
 
-Stop the connector's DAGs before resetting or moving offsets: a running window would overwrite
-the change when it commits.
+``reset`` and ``set`` hold the connector's lease (kind ``offsets``) while they change the offset:
+a running window or snapshot would overwrite the change when it commits, so they are refused
+while one holds the lease (the error names it, since when and until when it holds it), and no
+window or snapshot starts meanwhile. Pause the connector's DAGs first so that none is due. ``show``
+only reads.
 """
 
 from __future__ import annotations
@@ -184,7 +187,7 @@ def _state(state) -> dict[str, Any] | None:
 def run(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
+    from airflow_provider_mongocdc.core.offsets import OffsetStore, Position
 
     if args.action in ("reset", "set") and not args.yes:
         what = "delete" if args.action == "reset" else "move"
@@ -203,14 +206,26 @@ def run(argv: list[str] | None = None) -> int:
             else Position(cluster_time=parse_cluster_time(args.cluster_time))
         )
 
+    kafka_config = _kafka_config(args)
     store = OffsetStore(
-        _kafka_config(args), args.offsets_topic or f"{args.topic_prefix}.offsets", read_timeout_s=args.timeout
+        kafka_config, args.offsets_topic or f"{args.topic_prefix}.offsets", read_timeout_s=args.timeout
     )
     if args.action == "show":
         shown = store.show(args.topic_prefix, args.partition, args.connector)
         shown["topic_prefix"] = args.topic_prefix
         _print(shown)
         return EXIT_OK
+    from airflow_provider_mongocdc.core.lease import OFFSETS, OFFSETS_TTL, ConnectorLease, offsets_owner
+
+    lease = ConnectorLease(kafka_config, args.topic_prefix, store.topic, read_timeout_s=args.timeout)
+    with lease.hold(offsets_owner(args.action), OFFSETS, OFFSETS_TTL):
+        return _change(args, store, target)
+
+
+def _change(args: argparse.Namespace, store, target) -> int:
+    """``reset`` or ``set`` (under the connector's lease)."""
+    from airflow_provider_mongocdc.core.offsets import OffsetPartition
+
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
     if args.action == "reset":
         before = store.reset(partition)

@@ -18,14 +18,17 @@ forward in the same Kafka transaction.
 
 * **snapshot** runs the snapshot application; it copies only when `snapshot.mode` asks for it
   (no offset yet with `initial`; every run with `always`; a purged resume point with
-  `when_needed`), and otherwise finishes at once ("no snapshot needed").
+  `when_needed`), and otherwise finishes at once ("no snapshot needed"). With `always` the stored
+  offset stays where it is (unless it was purged from the oplog), so the window still streams
+  every change since the previous run, deletes included, after the snapshot's read events.
 * **window** streams from the stored offset up to `data_interval_end` (or now, when that lies in
   the future).
 
 Both run in the connector's pool `mongocdc_<topic.prefix>` (one slot), as does the re-snapshot
 (`mongocdc_resnapshot`), so they queue one after the other instead of overlapping. Each also holds
-the connector's lease (a record in the offsets topic) while it runs, which keeps snapshots and
-windows apart even outside these DAGs and pools.
+the connector's lease (a record in the offsets topic) while it runs, renewed as long as it runs,
+which keeps snapshots, windows and `mongocdc offsets` changes apart even outside these DAGs and
+pools.
 
 **Configuration** (no code change): the Airflow Variable `mongocdc_connector_config` (or the
 environment variable `MONGOCDC_CONNECTOR_CONFIG`) holds the connector properties as JSON; the

@@ -37,8 +37,8 @@ DEFAULT_CONN_IDS = {"mongo": "mongocdc_default", "kafka": "kafka_default", "spar
 RESNAPSHOT_DAG_ID = "mongocdc_resnapshot"
 TAGS = ["mongocdc", "example"]
 
-# How long each kind of task may run; the connector lease lasts as long (a killed task's lease
-# frees itself after this time).
+# How long each kind of task may run. The connector's lease lasts as long and is renewed every
+# third of it while the task runs: a killed task's lease frees itself after this time at most.
 WINDOW_TIMEOUT = timedelta(minutes=55)
 SNAPSHOT_TIMEOUT = timedelta(hours=6)
 

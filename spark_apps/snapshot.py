@@ -12,7 +12,9 @@ connection details, the Kafka configuration and these parameters:
 ``reset_offset``
     whether completion moves the streaming offset to the position recorded before copying
     (default true: a full or gap-filling snapshot). False for a re-snapshot of chosen collections
-    while streaming continues without a gap: the offset keeps its position.
+    while streaming continues without a gap: the offset keeps its position. ``snapshot.mode=
+    always`` decides it itself (without ``force``): a stored offset still in the oplog is kept, so
+    the next window streams every change since the previous one; a purged one is reset.
 
 Steps (see :mod:`airflow_provider_mongocdc.core.snapshot`): check the topology (a standalone
 server is refused), read the offsets, decide per ``snapshot.mode``; for a new snapshot record the
@@ -66,10 +68,11 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     """Run in a Spark task: copy a group of chunks; returns their results.
 
     Chunks already committed (by an earlier attempt of this task or an earlier run) are skipped,
-    as read from the offsets topic when the task starts.
+    as read from the offsets topic when the task starts. Each chunk is also checked again after
+    its writer took over the chunk's ``transactional.id`` (fencing every earlier writer of it):
+    another run of the same snapshot (a Spark retry, or a second snapshot task that resumed it)
+    may have committed it since the task started, and it must not be copied twice.
     """
-    from pyspark import TaskContext
-
     from airflow_provider_mongocdc.core.config import ConnectorConfig
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
@@ -80,11 +83,9 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     partition = OffsetPartition(**task["partition"])
     store = OffsetStore(task["kafka"], config.offsets_topic)
     finished = store.finished_chunks(partition, task["snapshot_id"])
-    context = TaskContext.get()
-    retried = context is not None and context.attemptNumber() > 0
 
     def committed(chunk_id: str) -> bool:
-        # A retried task: an earlier attempt may have committed the chunk after this one started.
+        # Asked once the chunk's writer fenced the earlier ones: committed by another run since?
         return chunk_id in store.finished_chunks(partition, task["snapshot_id"])
 
     copier = ChunkCopier(
@@ -105,7 +106,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
                 continue
             if client is None:
                 client = connect(connection_details(task["mongo"], config), BackoffPolicy.from_config(config))
-            results.append(copier.copy(client, chunk, committed=committed if retried else None).to_dict())
+            results.append(copier.copy(client, chunk, committed=committed).to_dict())
     finally:
         if client is not None:
             client.close()
@@ -294,6 +295,8 @@ class SnapshotRun:
             return base | self._record_position()
         if decision.action == RESUME:
             return base | self._resume(decision.snapshot_id)
+        if decision.reset_offset is not None:  # snapshot.mode=always decides it from the offsets
+            self.reset_offset = decision.reset_offset
         return base | self._new_snapshot()
 
     def _record_position(self) -> dict[str, Any]:

@@ -18,6 +18,22 @@ only when the lease is the caller's own.
 The same ``owner`` may take its lease again (an Airflow retry of the same task instance takes
 over the lease its killed try left behind); any other owner gets :class:`~.errors.LeaseHeldError`
 naming the holder and when the lease expires.
+
+Renewal
+    A job may run longer than its ``ttl``. ``hold(..., renew=True)`` renews the lease in a
+    background thread (:class:`LeaseKeeper`) every third of the ``ttl`` while the block runs, so
+    the ``ttl`` only bounds how long the lease outlives a holder that died. A renewal succeeds
+    only while the stored lease is still the one taken (same owner, same acquisition time): when
+    it expired and someone else took it, it was released by force, or a later try of the same
+    task took it over, the holder has *lost* it. Renewals that fail for another reason (Kafka
+    unreachable) are retried until the lease is about to expire; then it counts as lost too. On
+    a loss the keeper calls ``on_lost`` (the operators kill their Spark job there) and the block
+    ends with :class:`LeaseLostError`, so that two holders never keep running side by side.
+Offsets changes
+    ``mongocdc offsets set|reset`` and :class:`~airflow_provider_mongocdc.hooks.offsets.
+    OffsetStoreHook` take the lease as kind ``offsets`` for the few seconds of the change (a
+    running window or snapshot would overwrite it when it commits): they are refused while a
+    window or snapshot holds it, and a window or snapshot cannot start meanwhile.
 """
 
 from __future__ import annotations
@@ -26,10 +42,11 @@ import json
 import logging
 import random
 import socket
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -40,9 +57,12 @@ from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT, WINDOW = "snapshot", "window"
-KINDS = (SNAPSHOT, WINDOW)
+SNAPSHOT, WINDOW, OFFSETS = "snapshot", "window", "offsets"
+KINDS = (SNAPSHOT, WINDOW, OFFSETS)
 DEFAULT_TTL = timedelta(hours=2)
+OFFSETS_TTL = timedelta(minutes=5)  # an offsets change takes seconds
+# What each kind of holder is called in messages.
+NOUNS = {SNAPSHOT: "snapshot", WINDOW: "window", OFFSETS: "offsets change"}
 # Attempts when a concurrent contender fences this one (it then re-reads and usually finds the
 # other's lease).
 FENCED_ATTEMPTS = 5
@@ -61,6 +81,18 @@ def _parse_iso(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def as_ttl(ttl: timedelta | float | int | str) -> timedelta:
+    """A lease ttl given as a timedelta or seconds, checked to be positive."""
+    value = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
+    if value <= timedelta(0):
+        raise ValueError("the lease ttl must be positive")
+    return value
+
+
+def _noun(kind: str) -> str:
+    return NOUNS.get(kind, kind)
+
+
 def owner_for_task(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
     """The lease owner of an Airflow task instance (the same for all its tries)."""
     owner = f"{dag_id}/{run_id}/{task_id}"
@@ -71,6 +103,18 @@ def task_owner(context: Mapping[str, Any]) -> str:
     """The lease owner of the task instance of an Airflow task context (``context["ti"]``)."""
     ti = context["ti"]
     return owner_for_task(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+
+
+def offsets_owner(action: str, tool: str = "mongocdc offsets") -> str:
+    """The lease owner of an offsets change: the command, the user and the process."""
+    import getpass
+    import os
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (e.g. a container without passwd entry)
+        user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown user"
+    return f"{tool} {action} by {user} (pid {os.getpid()})"
 
 
 @dataclass(frozen=True)
@@ -108,21 +152,70 @@ class Lease:
 
     def describe(self) -> str:
         return (
-            f"{self.kind} {self.owner!r}"
+            f"{_noun(self.kind)} {self.owner!r}"
             + (f" on {self.host}" if self.host else "")
             + f", acquired {_iso(self.acquired_at)}, expires {_iso(self.expires_at)}"
         )
 
+    def same_as(self, other: Lease | None) -> bool:
+        """Whether ``other`` is this lease (possibly renewed): same owner, same acquisition."""
+        return other is not None and other.owner == self.owner and other.acquired_at == self.acquired_at
+
 
 def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseHeldError:
+    holder = f"{_noun(lease.kind)} {lease.owner!r}"
+    expiry = f"if it was killed, its lease expires at {_iso(lease.expires_at)}"
+    if kind == OFFSETS:
+        return LeaseHeldError(
+            f"The offsets of connector {topic_prefix!r} were not changed: the connector is locked by "
+            f"the {holder} until {_iso(lease.expires_at)}",
+            cause=f"a running window or snapshot commits offsets of its own and would overwrite the "
+            f"change; the lease is held by {lease.describe()}",
+            fix=f"wait until that {_noun(lease.kind)} ends, pause the connector's DAGs so that no other "
+            f"starts, then run the command again; {expiry}",
+        )
+    if lease.kind == OFFSETS:
+        fix = f"run again when that offsets change is done (it takes seconds); {expiry}"
+    else:
+        fix = (
+            f"run again after that {_noun(lease.kind)} ends (Airflow: put both tasks in the pool "
+            f"mongocdc_{topic_prefix} so that they queue instead); {expiry}"
+        )
     return LeaseHeldError(
-        f"The {kind} {owner!r} cannot start: connector {topic_prefix!r} is locked by the {lease.kind} "
-        f"{lease.owner!r} until {_iso(lease.expires_at)}",
-        cause=f"a snapshot and a window of the same connector never run at the same time; the lease "
-        f"is held by {lease.describe()}",
-        fix=f"run again after that {lease.kind} ends (Airflow: put both tasks in the pool "
-        f"mongocdc_{topic_prefix} so that they queue instead); if it was killed, its lease "
-        f"expires at {_iso(lease.expires_at)}",
+        f"The {_noun(kind)} {owner!r} cannot start: connector {topic_prefix!r} is locked by the "
+        f"{holder} until {_iso(lease.expires_at)}",
+        cause=f"a snapshot, a window and an offsets change of the same connector never run at the "
+        f"same time; the lease is held by {lease.describe()}",
+        fix=fix,
+    )
+
+
+class LeaseLostError(LeaseHeldError):
+    """A running holder lost the connector's lease (it expired and was taken, or was released)."""
+
+
+def lost_error(
+    topic_prefix: str, lease: Lease, current: Lease | None, failure: BaseException | None = None
+) -> LeaseLostError:
+    """The error of ``lease``'s holder finding the stored lease to be ``current`` (or unrenewable)."""
+    if failure is not None:
+        cause = (
+            f"it could not be renewed before it expired at {_iso(lease.expires_at)} (last error: "
+            f"{failure}), so another task may take it"
+        )
+    elif current is None:
+        cause = "it was released by someone else (a forced release) while the run went on"
+    elif current.owner == lease.owner:
+        cause = f"a later try of the same task took it over ({current.describe()})"
+    else:
+        cause = f"it expired or was released, and it is now held by {current.describe()}"
+    return LeaseLostError(
+        f"The {_noun(lease.kind)} {lease.owner!r} lost the lease of connector {topic_prefix!r} while "
+        "it ran and was stopped",
+        cause=cause,
+        fix="run it again once the other holder ended: committed work is kept (a window continues "
+        "from its last committed offset, a snapshot skips its committed chunks); if renewals "
+        "failed, check that Kafka is reachable, and give the task a longer lease_ttl",
     )
 
 
@@ -194,70 +287,130 @@ class ConnectorLease:
     def acquire(self, owner: str, kind: str, ttl: timedelta | float = DEFAULT_TTL) -> Lease:
         """Take the lease for ``owner`` running ``kind`` for ``ttl`` (a timedelta or seconds).
 
-        Renews the lease when ``owner`` holds it already; raises :class:`LeaseHeldError` when
-        someone else holds a live one.
+        Takes it over when ``owner`` holds it already (a new acquisition: a holder that is still
+        running with the earlier one finds it lost when it renews); raises
+        :class:`LeaseHeldError` when someone else holds a live one.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-        ttl = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
-        if ttl <= timedelta(0):
-            raise ValueError("the lease ttl must be positive")
+        ttl = as_ttl(ttl)
 
         def write(writer: TransactionalWriter) -> Lease:
-            now = _utcnow()
             lease = self.current()
+            now = _utcnow()
             if lease is not None and lease.live(now) and lease.owner != owner:
                 raise held_error(self.topic_prefix, lease, kind, owner)
             mine = Lease(owner, kind, now, now + ttl, socket.gethostname())
-            writer.begin()
-            writer.commit([Record(self.store.topic, self.key, json.dumps(mine.to_json()).encode())])
+            self._write(writer, mine)
             return mine
 
         lease = self._exclusively(write)
         log.info("Connector %s: lease taken by %s", self.topic_prefix, lease.describe())
         return lease
 
-    def release(self, owner: str | None = None, *, force: bool = False) -> bool:
-        """Free the lease when ``owner`` holds it (any holder with ``force``).
+    def renew(self, lease: Lease, ttl: timedelta | float | None = None) -> Lease:
+        """Extend ``lease`` to ``ttl`` from now (default: its own length); returns the renewed lease.
+
+        Raises :class:`LeaseLostError` when the stored lease is no longer ``lease`` (released,
+        taken by someone else after it expired, or taken over by a later try of the same owner).
+        A lease that expired without anyone taking it is renewed: nobody else ran meanwhile.
+        """
+        ttl = as_ttl(ttl if ttl is not None else lease.expires_at - lease.acquired_at)
+
+        def write(writer: TransactionalWriter) -> Lease:
+            current = self.current()
+            if not lease.same_as(current):
+                raise lost_error(self.topic_prefix, lease, current)
+            renewed = replace(current, expires_at=_utcnow() + ttl)
+            self._write(writer, renewed)
+            return renewed
+
+        renewed = self._exclusively(write)
+        log.debug("Connector %s: lease renewed until %s", self.topic_prefix, _iso(renewed.expires_at))
+        return renewed
+
+    def release(self, owner: str | None = None, *, force: bool = False, lease: Lease | None = None) -> bool:
+        """Free the lease when ``owner`` holds it (any holder with ``force``; only that very lease,
+        not a later acquisition by the same owner, with ``lease``).
 
         Returns whether a lease was removed. A lease held by someone else is left as it is.
         """
-
-        def write(writer: TransactionalWriter) -> bool:
-            lease = self.current()
-            if lease is None:
-                return False
-            if not force and lease.owner != owner:
-                log.warning(
-                    "Connector %s: lease not released, it is held by %s", self.topic_prefix, lease.describe()
-                )
-                return False
-            writer.begin()
-            writer.commit([Record(self.store.topic, self.key, None)])
-            return True
-
-        released = self._exclusively(write)
-        if released:
-            log.info("Connector %s: lease released by %s", self.topic_prefix, owner or "force")
+        released, _current = self._release(owner, force=force, lease=lease)
         return released
 
+    def _release(
+        self, owner: str | None, *, force: bool = False, lease: Lease | None = None
+    ) -> tuple[bool, Lease | None]:
+        """``(released, the stored lease found)``."""
+        owner = lease.owner if lease is not None else owner
+
+        def write(writer: TransactionalWriter) -> tuple[bool, Lease | None]:
+            current = self.current()
+            if current is None:
+                return False, None
+            mine = lease.same_as(current) if lease is not None else current.owner == owner
+            if not force and not mine:
+                log.warning(
+                    "Connector %s: lease not released, it is held by %s",
+                    self.topic_prefix,
+                    current.describe(),
+                )
+                return False, current
+            writer.begin()
+            writer.commit([Record(self.store.topic, self.key, None)])
+            return True, current
+
+        released, current = self._exclusively(write)
+        if released:
+            log.info("Connector %s: lease released by %s", self.topic_prefix, owner or "force")
+        return released, current
+
     @contextmanager
-    def hold(self, owner: str, kind: str, ttl: timedelta | float = DEFAULT_TTL) -> Iterator[Lease]:
-        """``with lease.hold(owner, "window"):`` — acquire, run, release (also on errors)."""
+    def hold(
+        self,
+        owner: str,
+        kind: str,
+        ttl: timedelta | float = DEFAULT_TTL,
+        *,
+        renew: bool = False,
+        on_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> Iterator[Lease]:
+        """``with lease.hold(owner, "window"):`` — acquire, run, release (also on errors).
+
+        With ``renew`` a :class:`LeaseKeeper` renews the lease every third of ``ttl`` while the
+        block runs and calls ``on_lost`` when the lease is lost; the block then ends with
+        :class:`LeaseLostError` (also when the loss is only found on release), whatever the
+        block's own outcome.
+        """
+        ttl = as_ttl(ttl)
         lease = self.acquire(owner, kind, ttl)
+        keeper = LeaseKeeper(self, lease, ttl, on_lost=on_lost).start() if renew else None
         try:
             yield lease
         finally:
-            try:
-                self.release(owner)
-            except Exception as error:  # a failed release must not hide the run's own outcome
-                log.warning(
-                    "Connector %s: could not release the lease of %s (%s); it expires at %s",
-                    self.topic_prefix,
-                    owner,
-                    error,
-                    _iso(lease.expires_at),
-                )
+            lost: LeaseLostError | None = None
+            if keeper is not None:
+                keeper.stop()
+                lost, lease = keeper.lost, keeper.lease
+            if lost is None:
+                try:
+                    released, current = self._release(owner, lease=lease)
+                    if renew and not released:
+                        lost = lost_error(self.topic_prefix, lease, current)
+                except Exception as error:  # a failed release must not hide the run's own outcome
+                    log.warning(
+                        "Connector %s: could not release the lease of %s (%s); it expires at %s",
+                        self.topic_prefix,
+                        owner,
+                        error,
+                        _iso(lease.expires_at),
+                    )
+            if lost is not None:
+                raise lost
+
+    def _write(self, writer: TransactionalWriter, lease: Lease) -> None:
+        writer.begin()
+        writer.commit([Record(self.store.topic, self.key, json.dumps(lease.to_json()).encode())])
 
     def _exclusively(self, action):
         self.store.ensure_topic()
@@ -277,3 +430,87 @@ class ConnectorLease:
                 time.sleep(random.uniform(0.05, 0.5))  # contenders retry at different times
             finally:
                 writer.close()
+
+
+class LeaseKeeper:
+    """Renews a held lease in a daemon thread every ``interval`` seconds (default: a third of
+    ``ttl``) until :meth:`stop`.
+
+    A renewal that finds the lease lost ends the keeper at once; one that fails otherwise (Kafka
+    unreachable) is retried sooner, until less than half an interval of the lease is left: then
+    the lease counts as lost (another task may take it once it expires). On a loss, ``lost`` is
+    set and ``on_lost(error)`` is called from the keeper's thread.
+    """
+
+    def __init__(
+        self,
+        connector_lease: ConnectorLease,
+        lease: Lease,
+        ttl: timedelta | float,
+        *,
+        interval: float | None = None,
+        on_lost: Callable[[LeaseLostError], None] | None = None,
+    ):
+        self.connector_lease = connector_lease
+        self.lease = lease
+        self.ttl = as_ttl(ttl)
+        self.interval = float(interval) if interval else self.ttl.total_seconds() / 3
+        self.on_lost = on_lost
+        self.lost: LeaseLostError | None = None
+        self.renewals = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"mongocdc-lease-{connector_lease.topic_prefix}", daemon=True
+        )
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop renewing (waits for a renewal under way)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        prefix = self.connector_lease.topic_prefix
+        wait = self.interval
+        while not self._stopped.wait(wait):
+            try:
+                self.lease = self.connector_lease.renew(self.lease, self.ttl)
+                self.renewals += 1
+                wait = self.interval
+            except LeaseLostError as error:
+                self._lose(error)
+                return
+            except Exception as error:
+                left = (self.lease.expires_at - _utcnow()).total_seconds()
+                margin = self.interval / 2
+                if left <= margin:
+                    self._lose(lost_error(prefix, self.lease, None, failure=error))
+                    return
+                wait = max(0.5, min(self.interval, (left - margin) / 3))
+                log.warning(
+                    "Connector %s: could not renew the lease of %s (%s); next attempt in %.0f s, it "
+                    "expires at %s",
+                    prefix,
+                    self.lease.owner,
+                    error,
+                    wait,
+                    _iso(self.lease.expires_at),
+                )
+
+    def _lose(self, error: LeaseLostError) -> None:
+        self.lost = error
+        if self._stopped.is_set():
+            return  # the run ended meanwhile: hold() reports the loss, nothing to stop
+        log.error("%s", error)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(error)
+            except Exception:  # the loss is reported by hold() in any case
+                log.exception(
+                    "Connector %s: stopping the run after the lease was lost failed",
+                    self.connector_lease.topic_prefix,
+                )

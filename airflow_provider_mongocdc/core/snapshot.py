@@ -47,6 +47,12 @@ Snapshot modes (``snapshot.mode``)
     offset, ``always`` on every run, ``initial_only`` like initial, ``no_data`` only records the
     position, ``when_needed`` like initial and also when the stored resume point has been purged
     from the oplog (:func:`resume_point_purged`). A snapshot found in progress is always resumed.
+    ``always`` with a stored offset still in the oplog leaves that offset where it is
+    (``Decision.reset_offset`` False): as Debezium's ``always`` snapshots at every start and then
+    streams on from the stored offset, the next window streams every change since the previous
+    one (deletes included) after the snapshot's read events, instead of skipping them to the
+    snapshot's start. A purged stored offset is replaced by the snapshot's start, as in
+    ``when_needed``.
 """
 
 from __future__ import annotations
@@ -609,11 +615,16 @@ def needs_snapshot(state: OffsetState | None, mode: str, *, purged: Callable[[],
 
 @dataclass(frozen=True)
 class Decision:
-    """What a snapshot run does: ``resume``, ``snapshot``, ``record_position`` or ``nothing``."""
+    """What a snapshot run does: ``resume``, ``snapshot``, ``record_position`` or ``nothing``.
+
+    ``reset_offset`` (new snapshots): whether completion moves the stored offsets to the
+    snapshot's start; None leaves it to the run's ``reset_offset`` parameter.
+    """
 
     action: str
     reason: str
     snapshot_id: str | None = None
+    reset_offset: bool | None = None
 
 
 def decide(
@@ -650,7 +661,19 @@ def decide(
         if reason:
             reasons.append(reason if len(states) == 1 else f"{partition.rs}: {reason}")
     if reasons:
-        return Decision(SNAPSHOT, "; ".join(reasons))
+        reset_offset = None
+        stored = {p: s.position for p, s in states.items() if s is not None and s.position is not None}
+        if mode == "always" and stored:
+            # Streaming stays continuous: the stored offsets stay, unless one was purged.
+            lost = [p.rs for p, position in stored.items() if purged and purged(p, position)]
+            reset_offset = bool(lost)
+            reasons.append(
+                f"the stored resume point of {', '.join(lost)} is no longer in the oplog: streaming "
+                "restarts from this snapshot's start"
+                if lost
+                else "streaming continues from the stored offset"
+            )
+        return Decision(SNAPSHOT, "; ".join(reasons), reset_offset=reset_offset)
     missing = [p for p, state in states.items() if state is None or state.position is None]
     if mode == "no_data" and missing:
         return Decision(
@@ -758,7 +781,8 @@ class ChunkCopier:
 
         ``committed(chunk_id)``, when given, is asked after the chunk's writer took over its
         ``transactional.id`` (so no earlier writer of the chunk can still commit): a chunk found
-        committed then is not copied again (a retried Spark task).
+        committed then is not copied again (a retried Spark task, or another run that resumed
+        the same snapshot).
         """
         from airflow_provider_mongocdc.core.writer import TransactionalWriter
 

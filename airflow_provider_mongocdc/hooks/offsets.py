@@ -1,4 +1,9 @@
-"""Airflow hook for a connector's offsets: show them, reset them, move them."""
+"""Airflow hook for a connector's offsets: show them, reset them, move them.
+
+``reset`` and ``set_position`` hold the connector's lease (kind ``offsets``, see
+:mod:`airflow_provider_mongocdc.core.lease`) for the change: a running window or snapshot would
+overwrite it when it commits, so they raise ``LeaseHeldError`` naming the holder while one runs.
+"""
 
 from __future__ import annotations
 
@@ -76,11 +81,22 @@ class OffsetStoreHook(BaseHook):
         return shown
 
     def reset(self, rs: str) -> tuple[OffsetState | None, None]:
-        """Delete the offset (and snapshot chunk markers) of ``rs``; returns ``(before, None)``."""
-        return self.store.reset(self.partition(rs)), None
+        """Delete the offset (and snapshot chunk markers) of ``rs``; returns ``(before, None)``.
+        Raises ``LeaseHeldError`` while a window or snapshot of the connector runs."""
+        with self._lease("reset"):
+            return self.store.reset(self.partition(rs)), None
 
     def set_position(
         self, rs: str, *, resume_token: Mapping[str, Any] | None = None, cluster_time: Timestamp | None = None
     ) -> tuple[OffsetState | None, OffsetState]:
-        """Move ``rs`` to a resume token and/or cluster time; returns ``(before, after)``."""
-        return self.store.set_position(self.partition(rs), Position(resume_token, cluster_time))
+        """Move ``rs`` to a resume token and/or cluster time; returns ``(before, after)``.
+        Raises ``LeaseHeldError`` while a window or snapshot of the connector runs."""
+        with self._lease("set_position"):
+            return self.store.set_position(self.partition(rs), Position(resume_token, cluster_time))
+
+    def _lease(self, action: str):
+        """The connector's lease, held for an offsets change."""
+        from airflow_provider_mongocdc.core.lease import OFFSETS, OFFSETS_TTL, ConnectorLease, offsets_owner
+
+        lease = ConnectorLease(self.store.kafka_config, self.topic_prefix, self.offsets_topic)
+        return lease.hold(offsets_owner(action, tool="OffsetStoreHook"), OFFSETS, OFFSETS_TTL)

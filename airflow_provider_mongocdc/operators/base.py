@@ -126,22 +126,35 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     # -- the connector's lease ----------------------------------------------------------------------
     def hold_lease(self, context, config: ConnectorConfig, kind: str):
-        """Hold the connector's lease (core/lease.py) for this task while the block runs."""
+        """Hold the connector's lease (core/lease.py) for this task while the block runs.
+
+        The lease lasts ``lease_ttl`` (default: the task's execution_timeout, else 2 hours) and is
+        renewed every third of it while the task runs. When it is lost (it expired and another task
+        took it), the Spark job is killed and the block ends with LeaseLostError.
+        """
         from airflow_provider_mongocdc.core.lease import (
             DEFAULT_TTL,
             ConnectorLease,
+            as_ttl,
             owner_for_task,
             task_owner,
         )
 
-        ttl = getattr(self, "lease_ttl", None) or self.execution_timeout or DEFAULT_TTL
+        ttl = as_ttl(getattr(self, "lease_ttl", None) or self.execution_timeout or DEFAULT_TTL)
         lease = ConnectorLease.for_config(self.kafka_config(), config)
         owner = (
             task_owner(context)
             if context and "ti" in context
             else owner_for_task(self.dag_id, self.task_id, "manual")
         )
-        return lease.hold(owner, kind, ttl)
+        self._lease_lost = None
+        return lease.hold(owner, kind, ttl, renew=True, on_lost=self._on_lease_lost)
+
+    def _on_lease_lost(self, error) -> None:
+        """Called by the lease keeper's thread: stop the Spark job, which no longer holds the lease."""
+        self._lease_lost = error
+        if getattr(self, "_hook", None) is not None:  # a job was submitted: kill it
+            self.on_kill()
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
@@ -176,6 +189,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 {k: v for k, v in spec.redacted().items() if k != "connector"},
             )
             try:
+                if getattr(self, "_lease_lost", None) is not None:
+                    raise self._lease_lost  # the connector's lease was lost before the job started
                 super().execute(context)
             except Exception as error:
                 result = read_result(result_path)

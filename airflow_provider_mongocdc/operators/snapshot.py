@@ -20,7 +20,9 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
 
     What runs depends on ``snapshot.mode`` and the stored offsets: ``initial`` (default) copies
     when there is no offset and does nothing once a snapshot completed; ``always`` copies on
-    every run; ``initial_only`` copies like ``initial`` (stream windows then stay idle);
+    every run and keeps a stored offset that is still in the oplog (so the next window streams
+    every change since the previous one, after the read events; without ``force``, this decides
+    ``reset_offset``); ``initial_only`` copies like ``initial`` (stream windows then stay idle);
     ``no_data`` records the stream position without copying; ``when_needed`` copies like
     ``initial`` and also when the stored resume point is no longer in the oplog. A snapshot
     interrupted earlier (killed, failed) is resumed: its committed chunks are skipped.
@@ -45,8 +47,11 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         position recorded before copying. True (default) for a full or gap-filling snapshot;
         False for a re-snapshot of chosen collections while streaming goes on without a gap.
         (templated)
-    :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
-        the task's ``execution_timeout``, else 2 hours).
+    :param lease_ttl: how long the connector's lease lasts if this task dies without releasing it
+        (a timedelta or seconds; default: the task's ``execution_timeout``, else 2 hours). While
+        the task runs the lease is renewed every third of it, so a snapshot may run longer; if a
+        renewal finds the lease lost (it expired and another task took it), the Spark job is
+        killed and the task fails with ``LeaseLostError``.
     Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
     ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
     """
@@ -65,7 +70,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         collections: Sequence[str] | str | None = None,
         force: bool | str = False,
         reset_offset: bool | str = True,
-        lease_ttl: timedelta | None = None,
+        lease_ttl: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

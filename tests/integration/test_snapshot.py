@@ -261,15 +261,17 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     )
     assert after.position == before.position  # streaming goes on from where it was
 
-    # always: a new snapshot on every run, and the offset moves to its recorded start.
+    # always: a new snapshot on every run; the stored offset (still in the oplog) stays, so that
+    # streaming goes on from it without skipping the changes since.
     always = run(main, "always")
     assert always["action"] == "snapshot" and always["snapshot_id"] not in (
         first["snapshot_id"],
         partial["snapshot_id"],
     )
+    assert always["reset_offset"] is False and "continues from the stored offset" in always["reason"]
     assert counts(main) == {"customers": 600, "orders": 250 + 251 + 251}
     state = store.read(partition)
-    assert state.position == Position.from_json(always["start_position"][rs])
+    assert state.position == before.position
     assert state.snapshot.snapshot_id == always["snapshot_id"]
     assert store.chunk_markers(partition, first["snapshot_id"]) == {}  # older markers are deleted
 

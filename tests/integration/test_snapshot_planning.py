@@ -156,7 +156,7 @@ def test_snapshot_mode_decisions():
     running = OffsetState().snapshot_started("s2", position, 3)
 
     def never(*_):
-        raise AssertionError("the oplog is only checked for when_needed")
+        raise AssertionError("the oplog is only checked for a stored offset with when_needed or always")
 
     for mode in ("initial", "initial_only", "always", "when_needed"):
         assert decide({partition: None}, mode, purged=never).action == SNAPSHOT
@@ -166,7 +166,11 @@ def test_snapshot_mode_decisions():
     for mode in ("initial", "initial_only", "no_data"):
         decision = decide({partition: completed}, mode, purged=never)
         assert decision.action == NOTHING and "s1 is already completed" in decision.reason
-    assert decide({partition: completed}, "always", purged=never).action == SNAPSHOT
+    kept = decide({partition: completed}, "always", purged=lambda *_: False)
+    assert kept.action == SNAPSHOT and kept.reset_offset is False  # streaming goes on from the offset
+    gone = decide({partition: completed}, "always", purged=lambda *_: True)
+    assert gone.action == SNAPSHOT and gone.reset_offset is True and "no longer in the oplog" in gone.reason
+    assert decide({partition: completed}, "initial", purged=never).reset_offset is None
     assert decide({partition: completed}, "initial", force=True, purged=never).action == SNAPSHOT
     assert decide({partition: completed}, "when_needed", purged=lambda *_: False).action == NOTHING
     purged = decide({partition: completed}, "when_needed", purged=lambda *_: True)
