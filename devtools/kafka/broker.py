@@ -24,8 +24,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 JAR_DIR = Path(os.environ.get("MONGOCDC_KAFKA_JARS", HERE / "target" / "lib"))
-START_TIMEOUT_S = 90.0
+# Bounds only: a JVM start on a loaded 2-core machine can take a minute or more.
+START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
+KILL_TIMEOUT_S = 60.0
 
 # Single-node settings: internal topics with replication factor 1 and min ISR 1 so that
 # consumer groups and transactions work; a fast log cleaner so compaction is observable.
@@ -310,7 +312,10 @@ class KafkaBroker:
         """Kill -9 the broker (fault tests); data and ports stay so that restart() can reuse them."""
         if self.pid:
             _signal_group(self.pid, signal.SIGKILL)
-            _wait_gone(self.pid, 10)
+            if not _wait_gone(self.pid, KILL_TIMEOUT_S):
+                raise KafkaLaunchError(
+                    f"The Kafka broker (pid {self.pid}) survived SIGKILL for {KILL_TIMEOUT_S:.0f}s"
+                )
             if self.process is not None:
                 try:
                     self.process.wait(timeout=1)

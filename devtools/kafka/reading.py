@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+# Bounds of broker round trips; they only bound a failure, so they leave room for a loaded machine.
+REQUEST_TIMEOUT_S = 60.0
+# How long a read_committed read waits for the commit markers of just-committed transactions. The
+# markers take milliseconds; the wait only lasts this long when a transaction is really left open
+# (a killed producer's), which no wait ends: pass ``settle=0`` where that is expected.
+SETTLE_S = 60.0
+
 
 @dataclass(frozen=True)
 class ReadRecord:
@@ -19,7 +26,7 @@ class ReadRecord:
     value: bytes | None
 
 
-def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
+def wait_stable(bootstrap: str, topic: str, timeout: float = SETTLE_S) -> bool:
     """Wait until no transaction holds ``topic`` back (last stable offset == high watermark).
 
     A producer's commit returns before the broker has written the commit markers into the
@@ -27,7 +34,9 @@ def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
     False when a transaction is still open after ``timeout`` (then readers see up to it).
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(topic, timeout=10)
+    # The metadata of all topics: asking for the one topic would make a broker with
+    # auto.create.topics.enable create it (with the broker's default configuration).
+    metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         return True
@@ -37,7 +46,9 @@ def wait_stable(bootstrap: str, topic: str, timeout: float = 5.0) -> bool:
         ends = {}
         for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
             futures = admin.list_offsets(
-                {tp: OffsetSpec.latest() for tp in partitions}, isolation_level=level, request_timeout=10
+                {tp: OffsetSpec.latest() for tp in partitions},
+                isolation_level=level,
+                request_timeout=REQUEST_TIMEOUT_S,
             )
             ends[level] = {tp.partition: future.result().offset for tp, future in futures.items()}
         if ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
@@ -52,9 +63,9 @@ def read_topic(
     topic: str,
     *,
     isolation: str = "read_committed",
-    timeout: float = 30.0,
+    timeout: float = 120.0,
     extra_config: dict | None = None,
-    settle: float = 5.0,
+    settle: float = SETTLE_S,
 ) -> list[ReadRecord]:
     """Every record of ``topic`` from the beginning to the end offsets seen at the call.
 
@@ -76,13 +87,15 @@ def read_topic(
     config.update(extra_config or {})
     consumer = Consumer(config)
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
+        metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             return []
         ends = {}
         for pid in info.partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10, cached=False)
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, pid), timeout=REQUEST_TIMEOUT_S, cached=False
+            )
             ends[pid] = high
         assignment = [TopicPartition(topic, pid, 0) for pid, high in ends.items() if high > 0]
         if not assignment:
