@@ -4,6 +4,7 @@ server-side pipelines, postBatchResumeToken, resuming and ChangeStreamHistoryLos
 from __future__ import annotations
 
 import datetime
+import time
 
 import pytest
 from bson import Timestamp
@@ -13,12 +14,14 @@ from pymongo.errors import OperationFailure
 pytestmark = pytest.mark.fidelity
 
 
-def _next(stream, limit: int = 50):
-    for _ in range(limit):
+def _next(stream, timeout: float = 120):
+    """The next change event, waiting for it at most ``timeout`` seconds (a bound only)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         event = stream.try_next()
         if event is not None:
             return event
-    raise AssertionError("no change event arrived")
+    raise AssertionError(f"no change event arrived within {timeout:.0f} s")
 
 
 def _drain(stream, count: int) -> list:

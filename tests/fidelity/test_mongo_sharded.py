@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
@@ -14,12 +16,14 @@ def cluster(mongosim):
     return mongosim(mode="sharded", shards=2)
 
 
-def _next(stream, limit: int = 100):
-    for _ in range(limit):
+def _next(stream, timeout: float = 120):
+    """The next change event, waiting for it at most ``timeout`` seconds (a bound only)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         event = stream.try_next()
         if event is not None:
             return event
-    raise AssertionError("no change event arrived")
+    raise AssertionError(f"no change event arrived within {timeout:.0f} s")
 
 
 def test_mongos_identifies_itself(cluster):
@@ -92,12 +96,14 @@ def test_shard_key_in_document_key_on_a_shard_stream(cluster):
             ]
             mongo.shop.orders.insert_many([{"_id": i, "customer": f"k{i}"} for i in range(10)])
             seen = []
-            for stream in streams:
-                while True:
+            deadline = time.monotonic() + 120
+            while len(seen) < 10 and time.monotonic() < deadline:
+                for stream in streams:
                     event = stream.try_next()
-                    if event is None:
-                        break
-                    seen.append(event["documentKey"])
+                    if event is not None:
+                        seen.append(event["documentKey"])
+            for stream in streams:
+                assert stream.try_next() is None  # nothing more: each insert once, on one shard
                 stream.close()
         assert sorted(seen, key=lambda k: k["_id"]) == [{"customer": f"k{i}", "_id": i} for i in range(10)]
 
