@@ -22,6 +22,7 @@ from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write
 
 log = logging.getLogger("airflow_provider_mongocdc")
 SUMMARY_MARKER = "MONGOCDC_SUMMARY "
+LOG_LEVEL_CONF = "spark.mongocdc.log.level"
 
 
 def _resolve_spec_path(path: str) -> str:
@@ -77,7 +78,11 @@ class LazySparkSession:
             from pyspark.sql import SparkSession
 
             self._session = SparkSession.builder.appName(self._app_name).getOrCreate()
-            self._session.sparkContext.setLogLevel("WARN")
+            # The operators' spark_log_level (none: Spark's logging as the installation sets it).
+            # Set on the SparkContext, it reaches the executors (spark.executor.syncLogLevel.enabled).
+            level = self._session.sparkContext.getConf().get(LOG_LEVEL_CONF, None)
+            if level:
+                self._session.sparkContext.setLogLevel(level)
         return self._session
 
     def __getattr__(self, name: str):

@@ -5,26 +5,40 @@ configuration before anything is submitted, writes the job spec to an owner-only
 (its path is the only argument on the spark-submit command line), ships the provider's code to
 the executors as a zip (``py_files``), and turns the application's result file into the task's
 return value (pushed to XCom) or into one clear error.
+
+Spark's own logging is kept at ``spark_log_level`` (default WARN) so that the task log holds the
+provider's progress lines rather than Spark's INFO chatter. The level travels as the Spark property
+``spark.mongocdc.log.level``: the application sets it on its SparkContext, which, with
+``spark.executor.syncLogLevel.enabled``, passes it on to every executor (any master, any deploy
+mode). In client deploy mode the driver JVM also starts with the packaged
+``spark-log4j2.properties`` (through ``SPARK_SUBMIT_OPTS``) at that level, which quiets Spark's
+start-up lines too, unless a log4j configuration of the user's is found.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk import BaseHook
 
 import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
+# Log4j 2 configuration of the driver JVM in client deploy mode (shipped in the wheel).
+SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.properties")
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 
 
 def application_path(name: str) -> str:
@@ -70,6 +84,10 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     :param kafka_conn_id: the Kafka connection (its extra is the librdkafka configuration). (templated)
     :param spark_conn_id: the Spark connection (master URL, deploy mode). Other keyword arguments
         go to SparkSubmitOperator (conf, executor_memory, num_executors, ...).
+    :param spark_log_level: the level of Spark's own logging in the driver and the executors
+        (default ``WARN``; ``INFO`` gives Spark's usual output back). A ``spark.log.level`` in
+        ``conf`` takes precedence. ``None`` leaves Spark's logging to the Spark installation's
+        configuration. The provider's progress lines are logged whatever the level.
     """
 
     application_name: str = ""
@@ -91,8 +109,16 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         kafka_conn_id: str = "kafka_default",
         spark_conn_id: str = "spark_default",
         name: str | None = None,
+        spark_log_level: str | None = "WARN",
         **kwargs: Any,
     ) -> None:
+        if spark_log_level is not None and str(spark_log_level).upper() not in SPARK_LOG_LEVELS:
+            from airflow_provider_mongocdc.core.errors import ConfigError
+
+            raise ConfigError(
+                f"spark_log_level {spark_log_level!r} is not a log level of Spark",
+                fix=f"use one of {', '.join(SPARK_LOG_LEVELS)}, or None to keep Spark's own configuration",
+            )
         kwargs.setdefault("conn_id", spark_conn_id)
         super().__init__(
             application=application_path(self.application_name),
@@ -103,6 +129,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         self.mongo_conn_id = mongo_conn_id
         self.kafka_conn_id = kafka_conn_id
         self.spark_conn_id = kwargs["conn_id"]
+        self.spark_log_level = spark_log_level.upper() if spark_log_level else None
 
     # -- what subclasses provide -------------------------------------------------------------------
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
@@ -156,6 +183,66 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         if getattr(self, "_hook", None) is not None:  # a job was submitted: kill it
             self.on_kill()
 
+    # -- Spark's own logging ------------------------------------------------------------------------
+    def _effective_spark_log_level(self) -> str | None:
+        """spark_log_level, or the user's spark.log.level (Spark applies it at the SparkContext's start)."""
+        if not self.spark_log_level:
+            return None
+        return str((self.conf or {}).get("spark.log.level") or self.spark_log_level).upper()
+
+    def spark_log_conf(self) -> dict[str, str]:
+        """Spark properties that set Spark's log level in the driver and the executors (read by
+        spark_apps/runtime.py). Spark's own spark.log.level is not used: the level it sets at the
+        SparkContext's start does not reach the executors."""
+        level = self._effective_spark_log_level()
+        if not level:
+            return {}
+        return {"spark.mongocdc.log.level": level, "spark.executor.syncLogLevel.enabled": "true"}
+
+    def _submit_deploy_mode(self) -> str:
+        mode = self._deploy_mode or (self.conf or {}).get("spark.submit.deployMode")
+        if not mode:
+            try:
+                mode = BaseHook.get_connection(self.spark_conn_id).extra_dejson.get("deploy-mode")
+            except Exception:  # no such connection: SparkSubmitHook falls back to its defaults
+                mode = None
+        return str(mode or "client").lower()
+
+    def _users_log4j_config(self) -> bool:
+        """Whether the user configured the driver's log4j: JVM options or a conf directory with one."""
+        conf = self.conf or {}
+        env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
+        options = " ".join(
+            str(conf.get(key, ""))
+            for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions")
+        )
+        if "log4j" in options or "log4j" in env.get("SPARK_SUBMIT_OPTS", ""):
+            return True
+        conf_dirs = [env.get("SPARK_CONF_DIR"), env.get("SPARK_HOME") and f"{env['SPARK_HOME']}/conf"]
+        return any(d and any(Path(d).glob("log4j2*.*")) for d in conf_dirs if d and Path(d).is_dir())
+
+    @contextlib.contextmanager
+    def _driver_jvm_logging(self) -> Iterator[None]:
+        """While spark-submit runs: the packaged log4j configuration for the driver JVM (client
+        deploy mode only: in cluster mode the spark-submit JVM is a client whose INFO lines the
+        Spark hook reads to follow the application)."""
+        level = self._effective_spark_log_level()
+        if not level or self._submit_deploy_mode() == "cluster" or self._users_log4j_config():
+            yield
+            return
+        options = (
+            f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()} -Dmongocdc.spark.log.level={level}"
+        )
+        previous = os.environ.get("SPARK_SUBMIT_OPTS")
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {options}" if previous else options
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("SPARK_SUBMIT_OPTS", None)
+            else:
+                os.environ["SPARK_SUBMIT_OPTS"] = previous
+
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
@@ -179,7 +266,11 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             self.application_args = ["--job-spec", str(spec_path), "--result", str(result_path)]
             archive = build_code_archive(tmp)
             self.py_files = ",".join(p for p in (self.py_files, archive) if p)
-            self.conf = {"spark.ui.showConsoleProgress": "false", **(self.conf or {})}
+            self.conf = {
+                "spark.ui.showConsoleProgress": "false",
+                **self.spark_log_conf(),
+                **(self.conf or {}),
+            }
             self._conn_id = self.spark_conn_id  # templated here; SparkSubmitOperator reads _conn_id
             self._hook = None  # rebuild the hook with the arguments set above
             self.log.info(
@@ -191,7 +282,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             try:
                 if getattr(self, "_lease_lost", None) is not None:
                     raise self._lease_lost  # the connector's lease was lost before the job started
-                super().execute(context)
+                with self._driver_jvm_logging():
+                    super().execute(context)
             except Exception as error:
                 result = read_result(result_path)
                 if result and result.get("status") == "failed":
