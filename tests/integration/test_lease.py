@@ -11,9 +11,17 @@ from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.errors import LeaseHeldError
 from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, Position
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
+
+
+def settled(lease: ConnectorLease) -> ConnectorLease:
+    """``lease``, whose reads (current, check) wait for the commit markers of the lease
+    transactions just committed (see tests/settled_offsets.py)."""
+    lease.store = SettledOffsetStore(lease.kafka_config, lease.store.topic)
+    return lease
 
 
 @pytest.fixture
@@ -22,7 +30,7 @@ def kafka_config(kafka_bootstrap):
 
 
 def test_a_window_finds_the_snapshots_lease_and_names_its_holder(kafka_config, unique_name):
-    lease = ConnectorLease(kafka_config, unique_name)
+    lease = settled(ConnectorLease(kafka_config, unique_name))
     snapshot_owner = owner_for_task("mongocdc_resnapshot", "resnapshot", "manual__1")
     window_owner = owner_for_task("mongocdc_hourly", "window", "scheduled__2")
 
@@ -54,14 +62,20 @@ def test_a_window_finds_the_snapshots_lease_and_names_its_holder(kafka_config, u
 
 
 def test_hold_releases_on_error_and_an_expired_lease_is_free(kafka_config, unique_name):
-    lease = ConnectorLease(kafka_config, unique_name)
+    lease = settled(ConnectorLease(kafka_config, unique_name))
     with pytest.raises(RuntimeError, match="spark-submit failed"):
         with lease.hold("dag/run/snapshot", SNAPSHOT):
             raise RuntimeError("spark-submit failed")
     assert lease.current() is None
 
-    lease.acquire("dag/killed-run/snapshot", SNAPSHOT, ttl=1)  # its holder dies without releasing
-    time.sleep(1.5)
+    # Its holder dies without releasing; once the lease's own expiry has passed, it is free.
+    killed = lease.acquire("dag/killed-run/snapshot", SNAPSHOT, ttl=1)
+    deadline = time.monotonic() + 120
+    while killed.live():
+        assert time.monotonic() < deadline, f"the clock did not pass the lease's expiry {killed.expires_at}"
+        time.sleep(0.1)
+    stored = lease.current()  # still there, but expired
+    assert stored.owner == killed.owner and not stored.live()
     assert lease.check("dag/next/window", WINDOW) is None
     assert lease.acquire("dag/next/window", WINDOW).owner == "dag/next/window"
 
@@ -85,18 +99,19 @@ def test_concurrent_contenders_get_the_lease_once(kafka_config, unique_name):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "a contender did not get an answer within 300 s"
     assert failures == []
     assert len(lease_holders) == 1, (lease_holders, refused)
     assert len(refused) == 2
-    assert ConnectorLease(kafka_config, unique_name).current().owner == lease_holders[0]
+    assert settled(ConnectorLease(kafka_config, unique_name)).current().owner == lease_holders[0]
 
 
 def test_the_lease_record_leaves_the_offsets_as_they_are(kafka_config, unique_name):
-    store = OffsetStore(kafka_config, f"{unique_name}.offsets")
+    store = SettledOffsetStore(kafka_config, f"{unique_name}.offsets")
     partition = OffsetPartition(unique_name, "rs0")
     state = store.write(partition, OffsetState(position=Position(cluster_time=Timestamp(1_700_000_000, 3))))
-    lease = ConnectorLease(kafka_config, unique_name)
+    lease = settled(ConnectorLease(kafka_config, unique_name))
     lease.acquire("dag/run/window", WINDOW)
 
     assert store.read_all() == {partition: state}

@@ -10,6 +10,7 @@ from bson.timestamp import Timestamp
 from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 from airflow_provider_mongocdc.hooks.offsets import OffsetStoreHook
+from devtools.kafka.reading import wait_stable
 
 pytestmark = pytest.mark.integration
 
@@ -72,10 +73,13 @@ def test_offset_store_hook_shows_sets_and_resets(monkeypatch, kafka_bootstrap, u
 
     before, after = hook.set_position("rs0", cluster_time=Timestamp(1714557600, 2))
     assert before is None and after.cluster_time == Timestamp(1714557600, 2)
+    # Each read below follows a commit: wait for its markers (see tests/settled_offsets.py).
+    wait_stable(kafka_bootstrap, hook.offsets_topic)
     before, after = hook.set_position(
         "rs0", resume_token={"_data": "82AB"}, cluster_time=Timestamp(1714557601, 1)
     )
     assert before.cluster_time == Timestamp(1714557600, 2) and after.resume_token == {"_data": "82AB"}
+    wait_stable(kafka_bootstrap, hook.offsets_topic)
     shown = hook.show()
     assert shown["topic"] == f"{unique_name}.offsets"
     assert [(p["partition"]["rs"], p["offset"]["resume_token"]) for p in shown["partitions"]] == [
@@ -85,6 +89,7 @@ def test_offset_store_hook_shows_sets_and_resets(monkeypatch, kafka_bootstrap, u
 
     before, after = hook.reset("rs0")
     assert before.resume_token == {"_data": "82AB"} and after is None
+    wait_stable(kafka_bootstrap, hook.offsets_topic)
     assert hook.read("rs0") is None and hook.show()["partitions"] == []
 
 
@@ -96,6 +101,7 @@ def test_offset_store_hook_honours_offset_storage_topic(monkeypatch, kafka_boots
         "kafka_offsets2", topic_prefix=unique_name, offsets_topic=f"{unique_name}.custom-offsets"
     )
     hook.set_position("cluster", cluster_time=Timestamp(7, 1))
+    wait_stable(kafka_bootstrap, f"{unique_name}.custom-offsets")
     assert hook.show()["topic"] == f"{unique_name}.custom-offsets"
     assert OffsetStoreHook("kafka_offsets2", topic_prefix=unique_name).read("cluster") is None
     with pytest.raises(ConfigError):

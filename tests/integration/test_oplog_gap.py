@@ -219,7 +219,8 @@ def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, 
 
     with pytest.raises(ConnectionFailedError):
         sensor(props, ids, soft_fail=True).execute({"ti": FirstTry()})
-    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"])))
+    # (Its reconnection attempts, 1 s of server selection each, take a while on a loaded machine.)
+    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"]), timeout=300))
     assert event["status"] == "error" and event["error"] == "ConnectionFailedError"
     with pytest.raises(ConnectionFailedError, match="not a gap"):
         sensor(props, ids, soft_fail=True).execute_complete({}, event)

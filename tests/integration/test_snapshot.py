@@ -19,7 +19,6 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_COMPLETED,
     OffsetPartition,
-    OffsetStore,
     Position,
 )
 from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
@@ -36,6 +35,7 @@ from tests.integration.snapshot_helpers import (
     wait_until,
     write_spec,
 )
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(
         "connect.max.attempts": 1,
     }
     spec, result = write_spec(tmp_path, connector, mongo_details(mongodb_uri), kafka)
-    store = OffsetStore(kafka, f"{prefix}.offsets", read_timeout_s=20)
+    store = SettledOffsetStore(kafka, f"{prefix}.offsets")
     partition = OffsetPartition(prefix, rs)
 
     # 1. Start, and kill -9 the whole spark-submit process group once some chunks committed.
@@ -248,7 +248,7 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     assert counts(main) == {"customers": 300, "orders": 250}
 
     # collections subset without moving the streaming offset (a partial re-snapshot).
-    store = OffsetStore(kafka, f"{main}.offsets", read_timeout_s=20)
+    store = SettledOffsetStore(kafka, f"{main}.offsets")
     partition = OffsetPartition(main, rs)
     before = store.read(partition)
     client[database]["orders"].insert_one({"_id": 100_000, "late": True})
@@ -280,7 +280,7 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     no_data = run(quiet, "no_data")
     assert no_data["action"] == "record_position" and no_data["documents"] == 0
     assert counts(quiet) == {"customers": 0, "orders": 0}
-    quiet_store = OffsetStore(kafka, f"{quiet}.offsets", read_timeout_s=20)
+    quiet_store = SettledOffsetStore(kafka, f"{quiet}.offsets")
     quiet_partition = OffsetPartition(quiet, rs)
     recorded = quiet_store.read(quiet_partition)
     assert recorded.snapshot.status == SNAPSHOT_COMPLETED and recorded.position is not None

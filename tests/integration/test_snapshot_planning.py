@@ -15,7 +15,6 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.offsets import (
     OffsetPartition,
     OffsetState,
-    OffsetStore,
     Position,
 )
 from airflow_provider_mongocdc.core.snapshot import (
@@ -30,6 +29,7 @@ from airflow_provider_mongocdc.core.snapshot import (
     plan_collection,
 )
 from airflow_provider_mongocdc.core.writer import TransactionalWriter
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +104,7 @@ def test_chunks_read_every_document_exactly_once(mongodb_uri, unique_name):
 
 def test_plan_is_stored_and_read_back_identically(kafka_bootstrap, unique_name):
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=20)
+    store = SettledOffsetStore(kafka, f"{unique_name}.offsets")
     store.ensure_topic()
     partition = OffsetPartition(unique_name, "rs0")
     bounds = [

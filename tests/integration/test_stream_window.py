@@ -187,7 +187,7 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     pass_second(client, end_c, marker_db)
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    summary = run_window(target, config, kafka, WindowParams(end_c, idle_timeout_s=20))
+    summary = run_window(target, config, kafka, WindowParams(end_c, idle_timeout_s=60))
     assert summary["events"] == 0 and summary["reached_end"] is True
     state = store.read(partition)
     assert state.cluster_time == end_c > end_b
@@ -215,7 +215,7 @@ def test_collection_scoped_window_ends_at_an_invalidate_and_the_next_starts_afte
         pass_second(client, end, f"{db_name}_m")
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    params = WindowParams(end, idle_timeout_s=20)
+    params = WindowParams(end, idle_timeout_s=60)
     topic = f"{unique_name}.{db_name}.carts"
 
     first = run_window(target, config, kafka, params)
@@ -237,38 +237,48 @@ def test_live_window_commits_on_time_and_stops_at_its_end(mongodb_uri, kafka_boo
     store, partition = seed_offset(mongodb_uri, kafka, props)
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    # The end lies far enough ahead that the window (started at once) is streaming well before
+    # it: a window starting after its end would read the inserts as one backlog, in less than a
+    # commit interval, and show no intermediate commit.
     params = WindowParams(
-        datetime.now(timezone.utc) + timedelta(seconds=10), idle_timeout_s=30, commit_interval_s=1
+        datetime.now(timezone.utc) + timedelta(seconds=30), idle_timeout_s=60, commit_interval_s=1
     )
     written: list[tuple[int, Timestamp]] = []
     outcome: dict = {}
 
-    def write() -> None:  # one insert every 0.2 s until after the window end
+    def write() -> None:  # one insert every 0.2 s until past the window end
         with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
-            for n in range(200):
+            n = 0
+            while not written or written[-1][1] < next_second(params.end):
                 written.append((n, insert_at(client[db_name].items, {"_id": n})))
-                if written[-1][1] >= next_second(params.end):
-                    return
+                n += 1
                 time.sleep(0.2)
 
     def window() -> None:
-        outcome["summary"] = run_window(target, config, kafka, params)
+        try:
+            outcome["summary"] = run_window(target, config, kafka, params)
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
 
     threads = [threading.Thread(target=write, daemon=True), threading.Thread(target=window, daemon=True)]
     for thread in threads:
         thread.start()
     # While the window runs, batches far smaller than max.batch.size become visible with their offset.
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while True:
         state = store.read(partition)
         if state.windows == 0 and state.events > 0:
             break
-        assert state.windows == 0, "the window ended without an intermediate commit"
-        assert time.monotonic() < deadline
+        assert state.windows == 0, (
+            f"the window ended without an intermediate commit (it started more than 30 s late?): {outcome}"
+        )
+        assert time.monotonic() < deadline, f"no intermediate commit within 180 s: {outcome}"
         time.sleep(0.2)
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "the writer or the window did not end within 300 s"
 
+    assert "error" not in outcome, outcome.get("error")
     summary = outcome["summary"]
     inside = [n for n, ts in written if ts < params.end]
     assert inside and len(inside) < len(written)

@@ -26,6 +26,10 @@ from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, discover
 pytestmark = pytest.mark.integration
 
 FAST = BackoffPolicy(initial_delay_ms=10, max_delay_ms=40, max_attempts=3)
+# The server selection timeout of the connections that must fail: it also bounds the direct probe
+# of each seed that recognises a standalone server or another replica set (at most 2 s), which
+# has to answer in time on a loaded machine.
+PROBED_SELECTION_MS = 2000
 
 
 def test_replica_set_is_discovered_with_members_primary_and_oplog_window(mongodb_uri, unique_name):
@@ -118,7 +122,7 @@ def test_standalone_server_is_refused_with_the_fix(mongosim):
     address = sim.member_addresses[0]
     with pytest.raises(TopologyError, match="standalone"):
         connect(
-            MongoConnectionDetails(hosts=f"rs0/{address}", server_selection_timeout_ms=500),
+            MongoConnectionDetails(hosts=f"rs0/{address}", server_selection_timeout_ms=PROBED_SELECTION_MS),
             BackoffPolicy(initial_delay_ms=1000, max_delay_ms=1000, max_attempts=16),
             sleep=slept.append,
         )
@@ -130,7 +134,10 @@ def test_wrong_replica_set_name_is_a_configuration_error(mongosim):
     sim = mongosim("replset")
     address = sim.member_addresses[0]
     with pytest.raises(ConfigError) as info:
-        connect(MongoConnectionDetails(hosts=f"other/{address}", server_selection_timeout_ms=500), FAST)
+        connect(
+            MongoConnectionDetails(hosts=f"other/{address}", server_selection_timeout_ms=PROBED_SELECTION_MS),
+            FAST,
+        )
     assert "'rs0'" in str(info.value) and "'other'" in str(info.value)
 
 

@@ -46,12 +46,12 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
     )
     try:
         partition = TopicPartition(topic, 0, 0)
-        _low, end = consumer.get_watermark_offsets(partition, timeout=10, cached=False)
+        _low, end = consumer.get_watermark_offsets(partition, timeout=60, cached=False)
         if end == 0:
             return []
         consumer.assign([partition])
         records = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is None:
@@ -61,7 +61,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
                     return records
                 continue
             records.append((message.key(), message.value()))
-        raise AssertionError(f"topic {topic} not read to its end ({end}) within 30 s")
+        raise AssertionError(f"topic {topic} not read to its end ({end}) within 120 s")
     finally:
         consumer.close()
 

@@ -17,7 +17,7 @@ def produce_partition(rows, bootstrap, topic):
         producer.produce(topic, key=str(value).encode(), value=str(value).encode())
         producer.poll(0)
         sent += 1
-    remaining = producer.flush(30)
+    remaining = producer.flush(120)
     if remaining:
         raise RuntimeError(f"{remaining} records not delivered")
     yield sent

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +22,8 @@ from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
 from airflow_provider_mongocdc.core.window import connection_details, plan_streams
 from airflow_provider_mongocdc.operators.base import application_path
-from devtools.kafka.reading import read_topic
+from devtools.kafka.reading import SETTLE_S, read_topic
+from tests.settled_offsets import READ_TIMEOUT_S, SettledOffsetStore
 
 SPARK_TIMEOUT_S = 240
 
@@ -43,7 +45,7 @@ def seed_offset(
     """Store the stream's current position as the offset (what a completed snapshot hands over)."""
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": uri}), config)
-    store = OffsetStore(kafka, config.offsets_topic, read_timeout_s=30)
+    store = SettledOffsetStore(kafka, config.offsets_topic)
     store.ensure_topic()
     partition = OffsetPartition(config.topic_prefix, target.partition)
     with MongoClient(uri, serverSelectionTimeoutMS=20000) as client:
@@ -140,10 +142,11 @@ class Event:
         return json.loads(self.payload["after"]) if self.payload and self.payload.get("after") else None
 
 
-def topic_events(bootstrap: str, topic: str) -> list[Event]:
-    """The committed records of a topic (read_committed), with the JSON envelope unwrapped."""
+def topic_events(bootstrap: str, topic: str, settle: float = SETTLE_S) -> list[Event]:
+    """The committed records of a topic (read_committed), with the JSON envelope unwrapped
+    (``settle``: see :func:`devtools.kafka.reading.read_topic`)."""
     events = []
-    for record in read_topic(bootstrap, topic):
+    for record in read_topic(bootstrap, topic, settle=settle):
         key = json.loads(record.key)["payload"] if record.key else None
         payload = json.loads(record.value)["payload"] if record.value else None
         events.append(Event(topic, key, payload))
@@ -172,10 +175,36 @@ def next_second(ts: Timestamp) -> Timestamp:
 def pass_second(client: MongoClient, end: Timestamp, marker_db: str) -> Timestamp:
     """Write uncaptured markers until the server's cluster time is at or past ``end``; returns the
     marker's cluster time (so a window ending at ``end`` can close)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + max(0.0, end.time - time.time()) + 120
     while True:
         ts = insert_at(client[marker_db]["markers"], {"at": time.time()})
         if ts >= end:
             return ts
         assert time.monotonic() < deadline, f"cluster time did not reach {end}"
         time.sleep(max(0.05, min(1.0, end.time - time.time() + 0.05)))
+
+
+def settled_after_kill(
+    store: OffsetStore, partition: OffsetPartition, visible: Callable[[], int], timeout: float = 120
+) -> tuple[OffsetState, int]:
+    """After a run was killed: its stored offset and the number of events a read_committed
+    consumer sees (``visible()``, read without waiting for stable topics), once they agree.
+
+    The killed run's open transaction holds its topics' last stable offsets back until the next
+    run's writer aborts it, so waiting for stable topics would not end; but the commit markers of
+    its last committed transaction may still be on their way. So both are read again until the
+    offset counts exactly the events on the topic; the bound is reached only when they never
+    agree (the open transaction visible, or committed events without their offset).
+    """
+    plain = OffsetStore(store.kafka_config, store.topic, read_timeout_s=READ_TIMEOUT_S)
+    deadline = time.monotonic() + timeout
+    while True:
+        state = plain.read(partition)
+        seen = visible()
+        if state is not None and state.events == seen:
+            return state, seen
+        assert time.monotonic() < deadline, (
+            f"{timeout:.0f} s after the kill the topic still shows {seen} events while the stored "
+            f"offset counts {state.events if state else 'no offset'}"
+        )
+        time.sleep(0.2)
