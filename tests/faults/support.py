@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_mongocdc.core.jobspec import read_result
 from airflow_provider_mongocdc.operators.base import application_path
-from devtools.kafka.reading import read_topic
+from devtools.kafka.reading import SETTLE_S, read_topic
 
 # Trials per kill test: a few in the default run, more in the long run
 # (MONGOCDC_FAULT_TRIALS=20 python -m pytest tests/faults -m faults). Trials past the default
@@ -281,9 +281,10 @@ class Change:
         return json_util.loads(self.payload["after"])
 
 
-def changes(bootstrap: str, topic: str) -> list[Change]:
+def changes(bootstrap: str, topic: str, settle: float = SETTLE_S) -> list[Change]:
+    """The records of ``topic`` (``settle``: see :func:`devtools.kafka.reading.read_topic`)."""
     out = []
-    for record in read_topic(bootstrap, topic):
+    for record in read_topic(bootstrap, topic, settle=settle):
         key = json.loads(record.key)
         key = key.get("payload", key)
         value = json.loads(record.value) if record.value is not None else None

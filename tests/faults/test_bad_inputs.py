@@ -37,6 +37,7 @@ from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperat
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.faults.support import Connections, changes, wait_for
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.faults
 
@@ -216,7 +217,7 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
         "connect.max.attempts": 1,
     }
     mongo = {"connection_string": mongodb_uri}
-    store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=30)
+    store = SettledOffsetStore(kafka, f"{unique_name}.offsets")
     partition = OffsetPartition(unique_name, rs)
     topic = f"{unique_name}.{database}.items"
 
@@ -272,7 +273,7 @@ def test_collection_dropped_while_the_snapshot_copies_it(
         "connect.max.attempts": 1,
     }
     mongo = {"connection_string": mongodb_uri}
-    store = OffsetStore(kafka, f"{unique_name}.offsets", read_timeout_s=30)
+    store = SettledOffsetStore(kafka, f"{unique_name}.offsets")
     partition = OffsetPartition(unique_name, rs)
     outcome: dict = {}
 

@@ -7,7 +7,6 @@ exactly once."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -27,9 +26,11 @@ pytestmark = pytest.mark.faults
 # message.timeout.ms instead of librdkafka's default of 5 minutes (and the broker would abort an
 # abandoned transaction after transaction.timeout.ms instead of the writer's default 10 minutes).
 PRODUCER_TIMEOUTS = {"message.timeout.ms": 5000, "transaction.timeout.ms": 10000, "socket.timeout.ms": 5000}
-# How long the window may take to fail once the broker is gone: the delivery timeout above, the
-# abort of the open transaction and the Spark task's end, with room for a loaded machine.
-FAILURE_BOUND_S = 60.0
+# How long the broker stays down at most, waiting for the window to fail: the delivery timeout
+# above, the abort of the open transaction and the Spark task's end take far less, even on a loaded
+# machine; it stays below librdkafka's default message.timeout.ms (300 s), so a window that only
+# fails by that default (the connection's timeouts not applied) does not pass.
+FAILURE_BOUND_S = 240.0
 CHANGES = 1500
 
 
@@ -67,7 +68,7 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
         kafka_conn_id=connections.kafka("bd_kafka", {**kafka_plain, **PRODUCER_TIMEOUTS}),
         spark_conn_id=connections.spark(),
         conf={"spark.ui.enabled": "false"},
-        idle_timeout=20,
+        idle_timeout=60,
     )
     outcome: dict = {}
 
@@ -78,7 +79,6 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
             )
         except BaseException as error:  # asserted below
             outcome["error"] = error
-        outcome["finished"] = time.monotonic()
 
     thread = threading.Thread(target=window, daemon=True)
     thread.start()
@@ -89,8 +89,7 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     )
     assert thread.is_alive(), f"the window ended before the broker was killed: {outcome}"
     broker.kill()
-    killed_at = time.monotonic()
-    thread.join(FAILURE_BOUND_S)
+    thread.join(FAILURE_BOUND_S)  # the broker stays down until the window has failed
     failed_while_down = not thread.is_alive()
     broker.restart()
     thread.join(300)
@@ -116,7 +115,7 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     # The re-run (the code a Spark task runs) continues from the last committed offset.
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
     summary = run_window(
-        target, config, {**kafka_plain, **PRODUCER_TIMEOUTS}, WindowParams(end, idle_timeout_s=20)
+        target, config, {**kafka_plain, **PRODUCER_TIMEOUTS}, WindowParams(end, idle_timeout_s=60)
     )
     assert summary["events"] == CHANGES - len(visible) and summary["reached_end"] is True
     ids = [int(event.key) for event in changes(broker.bootstrap_servers, topic) if event.payload]
@@ -124,9 +123,8 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
     state = store.read(partition)
     assert state.cluster_time == end and state.events == CHANGES and state.windows == 1
 
-    took = outcome["finished"] - killed_at
     assert failed_while_down, (
         f"with the broker down the window did not fail within {FAILURE_BOUND_S:.0f} s (it ended "
-        f"{took:.0f} s after the kill, once the broker was back): the failure is not bounded by the "
-        f"Kafka connection's timeouts {PRODUCER_TIMEOUTS}; its error: {message}"
+        f"once the broker was back): the failure is not bounded by the Kafka connection's timeouts "
+        f"{PRODUCER_TIMEOUTS}; its error: {message}"
     )

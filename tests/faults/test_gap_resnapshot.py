@@ -20,11 +20,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker
 from airflow_provider_mongocdc.core.window import WindowParams, plan_streams, run_window
-from devtools.kafka.reading import read_topic
+from devtools.kafka.reading import read_topic, wait_stable
 from tests.integration.window_helpers import insert_at, next_second, pass_second
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = [pytest.mark.faults, pytest.mark.simulator_only]
 
@@ -36,6 +37,9 @@ def _canonical(value) -> str:
 
 
 def _end_offset(bootstrap: str, topic: str) -> int:
+    """The topic's end for read_committed consumers, once the commit markers of the transactions
+    just committed are written (until then it lags behind them)."""
+    wait_stable(bootstrap, topic)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -102,7 +106,7 @@ def test_purge_between_windows_is_found_and_resnapshot_converges(
     config = ConnectorConfig.from_properties(props)
     details = MongoConnectionDetails(connection_string=sim.uri)
     mongo = {"connection_string": sim.uri}
-    store = OffsetStore(kafka, config.offsets_topic, read_timeout_s=30)
+    store = SettledOffsetStore(kafka, config.offsets_topic)
     partition = OffsetPartition(unique_name, "rs0")
     topics = {name: f"{unique_name}.shop.{name}" for name in COLLECTIONS}
     client = sim.client()

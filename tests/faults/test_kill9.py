@@ -28,7 +28,7 @@ from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.offsets import SNAPSHOT_COMPLETED, OffsetPartition, OffsetStore
+from airflow_provider_mongocdc.core.offsets import SNAPSHOT_COMPLETED, OffsetPartition
 from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from tests.faults.support import (
@@ -44,8 +44,15 @@ from tests.faults.support import (
 from tests.integration.snapshot_helpers import mongo_details, seed
 from tests.integration.snapshot_helpers import write_spec as write_snapshot_spec
 from tests.integration.window_helpers import connector as window_connector
-from tests.integration.window_helpers import insert_at, next_second, pass_second, seed_offset
+from tests.integration.window_helpers import (
+    insert_at,
+    next_second,
+    pass_second,
+    seed_offset,
+    settled_after_kill,
+)
 from tests.integration.window_helpers import write_spec as write_window_spec
+from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.faults
 
@@ -106,7 +113,7 @@ def assert_snapshot_exactly_once(data: SnapshotData, prefix: str, summary: dict)
             last += event.payload["source"]["snapshot"] == "last"
     assert last == 1, f"{last} events carry source.snapshot=last"
 
-    store = OffsetStore(data.kafka, f"{prefix}.offsets", read_timeout_s=30)
+    store = SettledOffsetStore(data.kafka, f"{prefix}.offsets")
     state = store.read(OffsetPartition(prefix, data.rs))
     assert state is not None and state.snapshot.status == SNAPSHOT_COMPLETED, state
     assert state.position == state.snapshot.start  # streaming starts where the snapshot began
@@ -160,7 +167,7 @@ def test_snapshot_killed_at_a_random_point_then_rerun_reads_each_document_once(
         was_running, when = kill_at(killed, watermark, point)
     finally:
         watermark.close()
-    store = OffsetStore(data.kafka, f"{prefix}.offsets", read_timeout_s=30)
+    store = SettledOffsetStore(data.kafka, f"{prefix}.offsets")
     partition = OffsetPartition(prefix, data.rs)
     interrupted = store.read(partition)
     print(
@@ -282,7 +289,7 @@ def assert_window_exactly_once(data: WindowData, prefix: str) -> None:
 
     total = sum(len(ops) for ops in data.expected.values())
     config = ConnectorConfig.from_properties(data.props(prefix))
-    state = OffsetStore(data.kafka, config.offsets_topic, read_timeout_s=30).read(
+    state = SettledOffsetStore(data.kafka, config.offsets_topic).read(
         OffsetPartition(prefix, _partition(data.uri, config))
     )
     assert state.cluster_time == data.end and state.events == total and state.windows == 1, state
@@ -339,28 +346,30 @@ def test_window_killed_at_a_random_point_then_rerun_emits_each_change_once(windo
         was_running, when = kill_at(killed, watermark, point)
     finally:
         watermark.close()
-    store = OffsetStore(data.kafka, config.offsets_topic, read_timeout_s=30)
+    store = SettledOffsetStore(data.kafka, config.offsets_topic)
     partition = OffsetPartition(prefix, _partition(data.uri, config))
-    committed = store.read(partition)
+    # What the killed run committed is visible; its open transaction is not: the topic holds
+    # exactly the committed events, a prefix of every key's changes.
+    committed, _ = settled_after_kill(
+        store,
+        partition,
+        lambda: sum(
+            1
+            for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items", settle=0)
+            if event.payload is not None
+        ),
+    )
     print(
         f"seed {seed}: kill point {point[0]}+{point[1]:.1f} s, killed {when:.1f} s after the launch "
         f"(calibration: writes {data.span.first_write:.1f}-{data.span.last_write:.1f} s, end {data.span.end:.1f} s); "
         f"running={was_running}; {committed.events} events committed"
     )
-    # What the killed run committed is visible; its open transaction is not: the topic holds
-    # exactly the committed events, a prefix of every key's changes.
-    visible = [
-        event
-        for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items")
-        if event.payload is not None
-    ]
-    assert len(visible) == committed.events
     total = sum(len(ops) for ops in data.expected.values())
     assert committed.windows == 0 or (committed.windows == 1 and committed.events == total)
 
     # The re-run (the same code a Spark task runs) continues from the last commit; its writer
     # fences the killed one.
     (target,) = plan_streams(connection_details({"connection_string": data.uri}), config)
-    summary = run_window(target, config, data.kafka, WindowParams(data.end, idle_timeout_s=20))
+    summary = run_window(target, config, data.kafka, WindowParams(data.end, idle_timeout_s=60))
     assert summary["events"] == total - committed.events
     assert_window_exactly_once(data, prefix)
