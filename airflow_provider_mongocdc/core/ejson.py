@@ -1,49 +1,38 @@
-"""MongoDB extended JSON for event payloads, on top of :mod:`bson.json_util`.
+"""MongoDB extended JSON for event payloads.
 
-``bson.json_util`` does the encoding. This module only chooses its options per
-``extended.json.mode`` and covers what ``json_util`` alone cannot do for Kafka consumers:
+Two writers:
 
-* In the ``strict`` and ``legacy`` modes ``json_util`` writes non-finite doubles as the bare words
-  ``NaN``/``Infinity``, which are not JSON. Such values are written as Extended JSON v2
-  ``{"$numberDouble": "NaN"}`` instead (``json_util.loads`` reads them back as floats). The
-  conversion only runs for documents that hold such a value.
+:class:`JavaJsonWriter`
+    What the events carry by default: the text the MongoDB Java driver's ``JsonWriter`` writes
+    with the settings Debezium 3.x's ``JsonSerialization`` uses (see :func:`document_writer`,
+    :func:`updated_fields_writer`, :func:`key_writer`): ``JsonMode.STRICT`` / ``RELAXED`` /
+    ``EXTENDED`` converters, ``Double.toString`` numbers (:func:`java_double`), Java's string
+    escaping (:func:`java_escape`), ISO dates as ``DateTimeFormatter.ISO_OFFSET_DATE_TIME`` writes
+    them (:func:`java_date`), and the compact layout (``indent(true)`` with empty indent and
+    newline characters: ``{"a": 1,"b": [1,2]}``) or the driver's default one
+    (``{"a": 1, "b": [1, 2]}``). Containers of plain values (strings, booleans, null, 32-bit
+    integers) are written by the C-accelerated :mod:`json` encoder, whose output is the same for
+    them; the non-ASCII characters Java escapes are rewritten afterwards.
+
+:class:`Encoder`
+    ``bson.json_util``'s text, used for ``extended.json.mode=legacy`` (strict without
+    ``$numberLong``). Its modes are those of ``json_util`` (``strict``: ``JSONMode.LEGACY`` with
+    ``strict_number_long``; ``relaxed``; ``canonical``; ``legacy``); the output is exactly
+    ``json_util.dumps(value, json_options=...)``'s with ``","`` between members and ``": "`` after
+    names, except that non-finite doubles, written as the bare words ``NaN``/``Infinity`` by
+    ``json_util`` in the strict and legacy modes, are written ``{"$numberDouble": "NaN"}``.
+    ``json_util.dumps`` first copies the whole document in Python; here one reused
+    ``json.JSONEncoder`` (C accelerated) writes the document directly and calls
+    ``json_util.default`` only for the BSON values it cannot write itself; values the C encoder
+    would write differently (``Int64`` in strict mode, every number in canonical mode, ``Code``,
+    tuples, other mappings, subclasses) are converted first by ``json_util._json_convert``.
+    ``Decimal128`` text comes from its public ``bid`` bytes with the IEEE 754 decimal128 context
+    (:func:`bson.decimal128.create_decimal128_context`), the text ``str(Decimal128)`` gives.
 
 UUIDs: a pymongo client with the default ``uuidRepresentation`` (unspecified) returns BSON binary
-subtype 3/4 values as :class:`bson.binary.Binary`, written ``{"$binary": ..., "$type": "04"}`` in
-strict mode as Debezium does. A client decoding with ``uuidRepresentation=standard`` returns
-:class:`uuid.UUID` objects instead; ``json_util`` writes those as ``{"$binary"}`` subtype 4 in the
-relaxed and canonical modes and as ``{"$uuid": "<hex>"}`` in the strict and legacy modes (read
-back as the same UUID). Readers should therefore keep the default UUID representation.
-
-Modes (``extended.json.mode``):
-
-``strict`` (default)
-    What Debezium writes (the Java driver's ``JsonMode.STRICT``, "strict mode" in Debezium's key
-    table): ``{"$numberLong": "1004"}`` for 64-bit integers, plain numbers for 32-bit integers
-    and doubles, ``{"$date": <epoch ms>}``, ``{"$binary": "<base64>", "$type": "00"}``,
-    ``{"$oid": ...}``, ``{"$numberDecimal": ...}``, ``{"$timestamp": {"t", "i"}}``.
-``legacy``
-    ``json_util``'s legacy mode: as strict but 64-bit integers are plain numbers (type is lost).
-``relaxed`` / ``canonical``
-    MongoDB Extended JSON v2. Canonical keeps every type (``$numberInt``, ``$numberDouble``);
-    relaxed writes numbers plainly (64-bit integers lose their type) and dates as ISO-8601 strings.
-
-Separators are ``","`` between members and ``": "`` after names: the layout the Java driver writes
-for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so the keys of ObjectId, 32-bit integer
-and string ``_id`` values are byte-identical to Debezium's.
-
-How the text is produced (the output is exactly ``json_util.dumps(value, json_options=...)``'s):
-``json_util.dumps`` first copies the whole document in Python (``_json_convert`` visits every
-value), then runs ``json.dumps``. Here one reused ``json.JSONEncoder`` (C accelerated) writes the
-document directly and calls ``json_util.default`` only for the BSON values it cannot write itself
-(ObjectId, datetime, Binary, ...). A value the C encoder would write differently from
-``json_util`` (``Int64`` in strict mode, every number in canonical mode, ``Code``, tuples, mapping
-types other than ``dict``, subclasses) is converted first by ``json_util._json_convert``; the
-containers on its path are copied, everything else is used as it is. ``Decimal128`` text comes
-from its public ``bid`` bytes with the IEEE 754 decimal128 context
-(:func:`bson.decimal128.create_decimal128_context`), which gives the text ``str(Decimal128)``
-gives at a fraction of the cost; NaN, infinities and non-canonical encodings are left to
-``str(Decimal128)``.
+subtype 3/4 values as :class:`bson.binary.Binary`; a client decoding with
+``uuidRepresentation=standard`` returns :class:`uuid.UUID`, which :class:`JavaJsonWriter` writes
+as the binary subtype 4 it was read from.
 """
 
 from __future__ import annotations

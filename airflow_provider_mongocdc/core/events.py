@@ -5,35 +5,44 @@ document into the :class:`Record` objects to send to Kafka: the event on
 ``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone; plus transaction BEGIN/END
 records when ``provide.transaction.metadata`` is on.
 
-Key (Debezium documentation, "Change event keys"): ``{"id": "<_id as extended JSON>"}``, e.g.
-``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``,
-``"{\\"$binary\\": \\"a2Fma2E=\\",\\"$type\\": \\"00\\"}"`` in the default strict mode. Only
-``documentKey._id`` is used (shard key fields are not part of the key), so all events of a
-document share one key and one partition.
+The bytes are Debezium 3.x's (debezium-connector-mongodb: ``JsonSerialization``,
+``MongoDbCollectionSchema``, ``SourceInfo``, ``MongoDbSourceInfoStructMaker``, the record
+emitters); every JSON text inside an event is written as the MongoDB Java driver writes it
+(:class:`.ejson.JavaJsonWriter`).
 
-Value (``event.format=change_streams``, Debezium 2.x):
+Key: ``{"id": "<_id as extended JSON>"}``, relaxed mode (``JsonSerialization.getDocumentId``), e.g.
+``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``, a 64-bit integer ``"1234"``,
+``"{\\"$binary\\": {\\"base64\\": \\"a2Fma2E=\\",\\"subType\\": \\"00\\"}}"``;
+``key.json.mode=strict`` (the default with ``event.format=oplog``) writes Debezium 1.x's strict
+keys. Only ``documentKey._id`` is used (shard key fields are not part of the key), so all events
+of a document share one key and one partition.
+
+Value (``event.format=change_streams``, Debezium 3.x):
 
 =====================  ==========================================================================
 ``before``             pre-image (``*_with_pre_image`` capture modes, updates/replaces/deletes)
 ``after``              inserted document, replacement, full document of an update
                        (``*_update_full*`` modes; null when the lookup found nothing), snapshot
                        document
-``updateDescription``  updates only: ``updatedFields`` (JSON text), ``removedFields``,
-                       ``truncatedArrays`` [{``field``, ``size``}]; empty lists are null
+``updateDescription``  updates only: ``updatedFields`` (JSON text, ``BsonDocument.toJson()``),
+                       ``removedFields``, ``truncatedArrays`` [{``field``, ``size``}]; empty lists
+                       are null
 ``source``             ``version`` (this connector's), ``connector`` ("mongodb"), ``name``
-                       (topic.prefix), ``ts_ms`` (clusterTime seconds in ms), ``snapshot``
-                       ("true", "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns``,
-                       ``rs``, ``collection``, ``ord`` (clusterTime increment), ``lsid``,
-                       ``txnNumber``, ``wallTime``
+                       (topic.prefix), ``ts_ms`` (the change's wallTime, else clusterTime seconds
+                       in ms; snapshot reads: the recorded start position), ``snapshot`` ("true",
+                       "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns`` (``ts_ms``'s
+                       instant), ``collection``, ``ord`` (clusterTime increment), ``lsid`` and
+                       ``txnNumber`` (both or neither), ``wallTime`` (null for snapshot reads)
 ``op``                 ``c`` insert, ``u`` update and replace, ``d`` delete, ``r`` snapshot read
-``ts_ms``              when the connector built the event
+``ts_ms``              when the connector built the event (no top-level ``ts_us``/``ts_ns``: the
+                       MongoDB connector's envelope has none)
 ``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
 =====================  ==========================================================================
 
 Value (``event.format=oplog``, Debezium 1.x documentation): ``after`` (inserts and snapshot reads),
 ``patch`` (updates: ``{"$set": updatedFields, "$unset": {removed: true}}``; replaces: the
-replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with boolean
-``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
+replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with ``rs``, the clusterTime as
+``ts_ms``, boolean ``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
 ``transaction`` only when transaction metadata is on.
 
 Operations other than inserts, updates, replaces and deletes (handling chosen to match Debezium,
@@ -176,8 +185,8 @@ class _Collection:
 class EventBuilder:
     """Builds the records of change events, snapshot reads and heartbeats for one configuration.
 
-    ``replica_set`` fills ``source.rs`` (the replica set or shard the stream reads; a call can
-    override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
+    ``replica_set`` fills ``source.rs`` of ``event.format=oplog`` events (the replica set or shard
+    the stream reads; a call can override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
     builder follows one stream: it holds the transaction state of that stream.
     """
 

@@ -8,7 +8,7 @@ each change event of the transaction carries ``transaction`` {``id``, ``total_or
 ``data_collection_order``}.
 
 Transaction id: change events of a transaction carry the session id ``lsid`` and ``txnNumber``.
-As Debezium 2.x does, the id is ``<lsid as compact strict extended JSON>:<txnNumber>``, e.g.
+As Debezium 2.x/3.x does, the id is ``<lsid as compact strict extended JSON>:<txnNumber>``, e.g.
 ``{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},"uid": {...}}:1``, the same
 ``lsid`` text as ``source.lsid``. With ``event.format=oplog`` it is Debezium 1.x's
 ``<lsid.id as UUID>:<txnNumber>`` and ``data_collection`` names carry the replica set
@@ -18,6 +18,12 @@ As Debezium 2.x does, the id is ``<lsid as compact strict extended JSON>:<txnNum
 Boundaries: the change stream returns a committed transaction's events consecutively and they
 share ``lsid``, ``txnNumber`` (and ``clusterTime``). A transaction therefore ends when the next
 captured event is not part of it, or when the window ends (:meth:`TransactionTracker.finish`).
+
+Times and order, as Debezium 3.x's ``TransactionMonitor`` and ``AbstractTransactionStructMaker``
+write them: BEGIN's ``ts_ms`` is the ``source.ts_ms`` of the transaction's first event, END's that
+of the event that closes the transaction (at the end of a window, the transaction's last event's).
+END lists ``data_collections`` in the iteration order of the ``java.util.HashMap`` of
+``TransactionContext`` (:func:`java_hash_map_order`).
 Only captured events count (as in Debezium): events of filtered-out collections or skipped
 operations are neither counted nor delimit transactions, and a transaction that touched only
 uncaptured collections produces no BEGIN/END. With ``mongodb.connection.mode=replica_set`` a

@@ -275,3 +275,36 @@ def test_end_carries_the_closing_event_time_and_hash_map_collection_order():
         {"data_collection": "inventory.customers", "event_count": 1},
         {"data_collection": "inventory.orders", "event_count": 2},
     ]
+
+
+# -- the Java writer in each mode ------------------------------------------------------------------
+JAVA_DOCUMENT = {
+    "i": 5,
+    "l": Int64(-7),
+    "d": 2.5,
+    "e": 1e-7,
+    "nan": float("nan"),
+    "date": datetime.datetime(2023, 11, 14, 22, 13, 20, 120000),
+    "old": datetime.datetime(1969, 12, 31, 23, 59, 59),
+    "bin": Binary(b"kafka", 0x80),
+    "ts": Timestamp(1, 2),
+}
+JAVA_EXPECTED = {
+    "strict": '{"i": 5,"l": {"$numberLong": "-7"},"d": 2.5,"e": 1.0E-7,"nan": NaN,'
+    '"date": {"$date": 1700000000120},"old": {"$date": -1000},'
+    '"bin": {"$binary": "a2Fma2E=","$type": "80"},"ts": {"$timestamp": {"t": 1,"i": 2}}}',
+    "relaxed": '{"i": 5,"l": -7,"d": 2.5,"e": 1.0E-7,"nan": {"$numberDouble": "NaN"},'
+    '"date": {"$date": "2023-11-14T22:13:20.12Z"},"old": {"$date": {"$numberLong": "-1000"}},'
+    '"bin": {"$binary": {"base64": "a2Fma2E=","subType": "80"}},"ts": {"$timestamp": {"t": 1,"i": 2}}}',
+    "canonical": '{"i": {"$numberInt": "5"},"l": {"$numberLong": "-7"},"d": {"$numberDouble": "2.5"},'
+    '"e": {"$numberDouble": "1.0E-7"},"nan": {"$numberDouble": "NaN"},'
+    '"date": {"$date": {"$numberLong": "1700000000120"}},"old": {"$date": {"$numberLong": "-1000"}},'
+    '"bin": {"$binary": {"base64": "a2Fma2E=","subType": "80"}},"ts": {"$timestamp": {"t": 1,"i": 2}}}',
+}
+
+
+@pytest.mark.parametrize("mode", sorted(JAVA_EXPECTED))
+def test_after_in_each_extended_json_mode_is_the_java_drivers_text(mode):
+    document = {"_id": "k", **JAVA_DOCUMENT}
+    [event] = builder(**{"extended.json.mode": mode}).build_change(insert(document))
+    assert payload(event)["after"] == '{"_id": "k",' + JAVA_EXPECTED[mode][1:]
