@@ -573,7 +573,3 @@ class EventBuilder:
             "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
             "set event.oversize.handling.mode=skip to drop such events",
         )
-
-
-def _number(value: int | None) -> str:
-    return "null" if value is None else str(value)
