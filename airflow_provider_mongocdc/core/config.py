@@ -51,6 +51,7 @@ NAME_ADJUSTMENT_MODES = ("none", "avro", "avro_unicode")
 OVERSIZE_MODES = ("fail", "skip")
 EVENT_FORMATS = ("change_streams", "oplog")
 JSON_MODES = ("strict", "relaxed", "canonical", "legacy")
+KEY_JSON_MODES = ("relaxed", "strict")
 SKIPPABLE_OPERATIONS = ("c", "u", "d", "t")
 
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -592,10 +593,10 @@ PROPERTIES: tuple[Property, ...] = (
     _p(
         "schema.name.adjustment.mode",
         "enum",
-        "avro",
+        "none",
         "Adjustment of Kafka Connect schema names (`<prefix>.<db>.<coll>.Key`/`.Envelope`): "
-        "`avro` (invalid characters become `_`, as the Debezium docs describe), `avro_unicode` "
-        "or `none`.",
+        "`none` (Debezium 2.x/3.x default, CommonConnectorConfig), `avro` (invalid characters "
+        "become `_`, the Debezium 1.x default) or `avro_unicode`.",
         _enum_parser(NAME_ADJUSTMENT_MODES),
         allowed=NAME_ADJUSTMENT_MODES,
     ),
@@ -637,13 +638,28 @@ PROPERTIES: tuple[Property, ...] = (
         "extended.json.mode",
         "enum",
         "strict",
-        "MongoDB extended JSON used for `before`, `after`, `updateDescription`, `patch`, "
-        "`filter` and the key's `id`: `strict` (what Debezium writes: "
-        "`$numberLong`, `$date` as epoch ms, `$binary`+`$type`), `relaxed` and `canonical` "
-        "(Extended JSON v2), `legacy` (strict without `$numberLong`).",
+        "MongoDB extended JSON used for `before`, `after`, `updateDescription`, `patch` and "
+        "`filter`, written as the MongoDB Java driver writes it for Debezium: `strict` (Debezium "
+        "3.x default: documents in JsonMode.STRICT, `$numberLong`, `$date` as epoch ms, "
+        "`$binary`+`$type`; `updatedFields` with BsonDocument.toJson(), relaxed), `relaxed` and "
+        "`canonical` (Extended JSON v2, Debezium's json.serialization.mode relaxed/extended), "
+        "`legacy` (bson.json_util strict without `$numberLong`).",
         _enum_parser(JSON_MODES),
         allowed=JSON_MODES,
         origin="product",
+    ),
+    _p(
+        "key.json.mode",
+        "enum",
+        None,
+        "Extended JSON of the key's `id`: `relaxed` (Debezium 2.x/3.x: `123` for 64-bit "
+        'integers, `{"$binary": {"base64": ..., "subType": "04"}}`, ISO `$date`) or `strict` '
+        '(Debezium 1.x: `{"$numberLong": "123"}`, `{"$binary": ..., "$type": "04"}`, '
+        "`$date` as epoch ms). Default: `strict` with `event.format=oplog`, else `relaxed`.",
+        _enum_parser(KEY_JSON_MODES),
+        allowed=KEY_JSON_MODES,
+        origin="product",
+        default_text="relaxed (strict with event.format=oplog)",
     ),
     _p(
         "key.converter.schemas.enable",
@@ -909,13 +925,14 @@ class ConnectorConfig:
     field_exclude_list: tuple[str, ...] | None = None
     field_renames: tuple[tuple[str, str], ...] | None = None
     field_name_adjustment_mode: str = "none"
-    schema_name_adjustment_mode: str = "avro"
+    schema_name_adjustment_mode: str = "none"
     tombstones_on_delete: bool = True
     provide_transaction_metadata: bool = False
     heartbeat_interval_ms: int = 0
     max_batch_size: int = 2048
     event_format: str = "change_streams"
     extended_json_mode: str = "strict"
+    key_json_mode: str | None = None
     key_converter_schemas_enable: bool = True
     value_converter_schemas_enable: bool = True
     key_converter: str = JSON_CONVERTER
@@ -946,6 +963,13 @@ class ConnectorConfig:
     def filter_overrides(self) -> dict[str, str]:
         """``<db>.<collection>`` -> snapshot filter (extended JSON text)."""
         return dict(self.snapshot_collection_filter_overrides_by_namespace)
+
+    @property
+    def resolved_key_json_mode(self) -> str:
+        """``key.json.mode``, or its default for the event format."""
+        if self.key_json_mode:
+            return self.key_json_mode
+        return "strict" if self.event_format == "oplog" else "relaxed"
 
     @property
     def update_full(self) -> bool:

@@ -1,65 +1,60 @@
-"""MongoDB extended JSON for event payloads, on top of :mod:`bson.json_util`.
+"""MongoDB extended JSON for event payloads.
 
-``bson.json_util`` does the encoding. This module only chooses its options per
-``extended.json.mode`` and covers what ``json_util`` alone cannot do for Kafka consumers:
+Two writers:
 
-* In the ``strict`` and ``legacy`` modes ``json_util`` writes non-finite doubles as the bare words
-  ``NaN``/``Infinity``, which are not JSON. Such values are written as Extended JSON v2
-  ``{"$numberDouble": "NaN"}`` instead (``json_util.loads`` reads them back as floats). The
-  conversion only runs for documents that hold such a value.
+:class:`JavaJsonWriter`
+    What the events carry by default: the text the MongoDB Java driver's ``JsonWriter`` writes
+    with the settings Debezium 3.x's ``JsonSerialization`` uses (see :func:`document_writer`,
+    :func:`updated_fields_writer`, :func:`key_writer`): ``JsonMode.STRICT`` / ``RELAXED`` /
+    ``EXTENDED`` converters, ``Double.toString`` numbers (:func:`java_double`), Java's string
+    escaping (:func:`java_escape`), ISO dates as ``DateTimeFormatter.ISO_OFFSET_DATE_TIME`` writes
+    them (:func:`java_date`), and the compact layout (``indent(true)`` with empty indent and
+    newline characters: ``{"a": 1,"b": [1,2]}``) or the driver's default one
+    (``{"a": 1, "b": [1, 2]}``). Containers of plain values (strings, booleans, null, 32-bit
+    integers) are written by the C-accelerated :mod:`json` encoder, whose output is the same for
+    them; the non-ASCII characters Java escapes are rewritten afterwards.
+
+:class:`Encoder`
+    ``bson.json_util``'s text, used for ``extended.json.mode=legacy`` (strict without
+    ``$numberLong``). Its modes are those of ``json_util`` (``strict``: ``JSONMode.LEGACY`` with
+    ``strict_number_long``; ``relaxed``; ``canonical``; ``legacy``); the output is exactly
+    ``json_util.dumps(value, json_options=...)``'s with ``","`` between members and ``": "`` after
+    names, except that non-finite doubles, written as the bare words ``NaN``/``Infinity`` by
+    ``json_util`` in the strict and legacy modes, are written ``{"$numberDouble": "NaN"}``.
+    ``json_util.dumps`` first copies the whole document in Python; here one reused
+    ``json.JSONEncoder`` (C accelerated) writes the document directly and calls
+    ``json_util.default`` only for the BSON values it cannot write itself; values the C encoder
+    would write differently (``Int64`` in strict mode, every number in canonical mode, ``Code``,
+    tuples, other mappings, subclasses) are converted first by ``json_util._json_convert``.
+    ``Decimal128`` text comes from its public ``bid`` bytes with the IEEE 754 decimal128 context
+    (:func:`bson.decimal128.create_decimal128_context`), the text ``str(Decimal128)`` gives.
 
 UUIDs: a pymongo client with the default ``uuidRepresentation`` (unspecified) returns BSON binary
-subtype 3/4 values as :class:`bson.binary.Binary`, written ``{"$binary": ..., "$type": "04"}`` in
-strict mode as Debezium does. A client decoding with ``uuidRepresentation=standard`` returns
-:class:`uuid.UUID` objects instead; ``json_util`` writes those as ``{"$binary"}`` subtype 4 in the
-relaxed and canonical modes and as ``{"$uuid": "<hex>"}`` in the strict and legacy modes (read
-back as the same UUID). Readers should therefore keep the default UUID representation.
-
-Modes (``extended.json.mode``):
-
-``strict`` (default)
-    What Debezium writes (the Java driver's ``JsonMode.STRICT``, "strict mode" in Debezium's key
-    table): ``{"$numberLong": "1004"}`` for 64-bit integers, plain numbers for 32-bit integers
-    and doubles, ``{"$date": <epoch ms>}``, ``{"$binary": "<base64>", "$type": "00"}``,
-    ``{"$oid": ...}``, ``{"$numberDecimal": ...}``, ``{"$timestamp": {"t", "i"}}``.
-``legacy``
-    ``json_util``'s legacy mode: as strict but 64-bit integers are plain numbers (type is lost).
-``relaxed`` / ``canonical``
-    MongoDB Extended JSON v2. Canonical keeps every type (``$numberInt``, ``$numberDouble``);
-    relaxed writes numbers plainly (64-bit integers lose their type) and dates as ISO-8601 strings.
-
-Separators are ``","`` between members and ``": "`` after names: the layout the Java driver writes
-for Debezium (``{"_id": {"$oid": "..."},"name": "x"}``), so the keys of ObjectId, 32-bit integer
-and string ``_id`` values are byte-identical to Debezium's.
-
-How the text is produced (the output is exactly ``json_util.dumps(value, json_options=...)``'s):
-``json_util.dumps`` first copies the whole document in Python (``_json_convert`` visits every
-value), then runs ``json.dumps``. Here one reused ``json.JSONEncoder`` (C accelerated) writes the
-document directly and calls ``json_util.default`` only for the BSON values it cannot write itself
-(ObjectId, datetime, Binary, ...). A value the C encoder would write differently from
-``json_util`` (``Int64`` in strict mode, every number in canonical mode, ``Code``, tuples, mapping
-types other than ``dict``, subclasses) is converted first by ``json_util._json_convert``; the
-containers on its path are copied, everything else is used as it is. ``Decimal128`` text comes
-from its public ``bid`` bytes with the IEEE 754 decimal128 context
-(:func:`bson.decimal128.create_decimal128_context`), which gives the text ``str(Decimal128)``
-gives at a fraction of the cost; NaN, infinities and non-canonical encodings are left to
-``str(Decimal128)``.
+subtype 3/4 values as :class:`bson.binary.Binary`; a client decoding with
+``uuidRepresentation=standard`` returns :class:`uuid.UUID`, which :class:`JavaJsonWriter` writes
+as the binary subtype 4 it was read from.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import decimal
 import json
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from functools import cache
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from bson import json_util
 from bson.binary import Binary, UuidRepresentation
+from bson.code import Code
 from bson.datetime_ms import DatetimeMS
+from bson.dbref import DBRef
 from bson.decimal128 import Decimal128, create_decimal128_context
 from bson.int64 import Int64
 from bson.json_util import DatetimeRepresentation, JSONMode, JSONOptions
@@ -252,3 +247,299 @@ def _portable(value: Any, lenient: bool) -> Any:
 def dumps(value: Any, mode: str = "strict") -> str:
     """Convenience: :meth:`Encoder.dumps` in ``mode``."""
     return Encoder(mode).dumps(value)
+
+
+# -- the Java driver's JsonWriter --------------------------------------------------------------------
+# Debezium's MongoDB connector writes every JSON text of an event with the Java driver's
+# org.bson.json.JsonWriter (JsonSerialization, MongoDbCollectionSchema, MongoUtils). JavaJsonWriter
+# reproduces that writer's output for the values a pymongo client returns.
+
+# Character.getType categories StrictCharacterStreamJsonWriter.writeStringHelper writes as they are;
+# every other UTF-16 unit (controls, format characters, surrogates, private use, unassigned, marks,
+# modifier letters, line/paragraph separators) is written as a lowercase "\uXXXX" escape.
+_JAVA_VERBATIM = frozenset(
+    {"Lu", "Ll", "Lt", "Lo", "Nd", "Nl", "No", "Zs", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc"}
+    | {"Sk", "So"}
+)
+_JAVA_ESCAPED = re.compile("[^\x00-\x7e]")
+_INT32 = (-(2**31), 2**31)
+_LAST_MS_OF_YEAR_9999 = 253402300799999
+_JAVA_MODES = {"strict": "strict", "relaxed": "relaxed", "canonical": "extended", "extended": "extended"}
+
+
+@cache
+def _java_char(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # a surrogate pair in Java's UTF-16 string: both units escaped
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    if code != 0x7F and unicodedata.category(char) in _JAVA_VERBATIM:
+        return char
+    return f"\\u{code:04x}"
+
+
+def _java_escape_match(match: re.Match) -> str:
+    return _java_char(match.group())
+
+
+def java_escape(text: str) -> str:
+    """Rewrite the non-ASCII characters (and DEL) of JSON text written with ``ensure_ascii=False``
+    as StrictCharacterStreamJsonWriter escapes them (the rest of its escaping, ``"``, ``\\``, the
+    short escapes and ``\\u00XX`` for other controls, is what :mod:`json` writes already)."""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return _JAVA_ESCAPED.sub(_java_escape_match, text)
+
+
+def java_double(value: float) -> str:
+    """``Double.toString(value)`` (JDK 19+: the shortest decimal that rounds to the value) with
+    the ``E+`` of positive exponents that JsonDoubleHelper adds: ``1.0``, ``0.001``, ``1.0E-7``,
+    ``1.0E+22``, ``NaN``, ``Infinity``."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign, digit_tuple, exponent = decimal.Decimal(repr(value)).as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)
+    digits = stripped
+    if len(digits) == 1:
+        # Java chooses among the decimals of length 1 *and 2* that round to the value the one
+        # closest to it (Double.toString, JDK 19+): only subnormals near 4.9E-324 are affected.
+        two = decimal.Decimal(format(value, ".1e"))
+        exact = decimal.Decimal(value)
+        if float(two) == value and abs(two - exact) < abs(decimal.Decimal(repr(value)) - exact):
+            sign, digit_tuple, exponent = two.as_tuple()
+            digits = "".join(map(str, digit_tuple))
+    point = len(digits) + exponent  # digits * 10**exponent == 0.<digits> * 10**point
+    magnitude = abs(value)
+    if 1e-3 <= magnitude < 1e7:
+        if point <= 0:
+            text = "0." + "0" * -point + digits
+        elif point >= len(digits):
+            text = digits + "0" * (point - len(digits)) + ".0"
+        else:
+            text = digits[:point] + "." + digits[point:]
+    else:
+        scientific = point - 1
+        text = digits[0] + "." + (digits[1:] or "0") + "E" + ("+" if scientific > 0 else "") + str(scientific)
+    return "-" + text if sign else text
+
+
+def java_date(millis: int) -> str:
+    """RelaxedExtendedJsonDateTimeConverter's ISO text: ``DateTimeFormatter.ISO_OFFSET_DATE_TIME``
+    in UTC, seconds always, the fraction without trailing zeros and only when not zero."""
+    moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=millis)
+    fraction = millis % 1000
+    text = (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
+    if fraction:
+        text += ("." + f"{fraction:03d}").rstrip("0")
+    return text + "Z"
+
+
+def _epoch_millis(value: Any) -> int:
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return (value - datetime.datetime(1970, 1, 1)) // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+_RE_FLAGS = ((re.IGNORECASE, "i"), (re.LOCALE, "l"), (re.MULTILINE, "m"), (re.DOTALL, "s"))
+_RE_FLAGS += ((re.UNICODE, "u"), (re.VERBOSE, "x"))
+
+
+def _regex_options(flags: Any) -> str:
+    if isinstance(flags, str):
+        return "".join(sorted(flags))
+    return "".join(letter for flag, letter in _RE_FLAGS if flags & flag)
+
+
+class JavaJsonWriter:
+    """Extended JSON text exactly as the MongoDB Java driver's ``BsonDocument.toJson(settings)``
+    writes it, for the settings Debezium uses.
+
+    ``mode``: ``strict`` (``JsonMode.STRICT``: ``{"$numberLong": "5"}``, ``{"$date": <ms>}``,
+    ``{"$binary": "<b64>", "$type": "00"}``, doubles and NaN bare), ``relaxed`` (``JsonMode.RELAXED``:
+    64-bit integers plain, ``{"$date": "2023-11-14T22:13:20Z"}``, ``{"$binary": {"base64", "subType"}}``,
+    ``{"$numberDouble": "NaN"}``) or ``extended`` / ``canonical`` (``JsonMode.EXTENDED``: every
+    number typed). ``compact`` is Debezium's ``indent(true)`` with empty indent and newline
+    characters (``{"a": 1,"b": [1,2]}``); otherwise the driver's default layout
+    (``{"a": 1, "b": [1, 2]}``, what ``BsonDocument.toJson()`` gives). Doubles follow
+    ``Double.toString`` (:func:`java_double`), strings Java's escaping (:func:`java_escape`, with
+    Python's Unicode tables for the character categories).
+    """
+
+    __slots__ = ("mode", "compact", "_sep", "_plain", "_c_encode", "_ints_plain", "_scalars")
+
+    def __init__(self, mode: str = "strict", *, compact: bool = True):
+        if mode not in _JAVA_MODES:
+            raise ValueError(f"unknown Java JSON mode {mode!r}")
+        self.mode = _JAVA_MODES[mode]
+        self.compact = compact
+        self._sep = "," if compact else ", "
+        self._ints_plain = self.mode != "extended"
+        # Values json's C encoder writes as the Java writer does (ints only when int32 or relaxed).
+        self._plain = frozenset({str, bool, type(None)} | ({int} if self._ints_plain else set()))
+        self._c_encode = json.JSONEncoder(
+            separators=(self._sep, ": "), ensure_ascii=False, allow_nan=False, check_circular=False
+        ).encode
+        self._scalars: dict[type, Any] = {
+            str: _quote,
+            bool: lambda value: "true" if value else "false",
+            type(None): lambda value: "null",
+            int: self._int,
+            Int64: self._int64,
+            float: self._double,
+            ObjectId: lambda value: self._object1("$oid", _quote(str(value))),
+            datetime.datetime: self._date,
+            DatetimeMS: self._date,
+            Decimal128: lambda value: self._object1("$numberDecimal", _quote(decimal128_text(value))),
+            bytes: lambda value: self._binary(value, 0),
+            Binary: lambda value: self._binary(value, value.subtype),
+            uuid.UUID: lambda value: self._binary(value.bytes, 4),
+            Timestamp: self._timestamp,
+            Regex: lambda value: self._regex(value.pattern, _regex_options(value.flags)),
+            re.Pattern: lambda value: self._regex(value.pattern, _regex_options(value.flags)),
+            MinKey: lambda value: self._object1("$minKey", "1"),
+            MaxKey: lambda value: self._object1("$maxKey", "1"),
+            Code: self._code,
+            DBRef: lambda value: self._write(value.as_doc()),
+        }
+
+    def __reduce__(self):  # rebuilt from its settings (the encoder functions cannot be pickled)
+        return (_java_json_writer, (self.mode, self.compact))
+
+    def dumps(self, value: Any) -> str:
+        """The JSON text of ``value`` (a document, an array or a single BSON value)."""
+        return java_escape(self._write(value))
+
+    # -- values -----------------------------------------------------------------------------------
+    def _write(self, value: Any) -> str:
+        kind = type(value)
+        if kind is dict:
+            return self._document(value)
+        if kind is list:
+            return self._array(value)
+        writer = self._scalars.get(kind)
+        if writer is not None:
+            return writer(value)
+        if isinstance(value, Mapping):
+            return self._document(value)
+        if isinstance(value, (list, tuple)):
+            return self._array(value)
+        for base, writer in self._scalars.items():
+            if isinstance(value, base) and base is not bool:
+                return writer(value)
+        raise TypeError(f"{type(value).__name__} is not a BSON value")
+
+    def _fits_c(self, values: Any) -> bool:
+        kinds = set(map(type, values))
+        if not kinds <= self._plain:
+            return False
+        if int in kinds and self.mode == "strict":
+            low, high = _INT32
+            return all(low <= item < high for item in values if type(item) is int)
+        return True
+
+    def _document(self, document: Mapping[str, Any]) -> str:
+        if not document:
+            return "{}"
+        if type(document) is dict and self._fits_c(document.values()):
+            return self._c_encode(document)
+        write = self._write
+        return "{" + self._sep.join([_quote(str(k)) + ": " + write(v) for k, v in document.items()]) + "}"
+
+    def _array(self, array: Any) -> str:
+        if not array:
+            return "[]"
+        if type(array) is list and self._fits_c(array):
+            return self._c_encode(array)
+        write = self._write
+        return "[" + self._sep.join([write(item) for item in array]) + "]"
+
+    def _object1(self, name: str, text: str) -> str:
+        return '{"' + name + '": ' + text + "}"
+
+    def _int(self, value: int) -> str:
+        low, high = _INT32
+        if low <= value < high:  # BSON int32
+            return str(value) if self._ints_plain else self._object1("$numberInt", '"' + str(value) + '"')
+        return self._int64(value)
+
+    def _int64(self, value: int) -> str:
+        if self.mode == "relaxed":
+            return str(int(value))
+        return self._object1("$numberLong", '"' + str(int(value)) + '"')
+
+    def _double(self, value: float) -> str:
+        text = java_double(value)
+        if self.mode == "extended" or (self.mode == "relaxed" and not math.isfinite(value)):
+            return self._object1("$numberDouble", '"' + text + '"')
+        return text
+
+    def _date(self, value: Any) -> str:
+        millis = _epoch_millis(value)
+        if self.mode == "strict":
+            return self._object1("$date", str(millis))
+        if self.mode == "relaxed" and 0 <= millis <= _LAST_MS_OF_YEAR_9999:
+            return self._object1("$date", '"' + java_date(millis) + '"')
+        return self._object1("$date", self._object1("$numberLong", '"' + str(millis) + '"'))
+
+    def _binary(self, data: bytes, subtype: int) -> str:
+        encoded = '"' + base64.b64encode(bytes(data)).decode() + '"'
+        kind = f'"{subtype:02X}"'
+        if self.mode == "strict":
+            return '{"$binary": ' + encoded + self._sep + '"$type": ' + kind + "}"
+        return self._object1("$binary", '{"base64": ' + encoded + self._sep + '"subType": ' + kind + "}")
+
+    def _timestamp(self, value: Timestamp) -> str:
+        inner = '{"t": ' + str(value.time) + self._sep + '"i": ' + str(value.inc) + "}"
+        return self._object1("$timestamp", inner)
+
+    def _regex(self, pattern: str, options: str) -> str:
+        if self.mode == "strict":
+            return '{"$regex": ' + _quote(pattern) + self._sep + '"$options": ' + _quote(options) + "}"
+        inner = '{"pattern": ' + _quote(pattern) + self._sep + '"options": ' + _quote(options) + "}"
+        return self._object1("$regularExpression", inner)
+
+    def _code(self, value: Code) -> str:
+        if value.scope is None:
+            return self._object1("$code", _quote(str(value)))
+        return '{"$code": ' + _quote(str(value)) + self._sep + '"$scope": ' + self._write(value.scope) + "}"
+
+
+def _java_json_writer(mode: str, compact: bool) -> JavaJsonWriter:
+    return JavaJsonWriter(mode, compact=compact)
+
+
+def document_writer(mode: str) -> JavaJsonWriter | Encoder:
+    """The writer of ``before``/``after`` (and ``patch``/``filter``) for an ``extended.json.mode``:
+    Debezium's ``JsonSerialization`` document settings (``strict``: ``COMPACT_JSON_SETTINGS``,
+    ``relaxed``: ``SIMPLE_JSON_SETTINGS``, ``canonical``: ``EXTENDED_JSON_SETTINGS``); ``legacy``
+    keeps this connector's earlier ``bson.json_util`` output (:class:`Encoder`)."""
+    if mode == "legacy":
+        return Encoder(mode)
+    return JavaJsonWriter(mode, compact=True)
+
+
+def updated_fields_writer(mode: str) -> JavaJsonWriter | Encoder:
+    """The writer of ``updateDescription.updatedFields``. With ``strict`` (the default) Debezium
+    writes it with ``BsonDocument.toJson()``: relaxed mode in the driver's default layout
+    (``{"a": 1, "b": 2}``); the other modes use their document settings."""
+    if mode == "strict":
+        return JavaJsonWriter("relaxed", compact=False)
+    return document_writer(mode)
+
+
+def key_writer(key_mode: str) -> JavaJsonWriter:
+    """The writer of the key's ``id`` for a ``key.json.mode``: ``relaxed`` is Debezium 2.x/3.x's
+    ``JsonSerialization.getDocumentId`` (``SIMPLE_JSON_SETTINGS``); ``strict`` the strict mode of
+    Debezium 1.x keys."""
+    return JavaJsonWriter(key_mode, compact=True)

@@ -5,35 +5,44 @@ document into the :class:`Record` objects to send to Kafka: the event on
 ``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone; plus transaction BEGIN/END
 records when ``provide.transaction.metadata`` is on.
 
-Key (Debezium documentation, "Change event keys"): ``{"id": "<_id as extended JSON>"}``, e.g.
-``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``,
-``"{\\"$binary\\": \\"a2Fma2E=\\",\\"$type\\": \\"00\\"}"`` in the default strict mode. Only
-``documentKey._id`` is used (shard key fields are not part of the key), so all events of a
-document share one key and one partition.
+The bytes are Debezium 3.x's (debezium-connector-mongodb: ``JsonSerialization``,
+``MongoDbCollectionSchema``, ``SourceInfo``, ``MongoDbSourceInfoStructMaker``, the record
+emitters); every JSON text inside an event is written as the MongoDB Java driver writes it
+(:class:`.ejson.JavaJsonWriter`).
 
-Value (``event.format=change_streams``, Debezium 2.x):
+Key: ``{"id": "<_id as extended JSON>"}``, relaxed mode (``JsonSerialization.getDocumentId``), e.g.
+``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``, a 64-bit integer ``"1234"``,
+``"{\\"$binary\\": {\\"base64\\": \\"a2Fma2E=\\",\\"subType\\": \\"00\\"}}"``;
+``key.json.mode=strict`` (the default with ``event.format=oplog``) writes Debezium 1.x's strict
+keys. Only ``documentKey._id`` is used (shard key fields are not part of the key), so all events
+of a document share one key and one partition.
+
+Value (``event.format=change_streams``, Debezium 3.x):
 
 =====================  ==========================================================================
 ``before``             pre-image (``*_with_pre_image`` capture modes, updates/replaces/deletes)
 ``after``              inserted document, replacement, full document of an update
                        (``*_update_full*`` modes; null when the lookup found nothing), snapshot
                        document
-``updateDescription``  updates only: ``updatedFields`` (JSON text), ``removedFields``,
-                       ``truncatedArrays`` [{``field``, ``size``}]; empty lists are null
+``updateDescription``  updates only: ``updatedFields`` (JSON text, ``BsonDocument.toJson()``),
+                       ``removedFields``, ``truncatedArrays`` [{``field``, ``size``}]; empty lists
+                       are null
 ``source``             ``version`` (this connector's), ``connector`` ("mongodb"), ``name``
-                       (topic.prefix), ``ts_ms`` (clusterTime seconds in ms), ``snapshot``
-                       ("true", "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns``,
-                       ``rs``, ``collection``, ``ord`` (clusterTime increment), ``lsid``,
-                       ``txnNumber``, ``wallTime``
+                       (topic.prefix), ``ts_ms`` (the change's wallTime, else clusterTime seconds
+                       in ms; snapshot reads: the recorded start position), ``snapshot`` ("true",
+                       "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns`` (``ts_ms``'s
+                       instant), ``collection``, ``ord`` (clusterTime increment), ``lsid`` and
+                       ``txnNumber`` (both or neither), ``wallTime`` (null for snapshot reads)
 ``op``                 ``c`` insert, ``u`` update and replace, ``d`` delete, ``r`` snapshot read
-``ts_ms``              when the connector built the event
+``ts_ms``              when the connector built the event (no top-level ``ts_us``/``ts_ns``: the
+                       MongoDB connector's envelope has none)
 ``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
 =====================  ==========================================================================
 
 Value (``event.format=oplog``, Debezium 1.x documentation): ``after`` (inserts and snapshot reads),
 ``patch`` (updates: ``{"$set": updatedFields, "$unset": {removed: true}}``; replaces: the
-replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with boolean
-``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
+replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with ``rs``, the clusterTime as
+``ts_ms``, boolean ``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
 ``transaction`` only when transaction metadata is on.
 
 Operations other than inserts, updates, replaces and deletes (handling chosen to match Debezium,
@@ -70,7 +79,7 @@ from typing import Any
 
 from airflow_provider_mongocdc import __version__
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import Encoder
+from airflow_provider_mongocdc.core.ejson import document_writer, key_writer, updated_fields_writer
 from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventError
 from airflow_provider_mongocdc.core.fields import FieldRules, FieldTransform
 from airflow_provider_mongocdc.core.filters import Filters
@@ -176,8 +185,8 @@ class _Collection:
 class EventBuilder:
     """Builds the records of change events, snapshot reads and heartbeats for one configuration.
 
-    ``replica_set`` fills ``source.rs`` (the replica set or shard the stream reads; a call can
-    override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
+    ``replica_set`` fills ``source.rs`` of ``event.format=oplog`` events (the replica set or shard
+    the stream reads; a call can override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
     builder follows one stream: it holds the transaction state of that stream.
     """
 
@@ -186,7 +195,9 @@ class EventBuilder:
     ):
         self.config = config
         self.replica_set = replica_set
-        self.encoder = Encoder(config.extended_json_mode)
+        self.encoder = document_writer(config.extended_json_mode)
+        self.key_encoder = key_writer(config.resolved_key_json_mode)
+        self.updated_fields_encoder = updated_fields_writer(config.extended_json_mode)
         self.namer = TopicNamer(config)
         self.filters = Filters(config)
         self.fields = FieldRules(config)
@@ -200,6 +211,8 @@ class EventBuilder:
         self._operations = {name: code for name, code in OPERATION_CODES.items() if code not in skipped}
         self._collections: dict[tuple[str, str], _Collection] = {}
         self._dumps = self.encoder.dumps
+        self._key_dumps = self.key_encoder.dumps
+        self._updated_dumps = self.updated_fields_encoder.dumps
 
     # -- public API ------------------------------------------------------------------------------
     def topic_for(self, database: str, collection: str) -> str:
@@ -237,6 +250,10 @@ class EventBuilder:
         cluster_time = change.get("clusterTime")
         seconds = cluster_time.time if cluster_time is not None else 0
         increment = cluster_time.inc if cluster_time is not None else 0
+        wall_time = _millis(change.get("wallTime")) or 0
+        # source.ts_ms: Debezium 3.x's SourceInfo.timestamp() prefers the change's wallTime (in ms)
+        # and falls back to the clusterTime seconds; Debezium 1.x (event.format=oplog) has the latter.
+        source_ms = wall_time if wall_time and not self._oplog else seconds * 1000
         config = self.config
         fields = info.fields
 
@@ -266,7 +283,7 @@ class EventBuilder:
                 else info.data_collection
             )
             pre, block = self.transactions.on_event(
-                transaction_id(change, config.event_format), data_collection, seconds * 1000
+                transaction_id(change, config.event_format), data_collection, source_ms
             )
             records.extend(pre)
             if block is not None:
@@ -280,8 +297,8 @@ class EventBuilder:
                     + "}"
                 )
 
-        rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
         if self._oplog:
+            rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
             payload = self._oplog_payload(
                 info,
                 op,
@@ -307,24 +324,25 @@ class EventBuilder:
             description = (
                 "null" if update_description is None else self._update_description(update_description, fields)
             )
+            # MongoDbSourceInfoStructMaker: lsid and txnNumber only together, wallTime only when set.
+            session = lsid is not None and txn_number is not None
             source = (
                 info.source_head
-                + str(seconds * 1000)
+                + str(source_ms)
                 + ',"snapshot":"false"'
                 + info.db_part
                 + ',"sequence":null,"ts_us":'
-                + str(seconds * 1_000_000)
+                + str(source_ms * 1000)
                 + ',"ts_ns":'
-                + str(seconds * 1_000_000_000)
-                + rs
+                + str(source_ms * 1_000_000)
                 + info.collection_part
                 + str(increment)
                 + ',"lsid":'
-                + ("null" if lsid is None else _quote(lsid_text(lsid) or ""))
+                + (_quote(lsid_text(lsid) or "") if session else "null")
                 + ',"txnNumber":'
-                + ("null" if txn_number is None else str(int(txn_number)))
+                + (str(int(txn_number)) if session else "null")
                 + ',"wallTime":'
-                + _number(_millis(change.get("wallTime")))
+                + (str(wall_time) if wall_time else "null")
                 + "}"
             )
             payload = (
@@ -345,7 +363,7 @@ class EventBuilder:
                 + "}"
             )
 
-        key = info.key_head + _quote(self._dumps(document_id)).encode() + info.key_tail
+        key = info.key_head + _quote(self._key_dumps(document_id)).encode() + info.key_tail
         value = info.value_head + payload.encode() + info.value_tail
         event = Record(info.topic, key, value)
         if not self._fits(event, f"{operation} of {database}.{collection}"):
@@ -384,9 +402,9 @@ class EventBuilder:
             source_ms = seconds * 1000
         else:
             seconds, increment, source_ms = now // 1000, 0, now
-        rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
         after_text = _quote(self._dumps(fields.document(document) if fields else document))
         if self._oplog:
+            rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
             source = (
                 info.source_head
                 + str(source_ms)
@@ -418,18 +436,15 @@ class EventBuilder:
                 + str(source_ms * 1000)
                 + ',"ts_ns":'
                 + str(source_ms * 1_000_000)
-                + rs
                 + info.collection_part
                 + str(increment)
-                + ',"lsid":null,"txnNumber":null,"wallTime":'
-                + str(now)
-                + "}"
+                + ',"lsid":null,"txnNumber":null,"wallTime":null}'
             )
             payload = (
                 '{"before":null,"after":' + after_text + ',"updateDescription":null,'
                 '"source":' + source + ',"op":"r","ts_ms":' + str(now) + ',"transaction":null}'
             )
-        key = info.key_head + _quote(self._dumps(document["_id"])).encode() + info.key_tail
+        key = info.key_head + _quote(self._key_dumps(document["_id"])).encode() + info.key_tail
         event = Record(info.topic, key, info.value_head + payload.encode() + info.value_tail)
         return [event] if self._fits(event, f"snapshot read of {database}.{collection}") else []
 
@@ -459,7 +474,7 @@ class EventBuilder:
         return compact(
             {
                 "removedFields": list(removed) if removed else None,
-                "updatedFields": None if updated is None else self._dumps(updated),
+                "updatedFields": None if updated is None else self._updated_dumps(updated),
                 "truncatedArrays": [
                     {"field": entry["field"], "size": int(entry["newSize"])} for entry in truncated
                 ]
@@ -558,7 +573,3 @@ class EventBuilder:
             "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
             "set event.oversize.handling.mode=skip to drop such events",
         )
-
-
-def _number(value: int | None) -> str:
-    return "null" if value is None else str(value)

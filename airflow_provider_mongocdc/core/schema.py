@@ -5,10 +5,14 @@ record is ``{"schema": <schema>, "payload": <payload>}`` exactly as Kafka Connec
 writes it; otherwise only the payload. The schemas are Debezium's:
 
 * key ``<topic>.Key``: ``{id: string}`` (Debezium documentation, "Change event keys");
-* value ``<topic>.Envelope`` (``event.format=change_streams``, Debezium 2.x): ``before``,
-  ``after`` (``io.debezium.data.Json``), ``updateDescription``
+* value ``<topic>.Envelope`` (``event.format=change_streams``, Debezium 3.x ``MongoDbSchema``):
+  ``before``, ``after`` (``io.debezium.data.Json``), ``updateDescription``
   (``io.debezium.connector.mongodb.changestream.updatedescription``), ``source``
-  (``io.debezium.connector.mongo.Source``), ``op``, ``ts_ms``, ``transaction`` (``event.block``);
+  (``io.debezium.connector.mongo.Source`` version 1, ``MongoDbSourceInfoStructMaker``: no ``rs``;
+  ``snapshot`` an ``io.debezium.data.Enum`` of every ``SnapshotRecord``), ``op``, ``ts_ms``,
+  ``transaction`` (``event.block``). Unlike Debezium's relational connectors, the MongoDB
+  connector's envelope has no top-level ``ts_us``/``ts_ns`` (its value schema does not declare
+  them and its record emitters set only ``ts_ms``);
 * value ``<topic>.Envelope`` (``event.format=oplog``, as Debezium 1.x documents it): ``after``,
   ``patch``, ``filter``, ``source`` (boolean ``snapshot``, ``h``), ``op``, ``ts_ms``, and
   ``transaction`` when transaction metadata is on;
@@ -37,7 +41,7 @@ TRANSACTION_KEY_SCHEMA_NAME = "io.debezium.connector.common.TransactionMetadataK
 TRANSACTION_VALUE_SCHEMA_NAME = "io.debezium.connector.common.TransactionMetadataValue"
 HEARTBEAT_KEY_SCHEMA_NAME = "io.debezium.connector.common.ServerNameKey"
 HEARTBEAT_VALUE_SCHEMA_NAME = "io.debezium.connector.common.Heartbeat"
-SNAPSHOT_VALUES = "true,last,false,incremental"
+SNAPSHOT_VALUES = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
 
 
 # -- name adjustment -------------------------------------------------------------------------------
@@ -154,7 +158,7 @@ def update_description_schema() -> dict[str, Any]:
 
 
 def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
-    """``io.debezium.connector.mongo.Source``: Debezium 2.x fields, or the 1.x fields."""
+    """``io.debezium.connector.mongo.Source``: Debezium 3.x fields, or the 1.x fields."""
     if event_format == "oplog":
         fields = [
             _f("version", "string", False),
@@ -187,13 +191,14 @@ def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
             _f("sequence", "string", True),
             _f("ts_us", "int64", True),
             _f("ts_ns", "int64", True),
-            _f("rs", "string", False),
             _f("collection", "string", False),
             _f("ord", "int32", False),
             _f("lsid", "string", True),
             _f("txnNumber", "int64", True),
             _f("wallTime", "int64", True),
         ]
+        # MongoDbSourceInfoStructMaker on SchemaFactory.sourceInfoSchemaBuilder(): version 1, no rs.
+        return _f("source", "struct", False, fields=fields, name=SOURCE_SCHEMA_NAME, version=1)
     return _f("source", "struct", False, fields=fields, name=SOURCE_SCHEMA_NAME)
 
 
@@ -202,7 +207,7 @@ def envelope_schema(
     *,
     event_format: str = "change_streams",
     transaction_metadata: bool = False,
-    adjustment: str = "avro",
+    adjustment: str = "none",
 ) -> dict[str, Any]:
     """The value schema ``<topic>.Envelope`` of a collection's events."""
     if event_format == "oplog":
@@ -234,7 +239,7 @@ def envelope_schema(
     }
 
 
-def key_schema(topic: str, *, adjustment: str = "avro") -> dict[str, Any]:
+def key_schema(topic: str, *, adjustment: str = "none") -> dict[str, Any]:
     """The key schema ``<topic>.Key``: ``{id: string}``."""
     return {
         "type": "struct",

@@ -8,7 +8,7 @@ each change event of the transaction carries ``transaction`` {``id``, ``total_or
 ``data_collection_order``}.
 
 Transaction id: change events of a transaction carry the session id ``lsid`` and ``txnNumber``.
-As Debezium 2.x does, the id is ``<lsid as compact strict extended JSON>:<txnNumber>``, e.g.
+As Debezium 2.x/3.x does, the id is ``<lsid as compact strict extended JSON>:<txnNumber>``, e.g.
 ``{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},"uid": {...}}:1``, the same
 ``lsid`` text as ``source.lsid``. With ``event.format=oplog`` it is Debezium 1.x's
 ``<lsid.id as UUID>:<txnNumber>`` and ``data_collection`` names carry the replica set
@@ -18,6 +18,12 @@ As Debezium 2.x does, the id is ``<lsid as compact strict extended JSON>:<txnNum
 Boundaries: the change stream returns a committed transaction's events consecutively and they
 share ``lsid``, ``txnNumber`` (and ``clusterTime``). A transaction therefore ends when the next
 captured event is not part of it, or when the window ends (:meth:`TransactionTracker.finish`).
+
+Times and order, as Debezium 3.x's ``TransactionMonitor`` and ``AbstractTransactionStructMaker``
+write them: BEGIN's ``ts_ms`` is the ``source.ts_ms`` of the transaction's first event, END's that
+of the event that closes the transaction (at the end of a window, the transaction's last event's).
+END lists ``data_collections`` in the iteration order of the ``java.util.HashMap`` of
+``TransactionContext`` (:func:`java_hash_map_order`).
 Only captured events count (as in Debezium): events of filtered-out collections or skipped
 operations are neither counted nor delimit transactions, and a transaction that touched only
 uncaptured collections produces no BEGIN/END. With ``mongodb.connection.mode=replica_set`` a
@@ -37,7 +43,7 @@ from typing import Any
 from bson.binary import Binary
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import Encoder
+from airflow_provider_mongocdc.core.ejson import JavaJsonWriter
 from airflow_provider_mongocdc.core.schema import (
     Framing,
     Record,
@@ -47,7 +53,33 @@ from airflow_provider_mongocdc.core.schema import (
 )
 from airflow_provider_mongocdc.core.topics import TopicNamer
 
-_LSID_ENCODER = Encoder("strict")
+_LSID_ENCODER = JavaJsonWriter("strict")  # MongoUtils: lsid.toJson(JsonSerialization.COMPACT_JSON_SETTINGS)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` (over UTF-16 units, 32-bit signed overflow)."""
+    value = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        value = (31 * value + int(unit, 16)) & 0xFFFFFFFF
+    return value
+
+
+def java_hash_map_order(names: list[str]) -> list[str]:
+    """The order in which a ``java.util.HashMap`` that received ``names`` in this order (default
+    capacity 16, load factor 0.75) iterates its keys: by bucket (``(h ^ h >>> 16) & (capacity - 1)``
+    of ``String.hashCode``), then by insertion within a bucket. Debezium's ``TransactionContext``
+    keeps the per-collection counts in such a map, so END records list ``data_collections`` in
+    this order. (A map that grew past 12 collections in an earlier transaction keeps its larger
+    table after ``clear()``; only then can Debezium's order differ.)"""
+    capacity = 16
+    while len(names) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name: str) -> int:
+        hashed = java_string_hash(name)
+        return (hashed ^ (hashed >> 16)) & (capacity - 1)
+
+    return sorted(names, key=bucket)  # sorted() is stable: insertion order within a bucket
 
 
 def lsid_text(lsid: Mapping[str, Any] | None) -> str | None:
@@ -133,12 +165,13 @@ class TransactionTracker:
         transactions)."""
         records: list[Record] = []
         if txn_id != self._id:
-            records.extend(self.finish())
+            records.extend(self.finish(ts_ms))
             if txn_id is not None:
                 self._id, self._ts_ms = txn_id, ts_ms
                 records.append(self._record("BEGIN", None, None))
         if txn_id is None:
             return records, None
+        self._ts_ms = ts_ms
         self._total += 1
         order = self._per_collection.get(data_collection, 0) + 1
         self._per_collection[data_collection] = order
@@ -158,12 +191,17 @@ class TransactionTracker:
             del self._per_collection[self._last]
         self._last = None
 
-    def finish(self) -> list[Record]:
-        """END of the open transaction (nothing when none is open)."""
+    def finish(self, ts_ms: int | None = None) -> list[Record]:
+        """END of the open transaction (nothing when none is open). Its ``ts_ms`` is ``ts_ms``,
+        the time of the event that closes the transaction (Debezium's TransactionMonitor), or,
+        at the end of a window, that of the transaction's last event."""
         if self._id is None:
             return []
+        if ts_ms is not None:
+            self._ts_ms = ts_ms
         collections = [
-            {"data_collection": name, "event_count": count} for name, count in self._per_collection.items()
+            {"data_collection": name, "event_count": self._per_collection[name]}
+            for name in java_hash_map_order(list(self._per_collection))
         ]
         record = self._record("END", self._total, collections)
         self._id, self._total, self._per_collection, self._ts_ms = None, 0, {}, 0

@@ -1,5 +1,10 @@
-"""The event encoder (core/ejson.py) writes, byte for byte, what ``bson.json_util.dumps`` writes with
-the JSONOptions of each ``extended.json.mode``, for every BSON type.
+"""The json_util-based encoder (core/ejson.py ``Encoder``) writes, byte for byte, what
+``bson.json_util.dumps`` writes with the JSONOptions of each mode, for every BSON type.
+
+Events use ``Encoder`` for ``extended.json.mode=legacy`` only; the other modes, keys and
+``updatedFields`` are written as the MongoDB Java driver writes them for Debezium 3.x
+(``JavaJsonWriter``, with explicit expected Java output in tests/unit/test_debezium3_format.py).
+``Encoder`` keeps its json_util identity in every mode, which is what this module checks.
 
 The JSONOptions per mode are written out here rather than taken from the encoder, so that a change
 of the mode mapping shows too. The layout arguments are the encoder's documented ones: ``","``

@@ -147,12 +147,13 @@ def test_source_block_of_a_streamed_event():
     [record] = builder().build_change(update(lsid=lsid, txnNumber=Int64(1)))
     source = payload(record)["source"]
     assert source["name"] == "fulfillment" and source["connector"] == "mongodb"
-    assert source["ts_ms"] == 1_700_000_000_000
-    assert source["ts_us"] == 1_700_000_000_000_000
-    assert source["ts_ns"] == 1_700_000_000_000_000_000
+    # Debezium 3.x: the change's wallTime (SourceInfo.timestamp()), no rs
+    assert source["ts_ms"] == 1_700_000_000_042
+    assert source["ts_us"] == 1_700_000_000_042_000
+    assert source["ts_ns"] == 1_700_000_000_042_000_000
     assert source["ord"] == 7
     assert source["snapshot"] == "false"
-    assert (source["db"], source["collection"], source["rs"]) == ("inventory", "customers", "rs0")
+    assert (source["db"], source["collection"]) == ("inventory", "customers") and "rs" not in source
     assert source["wallTime"] == 1_700_000_000_042
     assert source["txnNumber"] == 1
     assert json.loads(source["lsid"]) == {
@@ -163,7 +164,8 @@ def test_source_block_of_a_streamed_event():
 
 
 def test_replica_set_can_be_given_per_call():
-    [record] = builder().build_change(change("insert", fullDocument=AFTER), replica_set="shard02")
+    oplog = builder(**{"event.format": "oplog"})  # only Debezium 1.x's source has rs
+    [record] = oplog.build_change(change("insert", fullDocument=AFTER), replica_set="shard02")
     assert payload(record)["source"]["rs"] == "shard02"
 
 
@@ -222,13 +224,13 @@ def test_payload_only_output_when_schemas_are_disabled():
 
 def test_schema_names_are_adjusted_to_avro_and_topics_to_kafka_rules():
     event = change("insert", fullDocument=AFTER, ns={"db": "my-db", "coll": "orders 2024"})
-    [record] = builder().build_change(event)
+    [record] = builder(**{"schema.name.adjustment.mode": "avro"}).build_change(event)
     assert record.topic == "fulfillment.my-db.orders_2024"
     assert json.loads(record.value)["schema"]["name"] == "fulfillment.my_db.orders_2024.Envelope"
     assert json.loads(record.key)["schema"]["name"] == "fulfillment.my_db.orders_2024.Key"
     assert payload(record)["source"]["collection"] == "orders 2024"  # real name kept in source
-    # Schema names derive from the (Kafka-legal) topic name, as in Debezium.
-    [plain] = builder(**{"schema.name.adjustment.mode": "none"}).build_change(event)
+    # Schema names derive from the (Kafka-legal) topic name, as in Debezium; none is the default.
+    [plain] = builder().build_change(event)
     assert json.loads(plain.value)["schema"]["name"] == "fulfillment.my-db.orders_2024.Envelope"
 
 

@@ -257,8 +257,10 @@ def test_key_table_of_seed_000(document_id, expected_id, exact):
         "documentKey": {"_id": document_id},
         "fullDocument": {"_id": document_id, "first_name": "Anne"},
     }
-    for event_format in ("change_streams", "oplog"):
-        [event] = _builder(PROCESSED_MS, **{"event.format": event_format}).build_change(change)
+    # The seed's key table is Debezium 1.x's strict mode: event.format=oplog keys, or any format
+    # with key.json.mode=strict (Debezium 2.x/3.x keys are relaxed, see test_debezium3_format).
+    for props in ({"event.format": "oplog"}, {"key.json.mode": "strict"}):
+        [event] = _builder(PROCESSED_MS, **props).build_change(change)
         key = json.loads(event.key)
         assert key["schema"] == SEED_KEY_SCHEMA
         assert list(key["payload"]) == ["id"]
@@ -287,9 +289,10 @@ def test_keys_of_common_ids_are_byte_identical_to_debezium_2x():
     assert after == '{"_id": {"$oid": "67f4675b8126ee23e2e79ec1"},"name": "23rwe\\n"}'
 
 
-# A real Debezium 2.7.0.Final MongoDB update event (schema transcribed), with ``rs`` kept in the
-# source block as Debezium 2.0-2.6 write it.
-DEBEZIUM_2_SOURCE_FIELDS = [
+# A Debezium MongoDB update event (schema transcribed from a 2.7.0.Final event), in Debezium 3.x's
+# form: no ``rs`` in the source block (MongoDbSourceInfoStructMaker), source schema version 1,
+# every SnapshotRecord in the snapshot enum, ``source.ts_ms`` from the change's wallTime.
+DEBEZIUM_3_SOURCE_FIELDS = [
     ("version", "string", False),
     ("connector", "string", False),
     ("name", "string", False),
@@ -299,7 +302,6 @@ DEBEZIUM_2_SOURCE_FIELDS = [
     ("sequence", "string", True),
     ("ts_us", "int64", True),
     ("ts_ns", "int64", True),
-    ("rs", "string", False),
     ("collection", "string", False),
     ("ord", "int32", False),
     ("lsid", "string", True),
@@ -308,7 +310,7 @@ DEBEZIUM_2_SOURCE_FIELDS = [
 ]
 
 
-def test_debezium_2x_update_event_layout():
+def test_debezium_3x_update_event_layout():
     oid = ObjectId("67f4675b8126ee23e2e79ec1")
     change = {
         "operationType": "update",
@@ -383,14 +385,16 @@ def test_debezium_2x_update_event_layout():
         "version": 1,
         "field": "updateDescription",
     }
-    assert source["name"] == "io.debezium.connector.mongo.Source"
-    assert [(f["field"], f["type"], f["optional"]) for f in source["fields"]] == DEBEZIUM_2_SOURCE_FIELDS
+    assert source["name"] == "io.debezium.connector.mongo.Source" and source["version"] == 1
+    assert [(f["field"], f["type"], f["optional"]) for f in source["fields"]] == DEBEZIUM_3_SOURCE_FIELDS
     assert source["fields"][4] == {
         "type": "string",
         "optional": True,
         "name": "io.debezium.data.Enum",
         "version": 1,
-        "parameters": {"allowed": "true,last,false,incremental"},
+        "parameters": {
+            "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+        },
         "default": "false",
         "field": "snapshot",
     }
@@ -422,13 +426,12 @@ def test_debezium_2x_update_event_layout():
             "version": __version__,
             "connector": "mongodb",
             "name": "mongo",
-            "ts_ms": 1744070865000,
+            "ts_ms": 1744070865419,
             "snapshot": "false",
             "db": "public",
             "sequence": None,
-            "ts_us": 1744070865000000,
-            "ts_ns": 1744070865000000000,
-            "rs": "rs0",
+            "ts_us": 1744070865419000,
+            "ts_ns": 1744070865419000000,
             "collection": "books",
             "ord": 1,
             "lsid": None,
@@ -441,7 +444,7 @@ def test_debezium_2x_update_event_layout():
     }
 
 
-def test_binary_key_uses_strict_binary_form():
+def test_binary_key_uses_relaxed_binary_form_or_strict_on_request():
     change = {
         "operationType": "insert",
         "clusterTime": Timestamp(1, 1),
@@ -450,4 +453,6 @@ def test_binary_key_uses_strict_binary_form():
         "fullDocument": {"_id": Binary(b"kafka", 0)},
     }
     [event] = _builder(PROCESSED_MS).build_change(change)
-    assert json.loads(json.loads(event.key)["payload"]["id"]) == {"$binary": "a2Fma2E=", "$type": "00"}
+    assert json.loads(event.key)["payload"]["id"] == '{"$binary": {"base64": "a2Fma2E=","subType": "00"}}'
+    [event] = _builder(PROCESSED_MS, **{"key.json.mode": "strict"}).build_change(change)
+    assert json.loads(event.key)["payload"]["id"] == '{"$binary": "a2Fma2E=","$type": "00"}'

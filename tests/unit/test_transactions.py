@@ -105,11 +105,12 @@ def test_begin_events_end_in_stream_order_with_counts():
         "status": "END",
         "id": LSID_TEXT + ":1",
         "event_count": 3,
+        # java.util.HashMap order of Debezium's TransactionContext (b's bucket comes first)
         "data_collections": [
-            {"data_collection": "testDB.collectiona", "event_count": 2},
             {"data_collection": "testDB.collectionb", "event_count": 1},
+            {"data_collection": "testDB.collectiona", "event_count": 2},
         ],
-        "ts_ms": 100_000,
+        "ts_ms": 101_000,  # the time of the event that closed the transaction (TransactionMonitor)
     }
     assert decode(records[5])[2]["payload"]["transaction"] is None
     assert decode(records[6])[2]["payload"]["status"] == "BEGIN"
