@@ -39,7 +39,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 COLLECTIONS = ("orders", "customers")
-RUN_TIMEOUT_S = 300
+# Bounds of an Airflow run (spark-submit included) and of a REST call on a loaded machine.
+RUN_TIMEOUT_S = 420
+HTTP_TIMEOUT_S = 120
 
 
 # -- helpers -----------------------------------------------------------------------------------------
@@ -187,8 +189,14 @@ def test_first_hourly_run_snapshots_then_windows_stream(stack):
     client.shop.orders.insert_one({"_id": 31, "status": "new", "total": 310})
     client.shop.orders.update_one({"_id": 1}, {"$set": {"status": "paid"}})
     client.shop.orders.delete_one({"_id": 2})
-    client.shop.customers.update_one({"_id": "c1"}, {"$set": {"name": "renamed"}})
-    time.sleep(1.1)  # the window ends at a whole second: the changes lie before it
+    with client.start_session() as session:
+        client.shop.customers.update_one({"_id": "c1"}, {"$set": {"name": "renamed"}}, session=session)
+        last_change = session.operation_time
+    # The window ends at the whole second of its start: wait until that lies past the changes.
+    deadline = time.monotonic() + 120
+    while time.time() < last_change.time + 1:
+        assert time.monotonic() < deadline, f"the clock did not pass {last_change} within 120 s"
+        time.sleep(0.05)
     stack.airflow("dags", "test", "mongocdc_hourly", (hour + timedelta(hours=2)).isoformat())
 
     after = stack.offsets()
@@ -203,7 +211,7 @@ def test_first_hourly_run_snapshots_then_windows_stream(stack):
 # -- 2: gap, watchdog, re-snapshot, REST API -----------------------------------------------------------
 class Api:
     def __init__(self, base: str, password: str):
-        self.http = httpx.Client(base_url=base, timeout=30)
+        self.http = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S)
         self.password = password
         self.token: str | None = None
 
@@ -272,7 +280,7 @@ def start_airflow(stack: Stack) -> Api:
             )
         )
     api = Api(f"http://127.0.0.1:{port}", password)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while True:
         try:
             if api.http.get("/api/v2/monitor/health").status_code == 200:
