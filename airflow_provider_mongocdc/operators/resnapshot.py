@@ -22,8 +22,56 @@ MODES = (GAP, MANUAL)
 def parse_collections(value: Any) -> list[str]:
     """``collections`` from a trigger form or a DAG run conf: a list, a JSON list, a
     comma-separated string, or empty (every captured collection)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            name = str(item).strip()
+            database, _, collection = name.partition(".")
+            if name and (not database or not collection):
+                raise ConfigError(
+                    f"`{name}` is not `<database>.<collection>`",
+                    cause="each collection to copy again is named with its database",
+                    fix=f"write it as <database>.{name.strip('.') or '<collection>'}, e.g. shop.orders, "
+                    "or leave collections empty to copy every captured collection",
+                )
     namespaces = parse_namespaces(value) or []
     return [f"{db}.{coll}" for db, coll in namespaces]
+
+
+def resnapshot_params() -> dict[str, Any]:
+    """The trigger form of a re-snapshot DAG: valid as it opens (every field may stay empty)."""
+    from airflow.sdk import Param
+
+    return {
+        "mode": Param(
+            MANUAL,
+            type="string",
+            enum=[MANUAL, GAP],
+            title="Mode",
+            values_display={
+                MANUAL: "manual: chosen collections (or all), the offset stays",
+                GAP: "gap: every collection, the offset moves to the new snapshot",
+            },
+            description="manual (default): copy the chosen collections, or all when Collections is "
+            "empty, while streaming continues from the stored offset. gap: after an oplog gap, copy "
+            "every collection and move the offset to the new snapshot's start (Collections must "
+            "stay empty; use manual for a chosen few).",
+        ),
+        "collections": Param(
+            None,
+            type=["null", "array"],
+            items={"type": "string"},
+            title="Collections",
+            description="One <database>.<collection> per line, e.g. shop.orders. Empty: every "
+            "captured collection.",
+        ),
+        "reason": Param(
+            None,
+            type=["null", "string"],
+            title="Reason",
+            description="Why the re-snapshot runs, kept in the run's summary and task log. Empty: no "
+            "reason recorded.",
+        ),
+    }
 
 
 def _report(value: Any) -> dict[str, Any] | None:
@@ -77,8 +125,10 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     ``reset_offset``, which the mode decides).
     """
 
+    # force and reset_offset are decided from the mode when the task runs: they are not templated
+    # fields, so Rendered Templates shows the mode instead of values the run may not use.
     template_fields: Sequence[str] = (
-        *MongoSnapshotOperator.template_fields,
+        *(name for name in MongoSnapshotOperator.template_fields if name not in ("force", "reset_offset")),
         "reason",
         "mode",
         "gap_report",
@@ -125,13 +175,20 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
                 )
                 gap, report = True, found.to_dict()
                 gap_partitions = report["gap_partitions"]
+        if gap and collections and not gap_partitions:
+            raise ConfigError(
+                "Gap mode copies every captured collection",
+                cause=f"mode gap was chosen with collections {', '.join(collections)}",
+                fix="use mode manual to copy a chosen few (the offset stays), or leave collections "
+                "empty for a gap re-snapshot of every collection",
+            )
         if gap and collections:
             raise ConfigError(
                 "A re-snapshot after an oplog gap must copy every captured collection",
                 cause=f"the stored resume point of {', '.join(gap_partitions) or 'the connector'} is no "
                 "longer in the oplog, so changes of every collection were lost, but collections "
                 f"{', '.join(collections)} were chosen",
-                fix="trigger the re-snapshot again with collections empty",
+                fix="trigger the re-snapshot again with collections empty (gap mode copies every collection)",
             )
         return {
             "mode": GAP if gap else MANUAL,

@@ -1,0 +1,532 @@
+"""Build the hourly, re-snapshot and watchdog DAGs of many connectors from one list.
+
+A DAG file (see ``dags/mongocdc_connectors.py``) calls::
+
+    globals().update(connector_dags(path=Path(__file__).with_name("mongocdc_connectors.json")))
+
+The list is a JSON file: ``{"connectors": [<entry>, ...]}`` (or a bare list of entries). An entry:
+
+``name`` (required)
+    Letters, digits and ``_``. The DAG ids are ``mongocdc_<name>_hourly``, ``mongocdc_<name>_resnapshot``
+    and ``mongocdc_<name>_watchdog``; the connector named ``default`` keeps ``mongocdc_hourly``,
+    ``mongocdc_resnapshot`` and ``mongocdc_watchdog``.
+``config`` or ``config_variable``
+    The connector configuration (Debezium property names): inline as a JSON object, or the name of
+    an Airflow Variable holding it (default ``mongocdc_<name>_connector_config``; for ``default``:
+    ``mongocdc_connector_config``, else the environment variable ``MONGOCDC_CONNECTOR_CONFIG``).
+    A Variable is read when a task runs (through the macro ``mongocdc_connector_config()`` in the
+    templated fields), never while Airflow parses the DAG files.
+``conn_ids``
+    ``{"mongo": ..., "kafka": ..., "spark": ...}``; defaults ``mongocdc_default``,
+    ``kafka_default``, ``spark_default``. (For ``default`` only, the Variables
+    ``mongocdc_mongo_conn_id``, ``mongocdc_kafka_conn_id``, ``mongocdc_spark_conn_id`` override
+    them at run time, as before.)
+``pool``
+    The pool of the connector's snapshot, re-snapshot and window tasks (default ``mongocdc_<name>``;
+    for ``default`` the environment variable ``MONGOCDC_POOL`` when set, else ``mongocdc_default``).
+    One slot, so that the tasks queue one after the other. The first task of the hourly and
+    re-snapshot DAGs (``pool``, in ``default_pool``) creates it when it does not exist (Airflow 3.3
+    never queues a task whose pool is missing: it would stay *scheduled*, with no DAG warning), by
+    running ``airflow pools``; on a worker without access to the metadata database, create it
+    once yourself::
+
+        airflow pools set <pool> 1 "MongoDB CDC connector <name>"
+``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``
+    Of the hourly DAG (default ``@hourly``) and the watchdog (default every 10 minutes); the start
+    date (ISO 8601, default 2026-01-01) and extra tags.
+
+An entry that is not valid yields no DAGs but one import error of the DAG file naming the entry
+(the other connectors' DAGs still load): the factory returns a placeholder DAG for it that fails
+Airflow's DAG validation with the message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+DEFAULT_NAME = "default"
+CONNECTOR_CONFIG_VARIABLE = "mongocdc_connector_config"
+CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
+POOL_ENV = "MONGOCDC_POOL"
+DEFAULT_CONN_IDS = {"mongo": "mongocdc_default", "kafka": "kafka_default", "spark": "spark_default"}
+TAGS = ["mongocdc", "example"]
+ENTRY_KEYS = {
+    "name",
+    "config",
+    "config_variable",
+    "conn_ids",
+    "pool",
+    "schedule",
+    "watchdog_schedule",
+    "start_date",
+    "tags",
+}
+
+# How long each kind of task may run. The connector's lease lasts as long and is renewed every
+# third of it while the task runs: a killed task's lease frees itself after this time at most.
+WINDOW_TIMEOUT = timedelta(minutes=55)
+SNAPSHOT_TIMEOUT = timedelta(hours=6)
+
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+class ConnectorEntryError(ValueError):
+    """A connector entry of the list is not valid (reported as an import error of the DAG file)."""
+
+
+def dag_ids(name: str) -> dict[str, str]:
+    """The DAG ids of connector ``name``: ``hourly``, ``resnapshot``, ``watchdog``."""
+    base = "mongocdc" if name == DEFAULT_NAME else f"mongocdc_{name}"
+    return {kind: f"{base}_{kind}" for kind in ("hourly", "resnapshot", "watchdog")}
+
+
+def gap_run_id(report: Any) -> str:
+    """The run id of the re-snapshot of a gap: the same lost positions give the same id, so the
+    watchdog triggers one re-snapshot per gap however often it finds it."""
+    if isinstance(report, str):
+        report = json.loads(report)
+    positions = []
+    for partition in report.get("partitions") or []:
+        if partition.get("status") == "gap":
+            ts = partition.get("stored_cluster_time") or {}
+            positions.append(f"{partition['partition']}-{ts.get('t', 'x')}.{ts.get('i', 'x')}")
+    return f"gap__{report.get('connector')}__{'_'.join(positions) or 'unknown'}"
+
+
+class Connector:
+    """One validated entry of the connector list."""
+
+    def __init__(self, entry: Any, index: int):
+        label = f"connector entry #{index + 1}"
+        if not isinstance(entry, Mapping):
+            raise ConnectorEntryError(f"{label} must be a JSON object, got {type(entry).__name__}")
+        name = entry.get("name")
+        if isinstance(name, str) and name:
+            label = f"connector entry #{index + 1} ({name!r})"
+        self.label = label
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConnectorEntryError(
+                f"{label}: 'name' must be letters, digits and _ (it is part of the DAG ids), got {name!r}"
+            )
+        unknown = sorted(set(entry) - ENTRY_KEYS)
+        if unknown:
+            raise ConnectorEntryError(
+                f"{label}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(ENTRY_KEYS))}"
+            )
+        self.name = name
+        self.config = entry.get("config")
+        self.config_variable = entry.get("config_variable")
+        if self.config is not None and self.config_variable is not None:
+            raise ConnectorEntryError(f"{label}: give either 'config' or 'config_variable', not both")
+        if self.config is not None:
+            if not isinstance(self.config, Mapping) or not self.config.get("topic.prefix"):
+                raise ConnectorEntryError(
+                    f"{label}: 'config' must be a JSON object of Debezium properties with a "
+                    f'topic.prefix, e.g. {{"topic.prefix": "{name}"}}'
+                )
+            from airflow_provider_mongocdc.core.config import ConnectorConfig
+            from airflow_provider_mongocdc.core.errors import MongoCdcError
+
+            try:
+                ConnectorConfig.from_properties(dict(self.config))
+            except MongoCdcError as error:
+                raise ConnectorEntryError(f"{label}: 'config' is not valid: {error}") from None
+        elif self.config_variable is None:
+            self.config_variable = (
+                CONNECTOR_CONFIG_VARIABLE if name == DEFAULT_NAME else f"mongocdc_{name}_connector_config"
+            )
+        if not isinstance(self.config_variable, (str, type(None))) or self.config_variable == "":
+            raise ConnectorEntryError(f"{label}: 'config_variable' must be a Variable name")
+        conn_ids = entry.get("conn_ids") or {}
+        if not isinstance(conn_ids, Mapping) or set(conn_ids) - set(DEFAULT_CONN_IDS):
+            raise ConnectorEntryError(
+                f"{label}: 'conn_ids' must be an object with the keys mongo, kafka, spark, got {conn_ids!r}"
+            )
+        self.conn_ids = {**DEFAULT_CONN_IDS, **conn_ids}
+        pool = entry.get("pool")
+        if pool is None:
+            pool = (
+                os.environ.get(POOL_ENV) or "mongocdc_default" if name == DEFAULT_NAME else f"mongocdc_{name}"
+            )
+        if not isinstance(pool, str) or not pool:
+            raise ConnectorEntryError(f"{label}: 'pool' must be a pool name, got {pool!r}")
+        self.pool = pool
+        self.schedule = entry.get("schedule", "@hourly")
+        watchdog = entry.get("watchdog_schedule", 600)
+        self.watchdog_schedule = timedelta(seconds=watchdog) if isinstance(watchdog, int) else watchdog
+        import pendulum
+
+        try:
+            self.start_date = pendulum.parse(str(entry.get("start_date", "2026-01-01")), tz="UTC")
+        except Exception:
+            raise ConnectorEntryError(
+                f"{label}: 'start_date' must be an ISO 8601 date, got {entry.get('start_date')!r}"
+            ) from None
+        tags = entry.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise ConnectorEntryError(f"{label}: 'tags' must be a list of strings")
+        self.tags = [*TAGS, *([] if name == DEFAULT_NAME else [name]), *tags]
+        self.dag_ids = dag_ids(name)
+
+    # -- run-time macros ---------------------------------------------------------------------------
+    def connector_config(self) -> str:
+        """The connector configuration as JSON (inline, else the Variable, read at run time)."""
+        if self.config is not None:
+            return json.dumps(dict(self.config))
+        from airflow.sdk import Variable
+
+        value: Any = Variable.get(self.config_variable, default=None)
+        if value in (None, "") and self.name == DEFAULT_NAME:
+            value = os.environ.get(CONNECTOR_CONFIG_ENV)
+        if value in (None, ""):
+            from airflow_provider_mongocdc.core.errors import ConfigError
+
+            raise ConfigError(
+                f"Connector {self.name!r} has no connector configuration",
+                cause=f"the Airflow Variable {self.config_variable!r} is not set",
+                fix=f"airflow variables set {self.config_variable} "
+                '\'{"topic.prefix": "shop", "collection.include.list": "shop\\\\..*"}\'',
+            )
+        return value if isinstance(value, str) else json.dumps(value)
+
+    def conn_id(self, kind: str) -> str:
+        if self.name == DEFAULT_NAME:
+            from airflow.sdk import Variable
+
+            return Variable.get(f"mongocdc_{kind}_conn_id", default=None) or self.conn_ids[kind]
+        return self.conn_ids[kind]
+
+    @property
+    def macros(self) -> dict[str, Any]:
+        return {
+            "mongocdc_connector_config": self.connector_config,
+            "mongocdc_conn_id": self.conn_id,
+            "mongocdc_gap_run_id": gap_run_id,
+        }
+
+    def arguments(self, operator_class) -> dict[str, Any]:
+        """The templated connector, connection and pool arguments of the provider's operators."""
+        arguments = {
+            "connector_config": "{{ mongocdc_connector_config() }}",
+            "mongo_conn_id": "{{ mongocdc_conn_id('mongo') }}",
+            "kafka_conn_id": "{{ mongocdc_conn_id('kafka') }}",
+        }
+        if operator_class is not None and hasattr(operator_class, "application_name"):
+            if "spark_conn_id" in getattr(operator_class, "template_fields", ()):
+                arguments["spark_conn_id"] = "{{ mongocdc_conn_id('spark') }}"
+            else:
+                arguments["spark_conn_id"] = self.conn_ids["spark"]
+            arguments["pool"] = self.pool
+        return arguments
+
+    def describe(self) -> str:
+        config = (
+            "inline in the connector list"
+            if self.config is not None
+            else f"the Airflow Variable `{self.config_variable}`"
+        )
+        return (
+            f"**Connector `{self.name}`**: configuration from {config}; connections "
+            f"`{self.conn_ids['mongo']}` (MongoDB), `{self.conn_ids['kafka']}` (Kafka), "
+            f"`{self.conn_ids['spark']}` (Spark); pool `{self.pool}` (create it once: "
+            f'`airflow pools set {self.pool} 1 "MongoDB CDC connector {self.name}"`).'
+        )
+
+
+def ensure_pool(pool: str, connector: str) -> str:
+    """Create the connector's pool (one slot) when it does not exist yet; the first task of the
+    hourly and re-snapshot DAGs, in ``default_pool``. Airflow 3.3 never queues a task whose pool is
+    missing (it stays *scheduled*, with only a scheduler log line), so the pool must exist before
+    the snapshot, window or re-snapshot task is scheduled. The Airflow 3 task API has no pool
+    calls: this runs the ``airflow pools`` command, which needs the metadata database; where the
+    worker has none, it logs the command to run once instead."""
+    import logging
+    import shutil
+    import subprocess
+    import sys
+
+    log = logging.getLogger(__name__)
+    airflow = shutil.which("airflow") or str(Path(sys.executable).with_name("airflow"))
+    description = f"MongoDB CDC connector {connector}: one snapshot or window at a time"
+    command = f'airflow pools set {pool} 1 "{description}"'
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([airflow, "pools", *args], capture_output=True, text=True, timeout=300)
+
+    found = run("get", pool, "-o", "json")
+    if found.returncode == 0:
+        log.info("Pool %s exists", pool)
+        return "exists"
+    if "does not exist" not in found.stdout + found.stderr:
+        log.warning(
+            "Could not check the pool %s from this worker (%s); if it does not exist, the connector's "
+            "tasks stay scheduled: create it once with: %s",
+            pool,
+            (found.stderr or found.stdout).strip()[-300:],
+            command,
+        )
+        return "unknown"
+    created = run("set", pool, "1", description)
+    if created.returncode != 0:
+        from airflow_provider_mongocdc.core.errors import MongoCdcError
+
+        raise MongoCdcError(
+            f"The pool {pool} of connector {connector} does not exist and could not be created",
+            cause=(created.stderr or created.stdout).strip()[-500:],
+            fix=f"create it once: {command}",
+        )
+    log.info("Created the pool %s (1 slot) for connector %s", pool, connector)
+    return "created"
+
+
+def load_connectors(path: str | os.PathLike) -> list[Any]:
+    """The entries of the connector list file (JSON)."""
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConnectorEntryError(
+            f"The connector list {path} is not valid JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}"
+        ) from None
+    if isinstance(data, Mapping):
+        data = data.get("connectors")
+    if not isinstance(data, list):
+        raise ConnectorEntryError(f'{path}: expected {{"connectors": [...]}} or a JSON list of entries')
+    return data
+
+
+def _broken_dag(messages: list[str], fileloc: str | None):
+    """A placeholder that Airflow's DAG validation rejects with the entries' messages: the DAG file
+    gets one import error naming the invalid entries while the other connectors' DAGs are
+    registered (Airflow 3 records an exception of ``DAG.validate()`` as the file's import error and
+    keeps the file's other DAGs)."""
+    from airflow.sdk import DAG
+
+    message = "\n".join(messages)
+
+    class InvalidConnectorEntries(DAG):
+        def validate(self):
+            raise ConnectorEntryError(message)
+
+    dag = InvalidConnectorEntries(dag_id="mongocdc_invalid_connector_entries", schedule=None)
+    if fileloc:
+        dag.fileloc = fileloc
+    return dag
+
+
+def connector_dags(
+    connectors: list[Any] | None = None, *, path: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """The DAGs of every connector of ``connectors`` (entries) or of the list file ``path``:
+    ``{dag_id: DAG}``, for ``globals().update(...)`` in a DAG file. Invalid entries add one
+    placeholder that Airflow reports as an import error naming them."""
+    if connectors is None:
+        if path is None:
+            raise TypeError("connector_dags needs connectors= or path=")
+        connectors = load_connectors(path)
+    dags: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    errors: list[str] = []
+    for index, entry in enumerate(connectors):
+        try:
+            connector = Connector(entry, index)
+            if connector.name in seen:
+                raise ConnectorEntryError(
+                    f"{connector.label}: the name {connector.name!r} is already used by {seen[connector.name]}"
+                )
+            seen[connector.name] = connector.label
+            dags.update(build_connector_dags(connector))
+        except ConnectorEntryError as error:
+            errors.append(str(error))
+    if errors:
+        where = f" of {path}" if path is not None else ""
+        errors.append(
+            f"Invalid connector entr{'y' if len(errors) == 1 else 'ies'}{where}: no DAGs for "
+            f"{'it' if len(errors) == 1 else 'them'}; the other connectors' DAGs are loaded. Fix the "
+            "entry (see airflow_provider_mongocdc.dags for the keys)."
+        )
+        placeholder = _broken_dag(errors, None)
+        dags[placeholder.dag_id] = placeholder
+    return dags
+
+
+def build_connector_dags(connector: Connector) -> dict[str, Any]:
+    """The hourly, re-snapshot and watchdog DAGs of one connector."""
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import DAG
+
+    from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, resnapshot_params
+    from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
+    from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+    from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
+
+    ids = connector.dag_ids
+    about = connector.describe()
+
+    def pool_task():
+        return PythonOperator(
+            task_id="pool",
+            python_callable=ensure_pool,
+            op_args=[connector.pool, connector.name],
+            pool="default_pool",
+            retries=0,
+            doc_md=f"Creates the pool `{connector.pool}` (one slot) when it does not exist.",
+        )
+
+    with DAG(
+        dag_id=ids["hourly"],
+        schedule=connector.schedule,
+        start_date=connector.start_date,
+        catchup=False,
+        max_active_runs=1,
+        doc_md=HOURLY_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
+        user_defined_macros=connector.macros,
+        tags=connector.tags,
+        default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
+    ) as hourly:
+        snapshot = MongoSnapshotOperator(
+            task_id="snapshot",
+            execution_timeout=SNAPSHOT_TIMEOUT,
+            **connector.arguments(MongoSnapshotOperator),
+        )
+        window = MongoStreamWindowOperator(
+            task_id="window",
+            execution_timeout=WINDOW_TIMEOUT,
+            # Stops at a point between transactions before the task's timeout; the next run continues.
+            max_duration=WINDOW_TIMEOUT.total_seconds() - 300,
+            **connector.arguments(MongoStreamWindowOperator),
+        )
+        pool_task() >> snapshot >> window
+
+    with DAG(
+        dag_id=ids["resnapshot"],
+        schedule=None,
+        start_date=connector.start_date,
+        catchup=False,
+        max_active_runs=1,
+        doc_md=RESNAPSHOT_DOC.format(connector=about, dag_id=ids["resnapshot"], watchdog=ids["watchdog"]),
+        user_defined_macros=connector.macros,
+        render_template_as_native_obj=True,  # collections and the gap report stay lists and objects
+        tags=connector.tags,
+        params=resnapshot_params(),
+    ) as resnapshot:
+        pool_task() >> MongoResnapshotOperator(
+            task_id="resnapshot",
+            collections="{{ params.collections }}",
+            reason="{{ params.reason }}",
+            mode="{{ params.mode }}",
+            gap_report="{{ dag_run.conf.get('gap_report') if dag_run.conf else None }}",
+            execution_timeout=SNAPSHOT_TIMEOUT,
+            **connector.arguments(MongoResnapshotOperator),
+        )
+
+    with DAG(
+        dag_id=ids["watchdog"],
+        schedule=connector.watchdog_schedule,
+        start_date=connector.start_date,
+        catchup=False,
+        max_active_runs=1,
+        doc_md=WATCHDOG_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
+        user_defined_macros=connector.macros,
+        tags=connector.tags,
+    ) as watchdog:
+        detect_gap = OplogGapSensor(
+            task_id="detect_gap",
+            mode="reschedule",
+            poke_interval=timedelta(minutes=2),
+            timeout=timedelta(minutes=8),
+            soft_fail=True,
+            headroom_warning=timedelta(hours=6),
+            resnapshot_dag_id=ids["resnapshot"],
+            **connector.arguments(None),
+        )
+        trigger_resnapshot = TriggerDagRunOperator(
+            task_id="trigger_resnapshot",
+            trigger_dag_id=ids["resnapshot"],
+            trigger_run_id="{{ mongocdc_gap_run_id(ti.xcom_pull(task_ids='detect_gap')) }}",
+            conf={
+                "mode": "gap",
+                "collections": [],
+                "reason": "oplog gap found by {{ dag.dag_id }} run {{ run_id }}",
+                "gap_report": detect_gap.output,
+            },
+            skip_when_already_exists=True,
+            wait_for_completion=False,
+        )
+        detect_gap >> trigger_resnapshot
+    return {dag.dag_id: dag for dag in (hourly, resnapshot, watchdog)}
+
+
+HOURLY_DOC = """
+### MongoDB CDC: windows
+
+{connector}
+
+Every run, the changes of the captured MongoDB collections from the stored offset up to the end
+of the run's data interval become Debezium-compatible change events in Kafka; the offset moves
+forward in the same Kafka transaction.
+
+* **snapshot** runs the snapshot application; it copies only when `snapshot.mode` asks for it
+  (no offset yet with `initial`; every run with `always`; a purged resume point with
+  `when_needed`), and otherwise finishes at once ("no snapshot needed"). With `always` the stored
+  offset stays where it is (unless it was purged from the oplog), so the window still streams
+  every change since the previous run, deletes included, after the snapshot's read events.
+* **window** streams from the stored offset up to `data_interval_end` (or now, when that lies in
+  the future).
+
+Both run in the connector's pool (one slot), as does the re-snapshot (`{resnapshot}`), so they
+queue one after the other instead of overlapping. Each also holds the connector's lease (a record
+in the offsets topic) while it runs, renewed as long as it runs, which keeps snapshots, windows
+and `mongocdc offsets` changes apart even outside these DAGs and pools.
+
+**Catch-up.** `catchup=False`: when the DAG is switched on, or after downtime, only the latest
+interval runs. That loses nothing: a window always starts from the stored offset, not from its
+data interval's start, so one run covers all the time since the previous window (`max_duration`
+bounds how long it reads, and the next run continues). A re-run of an old interval (its end
+before the stored offset) reads nothing and keeps the offset.
+"""
+
+RESNAPSHOT_DOC = """
+### MongoDB CDC: re-snapshot
+
+{connector}
+
+Copies the captured collections to Kafka again as read events (`op: r`), with the snapshot
+application. Trigger it from the UI (**Trigger**: the form opens valid; every field may stay
+empty) or through the REST API (`POST /api/v2/dags/{dag_id}/dagRuns` with `conf`). The watchdog
+(`{watchdog}`) triggers it with `mode: gap` and its gap report when a stored resume point is no
+longer in the oplog.
+
+* **mode `manual`** (default): the chosen collections (empty: all) are copied while the streaming
+  offset stays where it is, so no change event is skipped. When the task finds that a stored
+  resume point is gone after all, it proceeds as in gap mode.
+* **mode `gap`**: every captured collection is copied and the streaming offset moves to the new
+  snapshot's start position. Gap mode copies every collection: to copy a chosen few, use `manual`.
+
+Documents deleted during lost history have no delete event (the oplog entries are gone): as with
+Debezium, the re-snapshot's read events are the complete current state, and a consumer that
+rebuilds state should drop the keys of a collection that a gap re-snapshot did not emit.
+"""
+
+WATCHDOG_DOC = """
+### MongoDB CDC: oplog gap watchdog
+
+{connector}
+
+**detect_gap** (OplogGapSensor, reschedule mode) checks whether the stored resume points of the
+connector are still in the oplog. A quiet run ends *skipped* when its timeout (8 minutes) passes
+without a gap; the task log shows each partition's headroom and a warning below 6 hours.
+
+When a position is gone, the sensor succeeds with a gap report (XCom) and **trigger_resnapshot**
+starts `{resnapshot}` with `mode: gap` and the report in its conf. The triggered run's id is
+derived from the lost positions, so the same gap triggers one re-snapshot however many watchdog
+runs see it; if that re-snapshot fails, clear it to run it again.
+"""

@@ -1,0 +1,22 @@
+"""The MongoDB CDC DAGs of every connector in ``mongocdc_connectors.json`` (next to this file).
+
+Each connector gets an hourly window DAG, a re-snapshot DAG (trigger form) and an oplog gap
+watchdog; the connector ``default`` keeps the ids ``mongocdc_hourly``, ``mongocdc_resnapshot`` and
+``mongocdc_watchdog``, another connector ``<name>`` gets ``mongocdc_<name>_hourly`` ... The entries
+are described in :mod:`airflow_provider_mongocdc.dags`. An invalid entry shows as one import error
+of this file naming the entry; the other connectors' DAGs still load. Nothing here reads a Variable
+or the network: the connector configuration is read when a task runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow_provider_mongocdc.dags import connector_dags
+
+CONNECTORS = Path(
+    os.environ.get("MONGOCDC_CONNECTORS_FILE") or Path(__file__).with_name("mongocdc_connectors.json")
+)
+
+globals().update(connector_dags(path=CONNECTORS))
