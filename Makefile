@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make test   creates .venv, installs the project with the pinned constraints, checks the code
-#               with ruff (lint and format), fetches the Kafka broker jars with Maven, and runs the test suite (real Kafka, spark-submit,
+#               with ruff (lint and format), fetches the Kafka broker jars and the interop suite's Kafka Connect
+#               and Debezium jars with Maven, and runs the test suite (real Kafka, spark-submit,
 #               Airflow, MongoDB simulator or MONGOCDC_TEST_MONGODB_URI).
 #   make demo   the main job: the CDC pipeline end to end on this machine.
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test lint demo install kafka-jars bench clean
+.PHONY: test lint demo install kafka-jars interop-jars bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +24,16 @@ install: $(VENV)/.installed
 kafka-jars: install
 	$(BIN)/python -m devtools.kafka fetch
 
+# Kafka Connect's JsonConverter and Debezium's MongoDB connector for tests/interop (Maven), and
+# the harness that runs them (javac).
+interop-jars: install
+	$(BIN)/python -m devtools.interop fetch
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install lint kafka-jars
+test: install lint kafka-jars interop-jars
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: install kafka-jars
@@ -37,4 +43,4 @@ bench: install kafka-jars
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) devtools/kafka/target .pytest_cache
+	rm -rf $(VENV) devtools/kafka/target devtools/interop/target .pytest_cache
