@@ -4,16 +4,28 @@
     mongocdc offsets reset --topic-prefix P --partition RS --yes
     mongocdc offsets set   --topic-prefix P --partition RS --yes
                            (--resume-token JSON | --cluster-time SEC:INC | --cluster-time ISO-TIME)
+    mongocdc offsets import-debezium --topic-prefix P --partition RS --connect-offsets-topic T
+                           [--debezium-connector NAME] --yes
+    mongocdc offsets export-debezium --topic-prefix P --partition RS --connect-offsets-topic T
+                           --debezium-connector NAME --yes
+
+``import-debezium`` moves the partition to the position of a Debezium MongoDB connector stored in
+a Kafka Connect offsets topic (the worker's offset.storage.topic; key ``["<connector>",
+{"server_id": "<topic prefix>"}]``, resume token as Debezium 2.4+ base64 BSON or the older hex
+``_data``): the next window resumes right after the last change Debezium processed.
+``export-debezium`` writes the partition's position there as Debezium 3.x writes its offset, so a
+Debezium connector with that name and topic.prefix resumes right after the last change delivered
+here. Stop the Debezium connector first (Kafka Connect reads offsets when a task starts).
 
 Kafka: ``--kafka-config FILE`` (a librdkafka JSON configuration, secrets included: keep them out of
 the command line), ``--kafka-conn-id ID`` (an Airflow connection whose extra is that
 configuration) or ``--bootstrap-servers HOSTS`` (clusters without authentication). The offsets
 topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
 
-``reset`` and ``set`` hold the connector's lease (kind ``offsets``) while they change the offset:
-a running window or snapshot would overwrite the change when it commits, so they are refused
-while one holds the lease (the error names it, since when and until when it holds it), and no
-window or snapshot starts meanwhile. Pause the connector's DAGs first so that none is due. ``show``
+``reset``, ``set``, ``import-debezium`` and ``export-debezium`` hold the connector's lease (kind
+``offsets``) while they change the offset: a running window or snapshot would overwrite the
+change when it commits, so they are refused while one holds the lease (the error names it, since
+when and until when it holds it), and no window or snapshot starts meanwhile. Pause the connector's DAGs first so that none is due. ``show``
 only reads.
 """
 
@@ -97,6 +109,30 @@ def _parser() -> argparse.ArgumentParser:
         "(2024-05-01T10:00:00Z); streaming starts at that operation time",
     )
     move.add_argument("--yes", action="store_true", help="confirm the change")
+    for action, help_text in (
+        ("import-debezium", "move a partition to a Debezium MongoDB connector's stored position"),
+        ("export-debezium", "write a partition's position as a Debezium MongoDB connector's offset"),
+    ):
+        switch = actions.add_parser(action, help=help_text)
+        common(switch, partition_required=True)
+        switch.add_argument(
+            "--connect-offsets-topic",
+            required=True,
+            metavar="TOPIC",
+            help="the Kafka Connect worker's offset.storage.topic",
+        )
+        switch.add_argument(
+            "--debezium-connector",
+            required=action == "export-debezium",
+            metavar="NAME",
+            help="the Debezium connector's name in Kafka Connect"
+            + (
+                " (default: the only one whose server_id is the topic prefix)"
+                if action == "import-debezium"
+                else ""
+            ),
+        )
+        switch.add_argument("--yes", action="store_true", help="confirm the change")
     return parser
 
 
@@ -189,8 +225,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from airflow_provider_mongocdc.core.offsets import OffsetStore, Position
 
-    if args.action in ("reset", "set") and not args.yes:
-        what = "delete" if args.action == "reset" else "move"
+    if args.action != "show" and not args.yes:
+        what = {"reset": "delete", "export-debezium": "export"}.get(args.action, "move")
         print(
             f"mongocdc: refusing to {what} the offset of partition {args.partition!r} of "
             f"{args.topic_prefix!r} without --yes. Stop the connector's DAGs first, check the "
@@ -223,10 +259,48 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _change(args: argparse.Namespace, store, target) -> int:
-    """``reset`` or ``set`` (under the connector's lease)."""
+    """``reset``, ``set``, ``import-debezium`` or ``export-debezium`` (under the connector's lease)."""
     from airflow_provider_mongocdc.core.offsets import OffsetPartition
 
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
+    if args.action == "import-debezium":
+        entry, before, after = store.import_debezium(
+            partition, args.connect_offsets_topic, args.debezium_connector
+        )
+        _print(
+            {
+                "action": "import-debezium",
+                "topic": store.topic,
+                "partition": partition.to_dict(),
+                "debezium": {
+                    "topic": args.connect_offsets_topic,
+                    "connector": entry.connector,
+                    "partition": dict(entry.source_partition),
+                    "offset": dict(entry.value),
+                    "resume_token_format": entry.token_format,
+                },
+                "before": _state(before),
+                "after": _state(after),
+                "changed": True,
+            }
+        )
+        return EXIT_OK
+    if args.action == "export-debezium":
+        state, key, value = store.export_debezium(
+            partition, args.connect_offsets_topic, args.debezium_connector
+        )
+        _print(
+            {
+                "action": "export-debezium",
+                "topic": args.connect_offsets_topic,
+                "partition": partition.to_dict(),
+                "offset": _state(state),
+                "key": json.loads(key),
+                "value": json.loads(value),
+                "changed": True,
+            }
+        )
+        return EXIT_OK
     if args.action == "reset":
         before = store.reset(partition)
         _print(

@@ -22,6 +22,13 @@ ids: ``["<connector>", {"server_id", "rs", "snapshot": "<id>", "chunk": "<chunk 
 Spark tasks finish chunks concurrently, each in its own transaction with the chunk's events; with
 one record per chunk no task ever rewrites another task's progress.
 
+The value keeps the token's ``_data`` hex string (the form of Debezium before 2.4) and the ``rs``
+field in the key, as before; Debezium 2.4+'s base64 BSON token is read too. Debezium 3.x's own
+offsets live in Kafka Connect's offsets topic under ``["<connector>", {"server_id":
+"<topic.prefix>"}]`` (one partition for the whole deployment): :meth:`OffsetStore.import_debezium`
+and :meth:`OffsetStore.export_debezium` move a position between the two, so a deployment switches
+from or to Debezium without a re-snapshot (see "Debezium's offsets" below).
+
 Reading returns the last committed state: a ``read_committed`` consumer without a consumer group
 reads every partition of the topic from the beginning to the end offsets seen when the read
 started (the last stable offset) and keeps the last value per key.
@@ -29,6 +36,8 @@ started (the last stable offset) and keeps the last value per key.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import time
@@ -38,10 +47,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+import bson
 from bson import json_util
 from bson.json_util import JSONMode, JSONOptions
 from bson.timestamp import Timestamp
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from airflow_provider_mongocdc.core.errors import ConfigError, OffsetError
 from airflow_provider_mongocdc.core.events import Record
@@ -407,8 +417,8 @@ def _token_to_json(token: Mapping[str, Any]) -> Any:
 
 
 def _token_from_json(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        return {"_data": value}
+    if isinstance(value, str):  # the _data hex string (written here), or Debezium 2.4+'s base64 BSON
+        return _debezium_token_document(value) or {"_data": value}
     if isinstance(value, Mapping):
         return json_util.loads(json.dumps(value))
     raise OffsetError(
@@ -772,6 +782,52 @@ class OffsetStore:
         after = self.write(partition, (before or OffsetState()).with_position(position))
         return before, after
 
+    def import_debezium(
+        self,
+        partition: OffsetPartition,
+        connect_topic: str,
+        debezium_connector: str | None = None,
+    ) -> tuple[DebeziumOffset, OffsetState | None, OffsetState]:
+        """Move ``partition`` to the position of a Debezium MongoDB connector, read from the Kafka
+        Connect offsets topic ``connect_topic`` (either resume token form); returns
+        ``(the Debezium entry, before, after)``. The next window resumes right after the last
+        change Debezium processed. Counters and snapshot state are kept."""
+        entries = read_debezium_offsets(self.kafka_config, connect_topic, read_timeout_s=self.read_timeout_s)
+        entry = find_debezium_offset(entries, debezium_connector, partition.server_id, partition.rs)
+        position = entry.position()
+        before = self.read(partition)
+        base = before or OffsetState()
+        if base.snapshot.status == SNAPSHOT_IN_PROGRESS:
+            base = replace(base, snapshot=SnapshotState())  # Debezium's position replaces it
+        after = self.write(partition, base.with_position(position))
+        return entry, before, after
+
+    def export_debezium(
+        self, partition: OffsetPartition, connect_topic: str, debezium_connector: str
+    ) -> tuple[OffsetState, bytes, bytes]:
+        """Write ``partition``'s position as a Debezium 3.x MongoDB connector's offset (connector
+        ``debezium_connector``, server_id = the topic prefix) into the Kafka Connect offsets topic
+        ``connect_topic``; returns ``(our state, key, value)``. Debezium then resumes right after
+        the last change this connector delivered."""
+        state = self.read(partition)
+        if state is None or state.position is None:
+            raise OffsetError(
+                f"No position to export for {partition.describe()}",
+                cause="no offset is stored" if state is None else "the offset holds no stream position",
+                fix="run a snapshot or window first (mongocdc offsets show lists what is stored)",
+            )
+        if state.snapshot.status == SNAPSHOT_IN_PROGRESS:
+            raise OffsetError(
+                f"A snapshot of {partition.describe()} is in progress",
+                cause="its events are only partly written; Debezium would stream after its start and "
+                "never copy the rest",
+                fix="let the snapshot finish (or reset the offset), then export",
+            )
+        key, value = write_debezium_offset(
+            self.kafka_config, connect_topic, debezium_connector, partition.server_id, state.position
+        )
+        return state, key, value
+
     def _commit(self, records: list[Record]) -> None:
         self.ensure_topic()
         with TransactionalWriter(self.kafka_config, self.admin_transactional_id) as writer:
@@ -807,3 +863,239 @@ def is_lease_key(key: bytes | None) -> bool:
         and data[1].get("lease") == LEASE_NAME
         and "rs" not in data[1]
     )
+
+
+# -- Debezium's offsets (switching from or to Debezium's MongoDB connector) ---------------------------
+# A Debezium 3.x MongoDB connector keeps one offset in Kafka Connect's offsets topic
+# (offset.storage.topic of the Connect worker), written by Kafka Connect's JsonConverter:
+#   key   ["<connector name>", {"server_id": "<topic.prefix>"}]      (MongoDbPartition)
+#   value {"sec": <int>, "ord": <int>, "resume_token": "<base64 BSON of the token document>",
+#          "lsid": "<compact JSON>", "txnNumber": <long>, "initsync": true, "transaction_id": ...}
+# (MongoDbOffsetContext.getOffset, SourceInfo, ResumeTokens.toBase64). Debezium before 2.4 stored
+# the token's ``_data`` hex string; Debezium still reads both (lastResumeTokenDoc), and so does
+# this module. Keys with an ``rs`` field are the per-replica-set partitions of Debezium before 2.6,
+# which 3.x still reads once to consolidate them.
+DEBEZIUM_PARTITIONER = "murmur2_random"  # librdkafka's Java-compatible partitioner (Connect's keys)
+
+
+@dataclass(frozen=True)
+class DebeziumOffset:
+    """One entry of a Kafka Connect offsets topic written by Debezium's MongoDB connector."""
+
+    connector: str
+    source_partition: Mapping[str, Any]
+    value: Mapping[str, Any]
+
+    def describe(self) -> str:
+        return f"connector {self.connector!r} partition {_compact(dict(self.source_partition)).decode()}"
+
+    @property
+    def token_format(self) -> str | None:
+        """``base64`` (Debezium >= 2.4), ``hex`` (older) or None when the entry has no token."""
+        token = self.value.get("resume_token")
+        if token is None:
+            return None
+        return "base64" if _debezium_token_document(token) is not None else "hex"
+
+    def position(self) -> Position:
+        """The position Debezium resumes from: after its resume token (or, without one, at its
+        ``sec``/``ord`` operation time, inclusive, as Debezium's ``startAtOperationTime``)."""
+        if self.value.get("initsync"):
+            raise OffsetError(
+                f"The Debezium offset of {self.describe()} is taken during its initial snapshot",
+                cause="initsync=true: Debezium restarts such a snapshot from the beginning, the offset "
+                "holds no position to stream from",
+                fix="let the Debezium connector finish its snapshot (or snapshot here instead), then "
+                "import again",
+            )
+        if self.value.get("incremental_snapshot_collections"):
+            raise OffsetError(
+                f"The Debezium offset of {self.describe()} is taken during an incremental snapshot",
+                cause="the collections it still had to read "
+                f"({self.value['incremental_snapshot_collections']}) would never be copied here",
+                fix="let the Debezium connector finish its incremental snapshot, then import again",
+            )
+        token = self.value.get("resume_token")
+        sec, ord_ = self.value.get("sec"), self.value.get("ord")
+        cluster_time = None
+        if isinstance(sec, int) and sec >= 0:
+            cluster_time = Timestamp(sec, int(ord_) if isinstance(ord_, int) and ord_ >= 0 else 0)
+        document = None
+        if token is not None:
+            if not isinstance(token, str) or not token:
+                raise OffsetError(
+                    f"The Debezium offset of {self.describe()} holds an unreadable resume_token",
+                    cause=f"got {token!r}",
+                    fix="import the position with mongocdc offsets set --resume-token instead",
+                )
+            document = _debezium_token_document(token) or {"_data": token}
+            if cluster_time is None:
+                cluster_time = token_cluster_time(document)
+        if document is None and cluster_time is None:
+            raise OffsetError(
+                f"The Debezium offset of {self.describe()} holds no position",
+                cause=f"no resume_token and no sec/ord in {_compact(dict(self.value)).decode()}",
+                fix="let the Debezium connector stream at least once, or use mongocdc offsets set",
+            )
+        return Position(document, cluster_time)
+
+
+def _debezium_token_document(token: str) -> dict[str, Any] | None:
+    """The token document of Debezium's base64 BSON form, or None when ``token`` is not that form
+    (then it is the ``_data`` hex string of Debezium before 2.4)."""
+    try:  # a hex _data string is often valid base64 too: only a whole BSON document decides
+        document = bson.decode(base64.b64decode(token, validate=True))
+    except (binascii.Error, ValueError, bson.errors.BSONError):
+        return None
+    return document if "_data" in document else None
+
+
+def token_cluster_time(token: Mapping[str, Any]) -> Timestamp | None:
+    """The cluster time inside a resume token's ``_data`` (key-string type 130, then the 64-bit
+    timestamp; as Debezium's ResumeTokens.getTimestamp), or None when it cannot be read."""
+    data = token.get("_data")
+    try:
+        raw = bytes.fromhex(data) if isinstance(data, str) else bytes(data)
+    except (TypeError, ValueError):
+        return None
+    if len(raw) < 9 or raw[0] != 130:
+        return None
+    value = int.from_bytes(raw[1:9], "big")
+    return Timestamp(value >> 32, value & 0xFFFFFFFF)
+
+
+def debezium_key(connector: str, server_id: str) -> bytes:
+    """Kafka Connect's key of a Debezium 3.x MongoDB connector's offset."""
+    return _compact([connector, {"server_id": server_id}])
+
+
+def debezium_value(position: Position) -> dict[str, Any]:
+    """The offset Debezium 3.x writes for ``position`` (MongoDbOffsetContext.getOffset)."""
+    cluster_time = position.cluster_time
+    if cluster_time is None and position.resume_token is not None:
+        cluster_time = token_cluster_time(position.resume_token)
+    value: dict[str, Any] = {
+        "sec": cluster_time.time if cluster_time is not None else -1,
+        "ord": cluster_time.inc if cluster_time is not None else -1,
+    }
+    if position.resume_token is not None:
+        value["resume_token"] = base64.b64encode(bson.encode(dict(position.resume_token))).decode("ascii")
+    return value
+
+
+def read_debezium_offsets(
+    kafka_config: Mapping[str, Any], connect_topic: str, *, read_timeout_s: float = 60.0
+) -> list[DebeziumOffset]:
+    """The live entries (last value per key, tombstones dropped) of a Kafka Connect offsets
+    topic whose partitions are Debezium MongoDB partitions (a ``server_id`` field)."""
+    reader = OffsetStore(kafka_config, connect_topic, read_timeout_s=read_timeout_s)
+    described = describe_topic(reader.kafka_config, connect_topic)
+    if described is None:
+        raise OffsetError(
+            f"The Kafka Connect offsets topic {connect_topic!r} does not exist",
+            fix="give the offset.storage.topic of the Kafka Connect worker that runs the Debezium connector",
+        )
+    latest: dict[bytes, bytes | None] = {}
+    for key, value in reader.read_committed_records():
+        if key:
+            latest[key] = value
+    entries = []
+    for key, value in latest.items():
+        if value is None:
+            continue
+        try:
+            data, offset = json.loads(key), json.loads(value)
+        except ValueError:
+            continue
+        if (
+            isinstance(data, list)
+            and len(data) == 2
+            and isinstance(data[0], str)
+            and isinstance(data[1], dict)
+            and isinstance(data[1].get("server_id"), str)
+            and isinstance(offset, dict)
+            and not ({"snapshot", "chunk", "lease"} & set(data[1]))
+        ):
+            entries.append(DebeziumOffset(data[0], data[1], offset))
+    return entries
+
+
+def find_debezium_offset(
+    entries: list[DebeziumOffset], connector: str | None, server_id: str, rs: str | None = None
+) -> DebeziumOffset:
+    """The entry of Debezium connector ``connector`` (any name when None) for ``server_id``: its
+    3.x partition ``{"server_id"}``, or else the pre-2.6 partition of replica set ``rs``."""
+    matching = [
+        entry
+        for entry in entries
+        if entry.source_partition.get("server_id") == server_id
+        and (connector is None or entry.connector == connector)
+    ]
+    current = [entry for entry in matching if set(entry.source_partition) == {"server_id"}]
+    older = [entry for entry in matching if entry.source_partition.get("rs") == rs and rs is not None]
+    chosen = current or older
+    wanted = f"connector {connector!r}" if connector else "any connector"
+    if len(chosen) == 1:
+        return chosen[0]
+    found = ", ".join(entry.describe() for entry in entries) or "no Debezium MongoDB offset at all"
+    if not chosen:
+        raise OffsetError(
+            f"No Debezium offset for {wanted} with server_id {server_id!r}",
+            cause=f"the topic holds: {found}",
+            fix="give the Kafka Connect connector name (--debezium-connector) and the topic.prefix the "
+            "Debezium connector used, and the worker's offset.storage.topic",
+        )
+    raise OffsetError(
+        f"Several Debezium offsets match {wanted} with server_id {server_id!r}",
+        cause=f"found: {', '.join(entry.describe() for entry in chosen)}",
+        fix="name the Kafka Connect connector (--debezium-connector)",
+    )
+
+
+def write_debezium_offset(
+    kafka_config: Mapping[str, Any],
+    connect_topic: str,
+    connector: str,
+    server_id: str,
+    position: Position,
+    *,
+    timeout_s: float = 60.0,
+) -> tuple[bytes, bytes]:
+    """Write ``position`` as Debezium 3.x's offset of ``connector`` into a Kafka Connect offsets
+    topic, on the partition Kafka Connect's Java producer picks for the key (murmur2), so that
+    Connect reads it as the key's last value. Returns the ``(key, value)`` written."""
+    if describe_topic(kafka_config, connect_topic) is None:
+        raise OffsetError(
+            f"The Kafka Connect offsets topic {connect_topic!r} does not exist",
+            fix="give the offset.storage.topic of the Kafka Connect worker that will run the "
+            "Debezium connector (the worker creates it when it starts)",
+        )
+    key, value = debezium_key(connector, server_id), _compact(debezium_value(position))
+    settings = {
+        k: v for k, v in kafka_config.items() if k not in _NOT_FOR_CONSUMERS and k not in _CONSUMER_ONLY
+    }
+    settings.pop("group.id", None)
+    settings.update(
+        {
+            "partitioner": DEBEZIUM_PARTITIONER,
+            "acks": "all",
+            "enable.idempotence": True,
+            "logger": librdkafka_log,
+        }
+    )
+    failures: list[str] = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failures.append(f"{error.name()}: {error.str()}")
+
+    producer = Producer(settings)
+    producer.produce(connect_topic, key=key, value=value, on_delivery=delivered)
+    remaining = producer.flush(timeout_s)
+    if remaining or failures:
+        raise OffsetError(
+            f"Could not write the Debezium offset into {connect_topic!r}",
+            cause="; ".join(failures) or f"not delivered within {timeout_s:g} s",
+            fix="check that the Kafka brokers are reachable and the principal may WRITE to the topic",
+        )
+    return key, value

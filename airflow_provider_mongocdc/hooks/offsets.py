@@ -1,8 +1,10 @@
-"""Airflow hook for a connector's offsets: show them, reset them, move them.
+"""Airflow hook for a connector's offsets: show them, reset them, move them, import them from or
+export them to a Debezium MongoDB connector's Kafka Connect offsets topic.
 
-``reset`` and ``set_position`` hold the connector's lease (kind ``offsets``, see
-:mod:`airflow_provider_mongocdc.core.lease`) for the change: a running window or snapshot would
-overwrite it when it commits, so they raise ``LeaseHeldError`` naming the holder while one runs.
+``reset``, ``set_position``, ``import_debezium`` and ``export_debezium`` hold the connector's
+lease (kind ``offsets``, see :mod:`airflow_provider_mongocdc.core.lease`) for the change: a
+running window or snapshot would overwrite it when it commits, so they raise ``LeaseHeldError``
+naming the holder while one runs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from airflow.sdk import BaseHook
 from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from airflow_provider_mongocdc.core.offsets import (
+    DebeziumOffset,
+    OffsetPartition,
+    OffsetState,
+    OffsetStore,
+    Position,
+)
 from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
 
@@ -93,6 +101,25 @@ class OffsetStoreHook(BaseHook):
         Raises ``LeaseHeldError`` while a window or snapshot of the connector runs."""
         with self._lease("set_position"):
             return self.store.set_position(self.partition(rs), Position(resume_token, cluster_time))
+
+    def import_debezium(
+        self, rs: str, connect_offsets_topic: str, debezium_connector: str | None = None
+    ) -> tuple[DebeziumOffset, OffsetState | None, OffsetState]:
+        """Move ``rs`` to the position a Debezium MongoDB connector stored in the Kafka Connect
+        offsets topic ``connect_offsets_topic`` (connector ``debezium_connector``, or the only one
+        whose server_id is this topic prefix); returns ``(the Debezium entry, before, after)``.
+        Raises ``LeaseHeldError`` while a window or snapshot of the connector runs."""
+        with self._lease("import_debezium"):
+            return self.store.import_debezium(self.partition(rs), connect_offsets_topic, debezium_connector)
+
+    def export_debezium(
+        self, rs: str, connect_offsets_topic: str, debezium_connector: str
+    ) -> tuple[OffsetState, bytes, bytes]:
+        """Write ``rs``'s position into the Kafka Connect offsets topic as Debezium 3.x's offset of
+        connector ``debezium_connector``; returns ``(our state, key, value)``. Raises
+        ``LeaseHeldError`` while a window or snapshot of the connector runs."""
+        with self._lease("export_debezium"):
+            return self.store.export_debezium(self.partition(rs), connect_offsets_topic, debezium_connector)
 
     def _lease(self, action: str):
         """The connector's lease, held for an offsets change."""
