@@ -1,0 +1,175 @@
+"""A stream window's events from the MongoDB simulator (or MONGOCDC_TEST_MONGODB_URI) and the
+real Kafka broker, read by Kafka Connect's JsonConverter and Debezium's ExtractNewDocumentState
+(devtools/interop): inserts, updates, a replace, deletes with their tombstones, a transaction
+over two collections with its BEGIN/END records, and heartbeats, over documents of many BSON
+types and _ids of many types.
+
+Every record on the topics converts with JsonConverter and back to the same JSON; each ``after``
+and each key is byte for byte what Debezium's JsonSerialization writes for the document decoded
+from ``after`` (and for the ``_id`` in the key); the SMT's flattened record is the one it makes of
+the same record carrying Debezium's own texts, and equals the document (support.connect_payload).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+
+import bson
+import pytest
+from bson import Binary, Code, Decimal128, Int64, ObjectId, Regex, Timestamp, json_util
+from bson.codec_options import DatetimeConversion
+from bson.datetime_ms import DatetimeMS
+from bson.json_util import JSONOptions
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
+from devtools.kafka.reading import read_topic
+from tests.integration.window_helpers import connector, next_second, pass_second, seed_offset, write_time
+from tests.interop.support import ENCODE, REFUSED, connect_payload, with_debezium_texts
+
+pytestmark = pytest.mark.interop
+
+_READ = JSONOptions(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+
+IDS = [
+    7,
+    Int64(2**40),
+    'a "quoted" id',
+    ObjectId("596e275826f08b2730779e1f"),
+    Binary(uuid.UUID("6f2a1c3e-8d4b-4f6a-9c2e-1b7d5e3a9f10").bytes, 4),
+    datetime.datetime(2024, 2, 29, 12, 0, 0, 1000),
+    DatetimeMS(253_402_300_801_000),
+    Decimal128("12.340"),
+    {"region": "eu", "n": 1},
+]
+
+
+def fields(n: int) -> dict:
+    return {
+        "s": f'text {n} \u00e9\U0001f600 "q" \\ \n',
+        "i": n,
+        "l": Int64(2**40 + n),
+        "d": 12.5 + n,
+        "small": 1e-07,
+        "dec": Decimal128("1.10"),
+        "at": datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=n),
+        "far": DatetimeMS(253_402_300_801_000 + n),
+        "before_year_1": DatetimeMS(-62_135_596_800_001),
+        "bin": Binary(b"\x00\x01\xfe\xff", 0),
+        "uuid": Binary(uuid.UUID(int=n).bytes, 4),
+        "oid": ObjectId("000000000000000000000000"),
+        "re": Regex("^a.*b$", "i"),
+        "js": Code("function () { return 1; }"),
+        "ts": Timestamp(1_700_000_000, n),
+        "yes": True,
+        "nothing": None,
+        "nested": {"a": {"b": [1, 2, 3]}, "docs": [{"x": 1}, {"x": 2}], "empty": {}},
+        "tags": ["a", "b"],
+        "none": [],
+    }
+
+
+def decoded_after(text: str) -> tuple[bytes, dict]:
+    document = json_util.loads(text, json_options=_READ)
+    return bson.encode(document, codec_options=ENCODE), document
+
+
+def test_a_windows_events_read_by_debeziums_consumer_code(harness, mongodb_uri, kafka_bootstrap, unique_name):
+    database = unique_name[:40]
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(prefix, database, {"heartbeat.interval.ms": 1000})
+    seed_offset(mongodb_uri, kafka, props)
+
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000, datetime_conversion="DATETIME_AUTO")
+    db = client[database]
+    db.things.insert_many([{"_id": document_id, **fields(n)} for n, document_id in enumerate(IDS)])
+    db.things.update_one(
+        {"_id": IDS[0]}, {"$set": {"s": "changed", "nested.a.b.1": 20}, "$unset": {"yes": ""}}
+    )
+    db.things.replace_one({"_id": IDS[1]}, {"_id": IDS[1], **fields(99)})
+    db.things.delete_one({"_id": IDS[2]})
+    db.things.delete_one({"_id": IDS[8]})
+
+    def transaction(session):
+        with session.start_transaction():
+            db.things.insert_one({"_id": "in transaction", **fields(50)}, session=session)
+            db.other.insert_one({"_id": 1, "v": Int64(5)}, session=session)
+
+    last = write_time(client, transaction)
+    end = next_second(last)
+    pass_second(client, end, f"{database}_m")
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    window = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=20))
+    assert window["reached_end"] is True, window
+    client.close()
+
+    records = {
+        topic: read_topic(kafka_bootstrap, topic)
+        for topic in (
+            f"{prefix}.{database}.things",
+            f"{prefix}.{database}.other",
+            f"{prefix}.transaction",
+            f"__debezium-heartbeat.{prefix}",
+        )
+    }
+    ops = [
+        json.loads(r.value)["payload"]["op"] if r.value else None
+        for r in records[f"{prefix}.{database}.things"]
+    ]
+    assert ops == ["c"] * len(IDS) + ["u", "u", "d", None, "d", None, "c"], ops
+    assert len(records[f"{prefix}.{database}.other"]) == 1
+    statuses = [json.loads(r.value)["payload"]["status"] for r in records[f"{prefix}.transaction"]]
+    assert statuses == ["BEGIN", "END"], statuses
+    assert records[f"__debezium-heartbeat.{prefix}"], "no heartbeat record"
+
+    checked = 0
+    for topic, topic_records in records.items():
+        for record in topic_records:
+            answer = harness.record(topic, record.key, record.value, {})
+            assert answer["ok"], answer
+            assert answer["key"] == json.loads(record.key)
+            value = json.loads(record.value) if record.value is not None else None
+            assert answer["value"] == value
+            if not topic.startswith(f"{prefix}.{database}."):
+                # BEGIN/END and heartbeats: not change events, the SMT passes them on as they are.
+                assert answer["smt"] == {
+                    "dropped": False,
+                    "topic": topic,
+                    "key": answer["key"],
+                    "value": value,
+                }
+                continue
+            key_id = json.loads(record.key)["payload"]["id"]
+            if value is None:
+                assert answer["smt"] == {"dropped": True}, "the default mode drops tombstones"
+                continue
+            payload = value["payload"]
+            if payload["op"] == "d":
+                raw_key = bson.encode(
+                    json_util.loads('{"_id": ' + key_id + "}", json_options=_READ), codec_options=ENCODE
+                )
+                assert harness.document(raw_key)["key"] == key_id
+                assert answer["smt"]["value"] is None, "the default mode turns deletes into tombstones"
+                continue
+            raw, document = decoded_after(payload["after"])
+            texts = harness.document(raw)
+            assert payload["after"] == texts["value"]
+            assert key_id == texts["key"]
+            reference_value, reference_key = with_debezium_texts(record.value, record.key, texts)
+            reference = harness.record(topic, reference_key, reference_value, {})
+            assert reference["ok"], reference
+            assert answer["smt"] == reference["smt"]
+            expected = connect_payload(document)
+            assert expected not in (None, REFUSED), payload["after"]
+            assert answer["smt"]["value"]["payload"] == expected
+            if payload["op"] == "u" and payload["updateDescription"]:
+                updated = payload["updateDescription"]["updatedFields"]
+                raw_updated, _ = decoded_after(updated)
+                assert harness.document(raw_updated)["toJson"] == updated
+            checked += 1
+    assert checked == len(IDS) + 2 + 2, checked
