@@ -300,8 +300,9 @@ class SnapshotRun:
         return base | self._new_snapshot()
 
     def _record_position(self) -> dict[str, Any]:
-        """snapshot.mode=no_data without an offset: the current position, snapshot completed."""
-        from airflow_provider_mongocdc.core.change_stream import current_position
+        """snapshot.mode=no_data without an offset: the current position (or capture.start.op.time),
+        snapshot completed."""
+        from airflow_provider_mongocdc.core.change_stream import no_data_start_position
         from airflow_provider_mongocdc.core.offsets import OffsetState
         from airflow_provider_mongocdc.core.snapshot import new_snapshot_id
 
@@ -312,7 +313,7 @@ class SnapshotRun:
             if state is not None and state.position is not None:
                 after[partition] = state  # this partition already has an offset: kept as it is
                 continue
-            start = current_position(self.client_for(partition.rs), self.config)
+            start = no_data_start_position(self.client_for(partition.rs), self.config)
             state = (state or OffsetState()).snapshot_started(snapshot_id, start, 0).snapshot_completed()
             after[partition] = state
             records.append(self.store.offset_record(partition, state))

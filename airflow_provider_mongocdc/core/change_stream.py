@@ -29,8 +29,8 @@ from bson.timestamp import Timestamp
 from pymongo import MongoClient
 from pymongo.change_stream import ChangeStream
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError, OffsetError
+from airflow_provider_mongocdc.core.config import ConnectorConfig, parse_pipeline
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError, OffsetError
 from airflow_provider_mongocdc.core.filters import Filters
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
 
@@ -160,6 +160,39 @@ def watch_target(client: MongoClient, config: ConnectorConfig):
     return client[database][collection]
 
 
+def stream_pipeline(config: ConnectorConfig) -> list[dict[str, Any]]:
+    """The change stream's pipeline, built as Debezium's ``ChangeStreamPipelineFactory`` builds it:
+    the size stage (``cursor.oversize.handling.mode=skip`` with a threshold), then the connector's
+    filter stage and the user's ``cursor.pipeline`` in ``cursor.pipeline.order``, then
+    ``$changeStreamSplitLargeEvent`` (``split``; MongoDB requires it last)."""
+    pipeline: list[dict[str, Any]] = []
+    mode = config.event_oversize_handling_mode
+    threshold = config.cursor_oversize_skip_threshold
+    if mode == "skip" and threshold > 0:
+        pipeline.append(
+            {
+                "$match": {
+                    "$and": [
+                        {"$expr": {"$lte": [{"$bsonSize": "$fullDocument"}, threshold]}},
+                        {"$expr": {"$lte": [{"$bsonSize": "$fullDocumentBeforeChange"}, threshold]}},
+                    ]
+                }
+            }
+        )
+    internal = Filters(config).change_stream_pipeline()
+    user = parse_pipeline(config.cursor_pipeline)
+    order = config.cursor_pipeline_order
+    if order == "user_only":
+        pipeline += user
+    elif order == "user_first":
+        pipeline += user + internal
+    else:
+        pipeline += internal + user
+    if mode == "split":
+        pipeline.append({"$changeStreamSplitLargeEvent": {}})
+    return pipeline
+
+
 def open_stream(
     client: MongoClient,
     config: ConnectorConfig,
@@ -182,7 +215,27 @@ def open_stream(
             options["start_after"] = dict(position.resume_token)
         else:
             options["start_at_operation_time"] = position.cluster_time
-    return watch_target(client, config).watch(filters.change_stream_pipeline(), session=session, **options)
+    stream = watch_target(client, config).watch(stream_pipeline(config), session=session, **options)
+    return SplitEventStream(stream) if config.event_oversize_handling_mode == "split" else stream
+
+
+def start_op_time(config: ConnectorConfig) -> Timestamp | None:
+    """``capture.start.op.time`` as a MongoDB timestamp (Debezium's ``new BsonTimestamp(long)``:
+    seconds in the high 32 bits, increment in the low 32), or None when it is not set (-1)."""
+    value = config.capture_start_op_time
+    if value is None or value < 0:
+        return None
+    return Timestamp(value >> 32, value & 0xFFFFFFFF)
+
+
+def no_data_start_position(client: MongoClient, config: ConnectorConfig) -> Position:
+    """Where streaming starts when no offset is stored and no data is copied
+    (``snapshot.mode=no_data``): at ``capture.start.op.time`` when set (Debezium opens the stream
+    with ``startAtOperationTime`` then, inclusive), otherwise the current position."""
+    start = start_op_time(config)
+    if start is not None:
+        return Position(cluster_time=start)
+    return current_position(client, config)
 
 
 def current_position(client: MongoClient, config: ConnectorConfig) -> Position:
@@ -209,3 +262,92 @@ def current_position(client: MongoClient, config: ConnectorConfig) -> Position:
                 token = stream.resume_token
         cluster_time = token_cluster_time(token) or opened_at or session.operation_time
     return Position(resume_token=dict(token) if token else None, cluster_time=cluster_time)
+
+
+class SplitEventStream:
+    """A change stream opened with ``$changeStreamSplitLargeEvent`` that hands over whole events.
+
+    MongoDB returns a change larger than 16 MB as fragments (``splitEvent: {fragment: n, of:
+    m}``), each with its own resume token. They are put back together as Debezium's
+    ``SplitEventHandler`` does: each field is taken from the first fragment that has it, and the
+    event's ``_id`` is the last fragment's token, so a position taken after it resumes after the
+    whole event. While fragments are buffered, :attr:`resume_token` stays at the last whole event
+    (a window that stops or fails between fragments stores no position inside the event; the
+    next stream reads it again from its first fragment). A fragment missing from the sequence
+    fails, as in Debezium ("Missing event fragment").
+    """
+
+    def __init__(self, stream: ChangeStream):
+        self._stream = stream
+        self._fragments: list[Mapping[str, Any]] = []
+        self._before: Mapping[str, Any] | None = None
+
+    def __enter__(self) -> SplitEventStream:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stream.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._stream.alive
+
+    @property
+    def resume_token(self) -> Mapping[str, Any] | None:
+        return self._before if self._fragments else self._stream.resume_token
+
+    def try_next(self) -> Mapping[str, Any] | None:
+        while True:
+            if not self._fragments:
+                self._before = self._stream.resume_token
+            change = self._stream.try_next()
+            if change is None:
+                return None
+            split = change.get("splitEvent")
+            if split is None:
+                if self._fragments:
+                    raise _missing_fragment(self._fragments, change)
+                return change
+            expected = len(self._fragments) + 1
+            if split.get("fragment") != expected:
+                raise _missing_fragment(self._fragments, change)
+            self._fragments.append(change)
+            if split.get("fragment") == split.get("of"):
+                merged = merge_fragments(self._fragments)
+                self._fragments = []
+                return merged
+
+    def next(self) -> Mapping[str, Any]:
+        while True:
+            change = self.try_next()
+            if change is not None:
+                return change
+            if not self._stream.alive:
+                raise StopIteration
+
+
+def merge_fragments(fragments: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One change from its ``$changeStreamSplitLargeEvent`` fragments (Debezium's
+    ``SplitEventHandler.mergeEventFragments``): the first value of each field, the last token."""
+    merged: dict[str, Any] = {"_id": fragments[-1]["_id"]}
+    for fragment in fragments:
+        for name, value in fragment.items():
+            if name not in ("_id", "splitEvent") and name not in merged:
+                merged[name] = value
+    return merged
+
+
+def _missing_fragment(fragments: list[Mapping[str, Any]], change: Mapping[str, Any]) -> MongoCdcError:
+    got = change.get("splitEvent")
+    return MongoCdcError(
+        "A change split by $changeStreamSplitLargeEvent is missing a fragment; the window stopped "
+        "and nothing past the last commit is visible",
+        cause=f"after fragment {len(fragments)} of {fragments[0]['splitEvent'].get('of')} the "
+        f"stream returned {'fragment ' + str(got.get('fragment')) if got else 'a new event'} "
+        "(a user stage in cursor.pipeline that drops or reorders fragments, or a server fault)",
+        fix="keep cursor.pipeline free of stages that filter fragments, then re-run; the window "
+        "reads the change again from its first fragment",
+    )

@@ -48,10 +48,20 @@ FULL_UPDATE_TYPES = ("lookup", "post_image")
 CONNECTION_MODES = ("sharded", "replica_set")
 MATCH_MODES = ("regex", "literal")
 NAME_ADJUSTMENT_MODES = ("none", "avro", "avro_unicode")
-OVERSIZE_MODES = ("fail", "skip")
+OVERSIZE_MODES = ("fail", "skip", "split")
+PIPELINE_ORDERS = ("internal_first", "user_first", "user_only")
 EVENT_FORMATS = ("change_streams", "oplog")
 JSON_MODES = ("strict", "relaxed", "canonical", "legacy")
 KEY_JSON_MODES = ("relaxed", "strict")
+# Debezium's json.serialization.mode (MongoDbConnectorConfig.JsonSerializationMode, Debezium 3.7+)
+# -> the extended.json.mode writing the same documents (JsonSerialization's document settings).
+JSON_SERIALIZATION_MODES = ("legacy", "strict", "extended", "relaxed")
+JSON_SERIALIZATION_TO_EXTENDED = {
+    "legacy": "strict",
+    "strict": "strict",
+    "extended": "canonical",
+    "relaxed": "relaxed",
+}
 SKIPPABLE_OPERATIONS = ("c", "u", "d", "t")
 
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -649,6 +659,19 @@ PROPERTIES: tuple[Property, ...] = (
         origin="product",
     ),
     _p(
+        "json.serialization.mode",
+        "enum",
+        None,
+        "Debezium's name (3.7+) for the same choice, mapped onto `extended.json.mode`: `legacy` "
+        "(Debezium's default) is `strict`, `relaxed` is `relaxed`, `extended` is `canonical`, and "
+        "`strict` is `strict` with `updatedFields` in compact JsonMode.STRICT as well (Debezium's "
+        "COMPACT_JSON_SETTINGS). Set with `extended.json.mode`, the two must agree or the "
+        "configuration is refused.",
+        _enum_parser(JSON_SERIALIZATION_MODES),
+        allowed=JSON_SERIALIZATION_MODES,
+        default_text="unset (`extended.json.mode` applies)",
+    ),
+    _p(
         "key.json.mode",
         "enum",
         None,
@@ -705,14 +728,64 @@ PROPERTIES: tuple[Property, ...] = (
         origin="product",
     ),
     _p(
-        "event.oversize.handling.mode",
+        "cursor.oversize.handling.mode",
         "enum",
         "fail",
-        "What happens to a larger event: `fail` (the run stops with an error naming the document; "
-        "no offset moves past it) or `skip` (the event is dropped and logged with its key).",
+        "What happens to an oversize change: `fail` (the run stops with an error; no offset moves "
+        "past it), `skip` (changes whose `fullDocument` or `fullDocumentBeforeChange` is larger "
+        "than `cursor.oversize.skip.threshold` bytes are dropped by the server, and events larger "
+        "than `event.max.bytes` are dropped and logged with their key) or `split` (a change "
+        "larger than MongoDB's 16 MB limit is read as `$changeStreamSplitLargeEvent` fragments, "
+        "MongoDB 6.0.9+/7.0, and reassembled into one event; an event larger than "
+        "`event.max.bytes` still fails). Alias: `event.oversize.handling.mode`.",
         _enum_parser(OVERSIZE_MODES),
         allowed=OVERSIZE_MODES,
-        origin="product",
+        origin="debezium",
+        attribute="event_oversize_handling_mode",
+    ),
+    _p(
+        "cursor.oversize.skip.threshold",
+        "int",
+        0,
+        "With `cursor.oversize.handling.mode=skip`: the largest `fullDocument` and "
+        "`fullDocumentBeforeChange` (BSON bytes) whose changes are streamed; larger ones are "
+        "dropped by a `$match` on `$bsonSize` ahead of the other stages. `0` adds no such stage "
+        "(Debezium refuses `skip` with `0`; here `skip` then only drops events over "
+        "`event.max.bytes`).",
+        _int_parser(0),
+        origin="debezium",
+    ),
+    _p(
+        "cursor.pipeline",
+        "string",
+        None,
+        "Aggregation stages (a JSON array in MongoDB extended JSON) added to the change stream "
+        'pipeline, e.g. `[{"$match": {"fullDocument.region": "EU"}}]`; placed per '
+        "`cursor.pipeline.order`. Only stages MongoDB allows in a change stream.",
+        lambda raw: _parse_pipeline(raw),
+        origin="debezium",
+    ),
+    _p(
+        "cursor.pipeline.order",
+        "enum",
+        "internal_first",
+        "Where `cursor.pipeline` goes: `internal_first` (after the connector's filter stage), "
+        "`user_first` (before it) or `user_only` (replaces it: the include/exclude lists and "
+        "`skipped.operations` no longer filter on the server).",
+        _enum_parser(PIPELINE_ORDERS),
+        allowed=PIPELINE_ORDERS,
+        origin="debezium",
+    ),
+    _p(
+        "capture.start.op.time",
+        "int",
+        -1,
+        "Where streaming starts when no offset is stored and no data is copied "
+        "(`snapshot.mode=no_data`): a MongoDB timestamp as one 64-bit number, seconds << 32 | "
+        "increment (Debezium's `BsonTimestamp(long)`); `-1` starts at the current position. "
+        "Ignored once an offset is stored.",
+        _int_parser(-1),
+        origin="debezium",
     ),
     # offsets
     _p(
@@ -731,9 +804,12 @@ PROPERTIES: tuple[Property, ...] = (
         "enum",
         "sharded",
         "`sharded`: one change stream through mongos (or the replica set itself); "
-        "`replica_set`: one change stream per shard replica set, each with its own offset.",
+        "`replica_set`: one change stream per shard replica set, each with its own offset. "
+        "Debezium 2.5 and earlier had this property; Debezium 2.6+ (3.x included) always streams "
+        "as `sharded`, ignores `sharded` and refuses `replica_set` as a removed value.",
         _enum_parser(CONNECTION_MODES),
         allowed=CONNECTION_MODES,
+        origin="product",
     ),
     _p(
         "mongodb.members.auto.discover",
@@ -802,6 +878,7 @@ ALIASES: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
     "collection.whitelist": ("collection.include.list", None),
     "collection.blacklist": ("collection.exclude.list", None),
     "field.blacklist": ("field.exclude.list", None),
+    "event.oversize.handling.mode": ("cursor.oversize.handling.mode", None),
     "sanitize.field.names": (
         "field.name.adjustment.mode",
         lambda raw: "avro" if _parse_bool(raw) else "none",
@@ -862,12 +939,6 @@ UNSUPPORTED: dict[str, str] = {
     "signal.data.collection": "signals and incremental snapshots are not available; trigger a "
     "re-snapshot from Airflow",
     "signal.enabled.channels": "signals are not available; trigger a re-snapshot from Airflow",
-    "cursor.pipeline": "a user change stream pipeline is not available; use the include/exclude lists",
-    "cursor.pipeline.order": "a user change stream pipeline is not available",
-    "cursor.oversize.handling.mode": "use event.oversize.handling.mode and event.max.bytes",
-    "cursor.oversize.skip.threshold": "use event.oversize.handling.mode and event.max.bytes",
-    "capture.start.op.time": "windows start from the stored offset; reset the offset or run a "
-    "re-snapshot instead",
     "snapshot.mode.custom.name": "custom snapshotters are not available",
     "schema.history.internal": "MongoDB has no schema history",
 }
@@ -932,6 +1003,7 @@ class ConnectorConfig:
     max_batch_size: int = 2048
     event_format: str = "change_streams"
     extended_json_mode: str = "strict"
+    json_serialization_mode: str | None = None
     key_json_mode: str | None = None
     key_converter_schemas_enable: bool = True
     value_converter_schemas_enable: bool = True
@@ -939,6 +1011,10 @@ class ConnectorConfig:
     value_converter: str = JSON_CONVERTER
     event_max_bytes: int = 1_000_000
     event_oversize_handling_mode: str = "fail"
+    cursor_oversize_skip_threshold: int = 0
+    cursor_pipeline: str | None = None
+    cursor_pipeline_order: str = "internal_first"
+    capture_start_op_time: int = -1
     offset_storage_topic: str | None = None
     mongodb_connection_mode: str = "sharded"
     mongodb_members_auto_discover: bool = True
@@ -1171,6 +1247,19 @@ def _cross_check(
                 f"only one of them; keep the include list or the exclude list)"
             )
 
+    serialization = values.get("json_serialization_mode")
+    if serialization is not None:
+        mapped = JSON_SERIALIZATION_TO_EXTENDED[serialization]
+        given = values.get("extended_json_mode")
+        if given is not None and given != mapped:
+            problems.append(
+                f"properties 'json.serialization.mode' = '{serialization}' and 'extended.json.mode' = "
+                f"'{given}' disagree: Debezium's json.serialization.mode '{serialization}' is "
+                f"extended.json.mode '{mapped}' (allowed: set only one of them, or values that agree)"
+            )
+        else:
+            values["extended_json_mode"] = mapped
+
     if values.get("snapshot_mode") == "never":
         values["snapshot_mode"] = "no_data"
         warnings_.append("snapshot.mode 'never' is deprecated; it behaves as 'no_data'")
@@ -1234,6 +1323,39 @@ def _cross_check(
             )
     if by_namespace:
         values["snapshot_collection_filter_overrides_by_namespace"] = tuple(sorted(by_namespace))
+
+
+def _parse_pipeline(raw: Any) -> str | None:
+    """``cursor.pipeline``: the text, checked to be a JSON array of one-key stage documents."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    if not isinstance(raw, str):
+        raise _Invalid("is not a JSON text", "a JSON array of aggregation stages")
+    parse_pipeline(raw)
+    return raw.strip()
+
+
+def parse_pipeline(text: str | None) -> list[dict[str, Any]]:
+    """The stages of a ``cursor.pipeline`` text (MongoDB extended JSON), as Debezium's
+    ``ChangeStreamPipeline(String)`` reads it: an array of stages, or one stage document."""
+    from bson import json_util
+
+    if not text:
+        return []
+    try:
+        parsed = json_util.loads(text)
+    except (ValueError, TypeError) as error:
+        raise _Invalid(f"is not valid JSON ({error})", "a JSON array of aggregation stages") from None
+    stages = [parsed] if isinstance(parsed, dict) else parsed
+    if not isinstance(stages, list) or not all(
+        isinstance(stage, dict) and len(stage) == 1 and str(next(iter(stage))).startswith("$")
+        for stage in stages
+    ):
+        raise _Invalid(
+            "is not an array of aggregation stages",
+            'a JSON array of one-key stage documents such as [{"$match": {...}}]',
+        )
+    return stages
 
 
 def _parse_filter_json(text: Any) -> dict[str, Any]:

@@ -99,7 +99,10 @@ Faults
     and how to inspect and repair it (``mongocdc offsets show|set|reset``), and nothing is
     re-snapshotted or reset. An oversize event fails with
     :class:`OversizeEventError` (nothing past the last commit is visible) or is skipped with a
-    logged warning, per ``event.oversize.handling.mode``.
+    logged warning, per ``cursor.oversize.handling.mode`` (alias ``event.oversize.handling.mode``);
+    with ``split`` the stream returns changes over 16 MB as whole events, reassembled from their
+    ``$changeStreamSplitLargeEvent`` fragments (:class:`~.change_stream.SplitEventStream`), so a
+    position is only ever taken at a whole event.
 
 Sharded clusters
     Through mongos (the default) one stream covers every shard, merged by cluster time. Per-shard

@@ -273,5 +273,34 @@ def patch_mongomock() -> None:
 
     filtering.bson_compare = bson_compare
     filtering._get_compare_type = get_compare_type  # pylint: disable=protected-access
+    _patch_bson_size()
 
     _PATCHED = True
+
+
+def _patch_bson_size() -> None:
+    """``$bsonSize`` (MongoDB 4.4): the BSON size of a document, null for null or a missing
+    field; any other type fails with 31393."""
+    from mongomock import OperationFailure, aggregate
+
+    original = aggregate._Parser.parse  # pylint: disable=protected-access
+
+    def parse(self, expression):
+        if isinstance(expression, dict) and len(expression) == 1 and "$bsonSize" in expression:
+            argument = expression["$bsonSize"]
+            if isinstance(argument, list) and len(argument) == 1:
+                argument = argument[0]
+            try:
+                value = original(self, argument)
+            except KeyError:
+                value = None
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                raise OperationFailure(
+                    f"$bsonSize requires a document input, found: {type_name(value)}", code=31393
+                )
+            return len(encode(value))
+        return original(self, expression)
+
+    aggregate._Parser.parse = parse  # pylint: disable=protected-access

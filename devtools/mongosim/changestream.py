@@ -34,6 +34,7 @@ ALLOWED_STAGES = {
     "$replaceWith",
     "$redact",
 }
+SPLIT_STAGE = "$changeStreamSplitLargeEvent"
 CRUD = {"i": "insert", "u": None, "d": "delete"}
 DEFAULT_AWAIT_MS = 1000
 
@@ -101,7 +102,8 @@ class Spec:
         self.expanded = bool(stage.get("showExpandedEvents", False))
         self.scope = scope
         self.pipeline = []
-        for item in pipeline:
+        self.split = False
+        for position, item in enumerate(pipeline):
             if not isinstance(item, dict) or len(item) != 1:
                 raise CommandError(
                     40323,
@@ -115,6 +117,23 @@ class Spec:
                     "$changeStream is only valid as the first stage in a pipeline.",
                     code_name="Location40602",
                 )
+            if name == SPLIT_STAGE:
+                # MongoDB 7.0 / 6.0.9: one stage, the last one, with an empty document.
+                if item[name] != {} and not (isinstance(item[name], dict) and not item[name]):
+                    raise CommandError(
+                        7182800,
+                        "$changeStreamSplitLargeEvent stage expects an empty document as argument",
+                        code_name="Location7182800",
+                    )
+                if self.split or position != len(pipeline) - 1:
+                    raise CommandError(
+                        7182802,
+                        "$changeStreamSplitLargeEvent can only appear once, as the last stage of a "
+                        "$changeStream pipeline",
+                        code_name="Location7182802",
+                    )
+                self.split = True
+                continue
             if name not in ALLOWED_STAGES:
                 raise CommandError(20, f"{name} is not permitted in a $changeStream pipeline")
             self.pipeline.append(item)
@@ -193,6 +212,8 @@ class ChangeStreamCursor:
         self.killed: CommandError | None = None
         self.expect_sharded = expect_sharded
         self.last_returned: str | None = None
+        self.fragments: collections.deque = collections.deque()  # (RawBSONDocument, token)
+        self.resume_fragment: tuple[str, int] | None = None  # (event token, fragments already read)
         self._start()
 
     # -- start / resume --------------------------------------------------------------------------
@@ -224,7 +245,13 @@ class ChangeStreamCursor:
             self.scan_key = key
             self.pbrt = {"_data": data.data}
             if not data.is_high_water_mark:
-                self._verify_token_present(data)
+                fragment = self._verify_token_present(data)
+                if fragment is not None:
+                    # A fragment's token: the stream goes on with the event's next fragment (after
+                    # the last one, with the next event), so the event itself is read again.
+                    event_data, number = fragment
+                    self.position = self.position[:3] + (-1,)
+                    self.resume_fragment = (event_data, number + 1)
             return
         if spec.start_at is not None:
             key = bsonutil.ts_key(spec.start_at)
@@ -238,18 +265,29 @@ class ChangeStreamCursor:
         self.scan_key = key
         self.pbrt = tokens.high_water_mark(start_ts)
 
-    def _verify_token_present(self, data: tokens.TokenData) -> None:
+    def _verify_token_present(self, data: tokens.TokenData) -> tuple[str, int] | None:
+        """Check that the token names an event; returns (event token, fragment number) when it
+        is the token of a ``$changeStreamSplitLargeEvent`` fragment of that event."""
         key = bsonutil.ts_key(data.cluster_time)
         latest = max((n.oplog.latest_key or 0) for n in self.nodes if n.oplog is not None)
         if key > latest:
-            return
+            return None
         for node in self.nodes:
             if node.oplog is None:
                 continue
             for entry in node.oplog.entries_at(key):
                 for raw in self._events_of(node, entry):
                     if raw.sort_data == data.data:
-                        return
+                        return None
+                    fragment = tokens.fragment_of(data.data, raw.sort_data)
+                    if fragment is not None:
+                        if not self.spec.split:
+                            raise fatal_change_stream(
+                                "PlanExecutor error during aggregation :: caused by :: Attempted "
+                                "to resume from a split event fragment, but the change stream has "
+                                "no $changeStreamSplitLargeEvent stage"
+                            )
+                        return raw.sort_data, fragment
         raise fatal_change_stream(
             "PlanExecutor error during aggregation :: caused by :: cannot resume stream; the resume "
             f'token was not found. {{_data: "{data.data}"}}'
@@ -525,6 +563,16 @@ class ChangeStreamCursor:
         while True:
             if self.killed is not None:
                 raise self.killed
+            while self.fragments and (limit <= 0 or len(out) < limit):
+                fragment, token = self.fragments[0]
+                if out and total + len(fragment.raw) > bsonutil.MAX_BSON_SIZE:
+                    break
+                self.fragments.popleft()
+                total += len(fragment.raw)
+                out.append(fragment)
+                self.pbrt = token
+            if self.fragments:
+                return out, self.closed
             if not self.buffer:
                 self._scan()
             while self.buffer and (limit <= 0 or len(out) < limit) and not self.closed:
@@ -538,6 +586,19 @@ class ChangeStreamCursor:
                 if event is None:
                     continue
                 encoded = bsonutil.encode(event)
+                resume = self.resume_fragment
+                self.resume_fragment = None
+                if self.spec.split and len(encoded) > bsonutil.MAX_BSON_SIZE:
+                    fragments = split_event(event, first)
+                    skip = resume[1] if resume is not None and resume[0] == raw.sort_data else 0
+                    self.fragments.extend(fragments[skip:])
+                    self.last_returned = raw.sort_data
+                    if not self.fragments:  # resumed after the last fragment
+                        self.pbrt = fragments[-1][1]
+                        continue
+                    if out:
+                        return out, self.closed
+                    return self.next_batch(batch_size, await_ms, first)
                 if len(encoded) > bsonutil.MAX_INTERNAL_BSON_SIZE:
                     prefix = (
                         "PlanExecutor error during aggregation :: caused by :: "
@@ -579,6 +640,59 @@ class ChangeStreamCursor:
     def kill(self, error: CommandError) -> None:
         self.killed = error
         self.deployment.notify()
+
+
+def split_event(event: dict, first: bool) -> list[tuple[RawBSONDocument, dict]]:
+    """The fragments ``$changeStreamSplitLargeEvent`` makes of an event over 16 MB, with their
+    resume tokens.
+
+    As MongoDB documents it: only top-level fields are sized (a field that alone does not fit
+    fails with ``BSONObjectTooLarge``); the fields are placed so that the first fragment holds as
+    many as possible (smallest first); each fragment is ``{_id: <token>, splitEvent: {fragment:
+    n, of: m}, ...fields}`` and has its own token, the event's token with the fragment number
+    (0-based) as suffix; resuming from one continues with the next fragment.
+    """
+    token = event["_id"]
+    fields = [(name, value) for name, value in event.items() if name != "_id"]
+    sizes = {name: len(bsonutil.encode({name: value})) - 5 for name, value in fields}
+    ordered = sorted(fields, key=lambda item: sizes[item[0]])
+    overhead = len(bsonutil.encode({"_id": token, "splitEvent": {"fragment": 1, "of": 1}})) + 32
+    groups: list[list] = [[]]
+    used = overhead
+    for name, value in ordered:
+        if overhead + sizes[name] > bsonutil.MAX_BSON_SIZE:
+            prefix = (
+                "PlanExecutor error during aggregation :: caused by :: "
+                if first
+                else "Executor error during getMore :: caused by :: "
+            )
+            raise CommandError(
+                10334,
+                f"{prefix}BSONObj size: {sizes[name] + overhead} is invalid. Size must be between 0 and "
+                f'16793600(16MB) First element: _id: {{ _data: "{token["_data"]}" }}',
+                code_name="BSONObjectTooLarge",
+            )
+        if groups[-1] and used + sizes[name] > bsonutil.MAX_BSON_SIZE:
+            groups.append([])
+            used = overhead
+        groups[-1].append((name, value))
+        used += sizes[name]
+    data = tokens.decode_token(token)
+    out = []
+    for number, group in enumerate(groups):
+        fragment_token = {"_data": token["_data"][:-2] + _fragment_suffix(number)}
+        assert data.data == token["_data"]
+        doc = {"_id": fragment_token, "splitEvent": {"fragment": number + 1, "of": len(groups)}}
+        doc.update(group)
+        out.append((RawBSONDocument(bsonutil.encode(doc)), fragment_token))
+    return out
+
+
+def _fragment_suffix(number: int) -> str:
+    out = bytearray()
+    tokens._encode_number(number, out)  # pylint: disable=protected-access
+    out.append(tokens.K_END)
+    return out.hex().upper()
 
 
 def _describe(event: dict) -> str:

@@ -192,7 +192,10 @@ def encode_token(
     collection_uuid=None,
     event_identifier=None,
     version: int = TOKEN_VERSION,
+    fragment_num: int | None = None,
 ) -> dict:
+    """A resume token; ``fragment_num`` (0-based) is the suffix MongoDB gives the token of each
+    ``$changeStreamSplitLargeEvent`` fragment."""
     out = bytearray()
     _encode_value(cluster_time, out)
     _encode_number(version, out)
@@ -203,6 +206,8 @@ def encode_token(
         _encode_value(collection_uuid, out)
     if event_identifier is not None:
         _encode_value(event_identifier, out)
+    if fragment_num is not None:
+        _encode_number(fragment_num, out)
     out.append(K_END)
     return {"_data": out.hex().upper()}
 
@@ -236,6 +241,20 @@ class TokenData:
             self.txn_op_index,
             int(self.from_invalidate),
         )
+
+
+def fragment_of(token_data: str, event_data: str) -> int | None:
+    """The fragment number (0-based) when ``token_data`` is the token of a fragment of the event
+    whose token is ``event_data`` (the event's token with a fragmentNum suffix), else None."""
+    head = event_data[:-2]
+    if event_data[-2:] != "04" or not token_data.startswith(head) or len(token_data) <= len(event_data):
+        return None
+    rest = bytes.fromhex(token_data[len(head) :])
+    try:
+        number, pos = _read_int(rest, 0)
+    except (TokenError, IndexError):
+        return None
+    return number if rest[pos:] == bytes([K_END]) else None
 
 
 def _read_int(raw: bytes, pos: int) -> tuple[int, int]:

@@ -222,7 +222,7 @@ def test_properties_that_would_change_output_or_carry_secrets_are_refused():
             "transforms.unwrap.type": "io.debezium...",
             "mongodb.connection.string": "mongodb://admin:hunter2@db:27017",
             "mongodb.password": "hunter2",
-            "cursor.pipeline": "[]",
+            "signal.data.collection": "db.signals",
             "key.converter": "io.confluent.connect.avro.AvroConverter",
         }
     )
@@ -233,7 +233,7 @@ def test_properties_that_would_change_output_or_carry_secrets_are_refused():
         "transforms",
         "transforms.unwrap.type",
         "mongodb.password",
-        "cursor.pipeline",
+        "signal.data.collection",
         "mongodb.connection.string",
         "key.converter",
     ):
