@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -112,24 +113,37 @@ class Harness:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[str] | None = None
+        self._stderr: Any = None
         self._lock = threading.Lock()
         self._next_id = 0
 
     def start(self) -> Harness:
         cp = ensure_harness()
+        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self._process = subprocess.Popen(
             [_tool("java"), "-cp", cp, "Harness"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._stderr,
             text=True,
             encoding="utf-8",
         )
         first = self._process.stdout.readline()  # type: ignore[union-attr]
         if not first or not json.loads(first).get("ready"):
+            self._process.kill()
+            self._process.wait()
+            errors = self._errors()
             self.close()
-            raise InteropError(f"The interop harness did not start (first line: {first!r})")
+            raise InteropError(f"The interop harness did not start (first line: {first!r}){errors}")
         return self
+
+    def _errors(self) -> str:
+        """The tail of the JVM's standard error, for error messages."""
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        text = self._stderr.read()[-2000:]
+        return f"; its standard error ends with: {text}" if text.strip() else ""
 
     def close(self) -> None:
         if self._process is not None:
@@ -141,6 +155,9 @@ class Harness:
                 self._process.kill()
                 self._process.wait()
             self._process = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def __enter__(self) -> Harness:
         return self.start()
@@ -159,7 +176,7 @@ class Harness:
             process.stdin.flush()
             line = process.stdout.readline()
         if not line:
-            raise InteropError(f"The interop harness exited (code {process.poll()})")
+            raise InteropError(f"The interop harness exited (code {process.wait(60)}){self._errors()}")
         answer = json.loads(line)
         if answer.get("id") != request["id"]:
             raise InteropError(f"Answer {answer!r} does not match request {request['id']}")
