@@ -197,7 +197,12 @@ class EventBuilder:
         self.replica_set = replica_set
         self.encoder = document_writer(config.extended_json_mode)
         self.key_encoder = key_writer(config.resolved_key_json_mode)
-        self.updated_fields_encoder = updated_fields_writer(config.extended_json_mode)
+        # json.serialization.mode=strict: Debezium writes updatedFields as its documents.
+        self.updated_fields_encoder = (
+            document_writer("strict")
+            if config.json_serialization_mode == "strict"
+            else updated_fields_writer(config.extended_json_mode)
+        )
         self.namer = TopicNamer(config)
         self.filters = Filters(config)
         self.fields = FieldRules(config)
