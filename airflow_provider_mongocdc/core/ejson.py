@@ -292,9 +292,9 @@ def java_escape(text: str) -> str:
 
 
 def java_double(value: float) -> str:
-    """``Double.toString(value)`` (JDK 19+: the shortest decimal that rounds to the value) with
-    the ``E+`` of positive exponents that JsonDoubleHelper adds: ``1.0``, ``0.001``, ``1.0E-7``,
-    ``1.0E+22``, ``NaN``, ``Infinity``."""
+    """``Double.toString(value)`` (JDK 19+: the shortest decimal that rounds to the value), as the
+    Java driver that Debezium 3.6 ships (bson 5.6) writes doubles in JSON: ``1.0``, ``0.001``,
+    ``1.0E-7``, ``1.0E22``, ``NaN``, ``Infinity``."""
     if value != value:
         return "NaN"
     if value in (math.inf, -math.inf):
@@ -325,7 +325,7 @@ def java_double(value: float) -> str:
             text = digits[:point] + "." + digits[point:]
     else:
         scientific = point - 1
-        text = digits[0] + "." + (digits[1:] or "0") + "E" + ("+" if scientific > 0 else "") + str(scientific)
+        text = digits[0] + "." + (digits[1:] or "0") + "E" + str(scientific)
     return "-" + text if sign else text
 
 

@@ -225,25 +225,8 @@ def check_document(harness, document: dict, raw: bytes, smt: dict) -> dict:
     return results
 
 
-# Doubles of 1e7 and above: the events write Double.toString with "E+" for positive exponents (as
-# JsonDoubleHelper of newer Java drivers does, see core/ejson.py java_double), while the driver
-# debezium-connector-mongodb 3.6.1 depends on (mongodb-driver 5.6.2: JsonDoubleConverter,
-# RelaxedExtendedJsonDoubleConverter, ExtendedJsonDoubleConverter) writes Double.toString as it
-# is: 1.0E22, {"$numberDouble": "1.0E300"}. JsonConverter and the SMT read both the same.
-POSITIVE_EXPONENT_DOUBLES = {"double_large", "double_max", "array_doubles"}
-E_PLUS = (
-    "events write doubles >= 1e7 as 1.0E+22; Debezium 3.6.1's Java driver (bson 5.6.2) writes 1.0E22 "
-    "(Double.toString without JsonDoubleHelper)"
-)
-
-
 def field_names() -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=E_PLUS))
-        if name in POSITIVE_EXPONENT_DOUBLES
-        else name
-        for name in sorted(FIELD_VALUES)
-    ]
+    return sorted(FIELD_VALUES)
 
 
 @pytest.mark.parametrize("name", field_names())

@@ -127,7 +127,7 @@ def test_after_is_written_as_the_java_driver_writes_strict_json():
     }
     [event] = builder().build_change(insert(document))
     assert payload(event)["after"] == (
-        '{"_id": {"$oid": "596e275826f08b2730779e1f"},"small": 1.0E-7,"large": 1.0E+22,'
+        '{"_id": {"$oid": "596e275826f08b2730779e1f"},"small": 1.0E-7,"large": 1.0E22,'
         '"whole": 10.0,"thousandth": 0.001,"nan": NaN,"inf": -Infinity,'
         '"count": {"$numberLong": "5"},"big": {"$numberLong": "1099511627776"},'
         '"text": "e\\u0301 \\ud83d\\ude00 \\u2028 caf\u00e9 \\u007f","list": [1,2.5,{"a": null}]}'
