@@ -11,7 +11,7 @@
 
 ``import-debezium`` moves the partition to the position of a Debezium MongoDB connector stored in
 a Kafka Connect offsets topic (the worker's offset.storage.topic; key ``["<connector>",
-{"server_id": "<topic prefix>"}]``, resume token as Debezium 2.4+ base64 BSON or the older hex
+{"server_id": "<topic prefix>"}]``, resume token as Debezium 2.7+ base64 BSON or the older hex
 ``_data``): the next window resumes right after the last change Debezium processed.
 ``export-debezium`` writes the partition's position there as Debezium 3.x writes its offset, so a
 Debezium connector with that name and topic.prefix resumes right after the last change delivered

@@ -22,8 +22,8 @@ ids: ``["<connector>", {"server_id", "rs", "snapshot": "<id>", "chunk": "<chunk 
 Spark tasks finish chunks concurrently, each in its own transaction with the chunk's events; with
 one record per chunk no task ever rewrites another task's progress.
 
-The value keeps the token's ``_data`` hex string (the form of Debezium before 2.4) and the ``rs``
-field in the key, as before; Debezium 2.4+'s base64 BSON token is read too. Debezium 3.x's own
+The value keeps the token's ``_data`` hex string (the form of Debezium before 2.7) and the ``rs``
+field in the key, as before; Debezium 2.7+'s base64 BSON token is read too. Debezium 3.x's own
 offsets live in Kafka Connect's offsets topic under ``["<connector>", {"server_id":
 "<topic.prefix>"}]`` (one partition for the whole deployment): :meth:`OffsetStore.import_debezium`
 and :meth:`OffsetStore.export_debezium` move a position between the two, so a deployment switches
@@ -417,7 +417,7 @@ def _token_to_json(token: Mapping[str, Any]) -> Any:
 
 
 def _token_from_json(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):  # the _data hex string (written here), or Debezium 2.4+'s base64 BSON
+    if isinstance(value, str):  # the _data hex string (written here), or Debezium 2.7+'s base64 BSON
         return _debezium_token_document(value) or {"_data": value}
     if isinstance(value, Mapping):
         return json_util.loads(json.dumps(value))
@@ -871,7 +871,7 @@ def is_lease_key(key: bytes | None) -> bool:
 #   key   ["<connector name>", {"server_id": "<topic.prefix>"}]      (MongoDbPartition)
 #   value {"sec": <int>, "ord": <int>, "resume_token": "<base64 BSON of the token document>",
 #          "lsid": "<compact JSON>", "txnNumber": <long>, "initsync": true, "transaction_id": ...}
-# (MongoDbOffsetContext.getOffset, SourceInfo, ResumeTokens.toBase64). Debezium before 2.4 stored
+# (MongoDbOffsetContext.getOffset, SourceInfo, ResumeTokens.toBase64). Debezium before 2.7 stored
 # the token's ``_data`` hex string; Debezium still reads both (lastResumeTokenDoc), and so does
 # this module. Keys with an ``rs`` field are the per-replica-set partitions of Debezium before 2.6,
 # which 3.x still reads once to consolidate them.
@@ -891,7 +891,7 @@ class DebeziumOffset:
 
     @property
     def token_format(self) -> str | None:
-        """``base64`` (Debezium >= 2.4), ``hex`` (older) or None when the entry has no token."""
+        """``base64`` (Debezium >= 2.7), ``hex`` (older) or None when the entry has no token."""
         token = self.value.get("resume_token")
         if token is None:
             return None
@@ -942,7 +942,7 @@ class DebeziumOffset:
 
 def _debezium_token_document(token: str) -> dict[str, Any] | None:
     """The token document of Debezium's base64 BSON form, or None when ``token`` is not that form
-    (then it is the ``_data`` hex string of Debezium before 2.4)."""
+    (then it is the ``_data`` hex string of Debezium before 2.7)."""
     try:  # a hex _data string is often valid base64 too: only a whole BSON document decides
         document = bson.decode(base64.b64decode(token, validate=True))
     except (binascii.Error, ValueError, bson.errors.BSONError):

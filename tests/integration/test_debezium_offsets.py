@@ -122,9 +122,9 @@ def test_a_window_continues_right_after_an_imported_debezium_offset(
     # connector, then the current one (the last change it processed: _id 2, inside the
     # transaction); another connector's; a pre-2.6 per-replica-set entry of the same topic.prefix.
     def token(change) -> str:
-        if token_format == "base64":  # Debezium >= 2.4: ResumeTokens.toBase64
+        if token_format == "base64":  # Debezium >= 2.7: ResumeTokens.toBase64
             return base64.b64encode(bson.encode(change["_id"])).decode()
-        return change["_id"]["_data"]  # before 2.4: the _data hex string
+        return change["_id"]["_data"]  # before 2.7: the _data hex string
 
     lsid = document_writer("strict").dumps(second["lsid"])
     current = {
