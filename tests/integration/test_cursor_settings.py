@@ -15,6 +15,7 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.change_stream import no_data_start_position
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.window import (
     WindowParams,
@@ -193,3 +194,103 @@ def test_capture_start_op_time_is_where_a_connector_without_offset_starts(
     # Inclusive, as startAtOperationTime: the change at capture.start.op.time and those after it.
     assert _keys(topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")) == [("2", "c"), ("3", "c")]
     assert summary["events"] == 2 and store.read(partition).cluster_time == end
+
+
+def _fail_point(client: MongoClient, mode, error: dict) -> None:
+    client.admin.command(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": mode,
+            "data": {"failCommands": ["getMore"], "appName": "airflow-provider-mongocdc", **error},
+        }
+    )
+
+
+@pytest.mark.simulator_only
+def test_a_window_failing_between_fragments_stores_no_position_inside_the_event(
+    mongosim, kafka_bootstrap, unique_name
+):
+    sim = mongosim("replset")
+    db_name = unique_name[:30] + unique_name[-8:]
+    kafka = {"bootstrap.servers": kafka_bootstrap, **LARGE_KAFKA}
+    props = connector(
+        unique_name,
+        db_name,
+        {
+            "capture.mode": "change_streams_update_full",
+            "event.max.bytes": 64 * MB,
+            "max.batch.size": 1,
+            "cursor.oversize.handling.mode": "split",
+        },
+    )
+    store, partition = seed_offset(sim.uri, kafka, props)
+    with sim.client() as client:
+        items = client[db_name].items
+        first = insert_at(items, {"_id": 1, "a": ""})
+        items.update_one({"_id": 1}, {"$set": {"a": "y" * (9 * MB)}})  # an 18 MB event: 2 fragments
+        end = next_second(insert_at(items, {"_id": 2}))
+        pass_second(client, end, f"{db_name}_m")
+        # With batches of one, the second getMore returns the second fragment: it fails (and every
+        # getMore after it), with an error the stream cannot resume from.
+        _fail_point(client, {"skip": 1}, {"errorCode": 2})
+        try:
+            with pytest.raises(MongoCdcError) as info:
+                _window(sim.uri, props, kafka, end)
+        finally:
+            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    assert "change stream" in str(info.value)
+    topic = f"{unique_name}.{db_name}.items"
+    failed = store.read(partition)
+    # The stored position is at or before the insert before the split change, never a fragment.
+    assert failed.cluster_time is not None and failed.cluster_time <= first
+    assert _keys(topic_events(kafka_bootstrap, topic)) in ([], [("1", "c")])
+
+    summary = _window(sim.uri, props, kafka, end)
+    events = topic_events(kafka_bootstrap, topic)
+    assert _keys(events) == [("1", "c"), ("1", "u"), ("2", "c")]
+    assert events[1].after == {"_id": 1, "a": "y" * (9 * MB)}
+    assert summary["events"] == 3 and store.read(partition).cluster_time == end
+
+
+@pytest.mark.simulator_only
+def test_resumable_errors_between_fragments_lose_and_repeat_nothing(mongosim, kafka_bootstrap, unique_name):
+    sim = mongosim("replset")
+    db_name = unique_name[:30] + unique_name[-8:]
+    kafka = {"bootstrap.servers": kafka_bootstrap, **LARGE_KAFKA}
+    props = connector(
+        unique_name,
+        db_name,
+        {
+            "capture.mode": "change_streams_update_full",
+            "event.max.bytes": 64 * MB,
+            "max.batch.size": 1,
+            "cursor.oversize.handling.mode": "split",
+            "connect.backoff.initial.delay.ms": 10,
+            "connect.backoff.max.delay.ms": 50,
+        },
+    )
+    store, partition = seed_offset(sim.uri, kafka, props)
+    with sim.client() as client:
+        items = client[db_name].items
+        for n in range(3):
+            items.insert_one({"_id": n, "a": ""})
+            items.update_one({"_id": n}, {"$set": {"a": str(n) * (9 * MB)}})
+        end = next_second(insert_at(items, {"_id": 99}))
+        pass_second(client, end, f"{db_name}_m")
+        # Half of the getMores fail with a resumable error: pymongo resumes from the last fragment's
+        # token (the stream goes on with the next fragment), or the window re-opens the stream from
+        # its last whole event.
+        _fail_point(
+            client,
+            {"activationProbability": 0.5},
+            {"errorCode": 6, "errorLabels": ["ResumableChangeStreamError"]},
+        )
+        try:
+            summary = _window(sim.uri, props, kafka, end)
+        finally:
+            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    events = topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")
+    assert _keys(events) == [(str(n), op) for n in range(3) for op in ("c", "u")] + [("99", "c")]
+    for n in range(3):
+        assert events[2 * n + 1].after == {"_id": n, "a": str(n) * (9 * MB)}
+    assert summary["events"] == 7 and store.read(partition).cluster_time == end

@@ -6,9 +6,14 @@ from __future__ import annotations
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.change_stream import merge_fragments, start_op_time, stream_pipeline
+from airflow_provider_mongocdc.core.change_stream import (
+    SplitEventStream,
+    merge_fragments,
+    start_op_time,
+    stream_pipeline,
+)
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
 from airflow_provider_mongocdc.core.filters import Filters
 
 USER = {"$match": {"fullDocument.region": "EU"}}
@@ -83,3 +88,48 @@ def test_fragments_merge_as_debezium_does():
     merged = merge_fragments(fragments)
     assert merged == {"_id": {"_data": "A1"}, "operationType": "update", "ns": 1, "fullDocument": {"a": 1}}
     assert "splitEvent" not in merged
+
+
+class _Scripted:
+    """A change stream that returns scripted changes (None: an empty batch), with the resume
+    token pymongo would report after each."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.resume_token = {"_data": "START"}
+        self.alive = True
+
+    def try_next(self):
+        change = self.script.pop(0)
+        if change is not None:
+            self.resume_token = change["_id"]
+        return change
+
+    def close(self):
+        self.alive = False
+
+
+def _fragment(n: int, of: int, **fields):
+    return {"_id": {"_data": f"E{n}"}, "splitEvent": {"fragment": n, "of": of}, **fields}
+
+
+def test_split_stream_never_reports_a_position_inside_an_event():
+    before = {"_id": {"_data": "B"}, "operationType": "insert"}
+    stream = SplitEventStream(
+        _Scripted([before, _fragment(1, 2, operationType="update"), None, _fragment(2, 2, fullDocument={})])
+    )
+    assert stream.try_next() == before
+    assert stream.resume_token == {"_data": "B"}
+    # The first fragment arrived, then an empty batch: the position stays at the whole event before.
+    assert stream.try_next() is None
+    assert stream.resume_token == {"_data": "B"}
+    merged = stream.try_next()
+    assert merged == {"_id": {"_data": "E2"}, "operationType": "update", "fullDocument": {}}
+    assert stream.resume_token == {"_data": "E2"}
+
+
+def test_split_stream_fails_on_a_missing_fragment():
+    stream = SplitEventStream(_Scripted([_fragment(1, 3), _fragment(3, 3)]))
+    with pytest.raises(MongoCdcError) as info:
+        stream.try_next()
+    assert "missing a fragment" in str(info.value) and "after fragment 1 of 3" in str(info.value)
