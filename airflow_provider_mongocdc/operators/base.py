@@ -29,15 +29,18 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
-from airflow.sdk import BaseHook
+from airflow.sdk import Asset, AssetAlias, BaseHook
 
 import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
 # Log4j 2 configuration of the driver JVM in client deploy mode (shipped in the wheel).
 SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.properties")
+# The AssetAlias of the tasks whose topic.prefix is templated: each run adds its connector's Asset.
+CONNECTOR_ASSET_ALIAS = "mongocdc"
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 
 
@@ -120,6 +123,11 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 fix=f"use one of {', '.join(SPARK_LOG_LEVELS)}, or None to keep Spark's own configuration",
             )
         kwargs.setdefault("conn_id", spark_conn_id)
+        if "outlets" not in kwargs:
+            # The connector's Asset when topic.prefix is known at parse time (not templated), else an
+            # AssetAlias to which each run attaches its connector's Asset.
+            prefix = literal_topic_prefix(connector_config)
+            kwargs["outlets"] = [connector_asset(prefix) if prefix else AssetAlias(CONNECTOR_ASSET_ALIAS)]
         super().__init__(
             application=application_path(self.application_name),
             name=name or f"mongocdc-{self.application_name}",
@@ -139,6 +147,41 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
         """Post-process the application's summary (log it, add fields) before it goes to XCom."""
         return summary
+
+    def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
+        """Send the run's metrics (airflow_provider_mongocdc.metrics)."""
+
+    # -- assets, metrics and lineage of a finished run -----------------------------------------------
+    def report_run(self, context, config: ConnectorConfig, summary: dict[str, Any]) -> dict[str, Any]:
+        """Metrics, the asset events of the task's Asset outlets (extra: the run's summary) and the
+        summary kept for OpenLineage; returns the summary."""
+        self._run_summary = summary
+        self.send_metrics(config, summary)
+        outlet_events = (context or {}).get("outlet_events")
+        if outlet_events is not None:
+            extra = asset_extra(config, self.application_name, summary)
+            for outlet in self.outlets or ():
+                if isinstance(outlet, Asset):
+                    outlet_events[outlet].extra = extra
+                elif isinstance(outlet, AssetAlias):
+                    outlet_events[outlet].add(connector_asset(config.topic_prefix), extra=extra)
+        return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """OpenLineage inputs (MongoDB collections read) and outputs (Kafka topics written)."""
+        from airflow_provider_mongocdc.lineage import openlineage_facets
+
+        config = parse_connector_config(self.connector_config)
+        namespaces = getattr(self, "_lineage_namespaces", None) or self.lineage_namespaces(
+            self.mongo_details(), self.kafka_config()
+        )
+        return openlineage_facets(config, *namespaces, getattr(self, "_run_summary", None))
+
+    @staticmethod
+    def lineage_namespaces(mongo: Mapping[str, Any], kafka: Mapping[str, Any]) -> tuple[str, str]:
+        from airflow_provider_mongocdc.lineage import kafka_namespace, mongodb_namespace
+
+        return mongodb_namespace(mongo), kafka_namespace(kafka)
 
     # -- connections -------------------------------------------------------------------------------
     def mongo_details(self) -> dict[str, Any]:
@@ -250,13 +293,15 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     def build_spec(self, context, config: ConnectorConfig) -> JobSpec:
         """The job spec of this run: configuration, connection details and run parameters."""
-        return JobSpec(
+        spec = JobSpec(
             application=self.application_name,
             connector=config.to_properties(),
             mongo=self.mongo_details(),
             kafka=self.kafka_config(),
             params=self.job_params(context, config),
         )
+        self._lineage_namespaces = self.lineage_namespaces(spec.mongo, spec.kafka)  # no credentials
+        return spec
 
     def submit(self, context, config: ConnectorConfig, spec: JobSpec) -> dict[str, Any]:
         """Run the application with ``spec`` through spark-submit; return its summary."""
@@ -301,4 +346,4 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 "driver did not run the mongocdc application (check the spark-submit output). Fix: "
                 "run the task again; nothing past the last committed offset was recorded."
             )
-        return self.summarize(context, result["summary"])
+        return self.report_run(context, config, self.summarize(context, result["summary"]))

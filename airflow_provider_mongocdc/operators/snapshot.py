@@ -92,7 +92,8 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
                 except MongoCdcError as error:  # the same one-line error the application gives
                     raise AirflowException(str(error)) from None
                 if summary is not None:
-                    return self.summarize(context, summary | {"submitted": False})
+                    summary = self.summarize(context, summary | {"submitted": False})
+                    return self.report_run(context, config, summary)
             return self.submit(context, config, spec)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
@@ -102,6 +103,11 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
             "force": _as_bool(self.force, "force"),
             "reset_offset": _as_bool(self.reset_offset, "reset_offset"),
         }
+
+    def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
+        from airflow_provider_mongocdc.metrics import snapshot_metrics
+
+        snapshot_metrics(config.topic_prefix, summary)
 
     def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
         action = summary.get("action")

@@ -82,6 +82,11 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         WindowParams.from_params(params, config)
         return params
 
+    def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
+        from airflow_provider_mongocdc.metrics import window_metrics
+
+        window_metrics(config.topic_prefix, summary)
+
     def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
         if summary.get("status") == "skipped":
             self.log.info("Stream window skipped: %s", summary.get("message"))

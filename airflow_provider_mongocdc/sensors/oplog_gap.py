@@ -16,6 +16,7 @@ from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
 from airflow_provider_mongocdc.links import RESNAPSHOT_DAG_ID, ResnapshotTriggerLink
+from airflow_provider_mongocdc.metrics import oplog_metrics
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
 
 
@@ -129,6 +130,7 @@ class OplogGapSensor(BaseSensorOperator):
     def poke(self, context) -> PokeReturnValue:
         report = self.check()
         log_report(self.log, report, self.headroom_warning.total_seconds())
+        oplog_metrics(report.connector, report.headroom_seconds, report.gap)
         if report.gap:
             self.log.error(
                 "Connector %s: the stored resume point of %s is no longer in the oplog; "
@@ -165,6 +167,7 @@ class OplogGapSensor(BaseSensorOperator):
     def execute_complete(self, context, event: Mapping[str, Any]) -> dict[str, Any]:
         if event.get("status") == "gap":
             report = event["report"]
+            oplog_metrics(report.get("connector") or self.connector or "", None, True)
             self.log.error(
                 "Connector %s: the stored resume point of %s is no longer in the oplog; "
                 "a re-snapshot is needed (DAG %s)",

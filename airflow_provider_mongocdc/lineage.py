@@ -1,0 +1,137 @@
+"""Assets and OpenLineage datasets of the snapshot and window tasks (Airflow adapters; core stays
+Airflow-free).
+
+Assets: one Asset per connector, ``mongocdc://<topic.prefix>`` (name ``mongocdc.<topic.prefix>``).
+A connector's run writes to many topics (one per captured collection, plus the transaction and
+heartbeat topics), and the collections a connector captures are regular expressions, so the topics
+are not known when the DAG is parsed; nor is the Kafka bootstrap, which lives in a connection that
+should not be read at parse time. A connector Asset is known from ``topic.prefix`` alone, stays the
+same when brokers move, and a consumer DAG scheduled on it runs after every window or snapshot of
+the connector. The run's detail travels in the asset event's ``extra``: events (or documents) per
+collection and per topic, the end position, the window end. Per-topic detail for lineage tools
+goes through OpenLineage (below), with the Kafka topic names OpenLineage's naming spec gives.
+
+OpenLineage (``pip install airflow-provider-mongocdc[openlineage]``): inputs are the MongoDB
+collections a run read, namespace ``mongodb://<host>:<port>`` (the first seed host), name
+``<db>.<collection>``; outputs are the Kafka topics it wrote, namespace
+``kafka://<first bootstrap server>``, name the topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow.sdk import Asset
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.topics import TopicNamer
+
+ASSET_SCHEME = "mongocdc"
+MONGODB_DEFAULT_PORT = 27017
+
+
+def connector_asset(topic_prefix: str) -> Asset:
+    """The Asset of a connector: what its snapshots and windows write."""
+    return Asset(uri=f"{ASSET_SCHEME}://{topic_prefix}", name=f"mongocdc.{topic_prefix}", group="mongocdc")
+
+
+def literal_topic_prefix(connector_config: Mapping[str, Any] | str) -> str | None:
+    """``topic.prefix`` when it is known at parse time (not a template), else None."""
+    if isinstance(connector_config, str):
+        import json
+
+        try:
+            connector_config = json.loads(connector_config)
+        except ValueError:
+            return None  # a template, or invalid JSON (reported when the task runs)
+    if not isinstance(connector_config, Mapping):
+        return None
+    prefix = connector_config.get("topic.prefix")
+    if not isinstance(prefix, str) or not prefix or "{{" in prefix or "{%" in prefix:
+        return None
+    return prefix
+
+
+def collections_written(summary: Mapping[str, Any]) -> list[str]:
+    """The ``db.collection`` names a run's summary counts (window or snapshot)."""
+    counts = summary.get("events_by_collection") or summary.get("collections") or {}
+    return sorted(counts)
+
+
+def topics_by_collection(config: ConnectorConfig, collections: Iterable[str]) -> dict[str, str]:
+    namer = TopicNamer(config)
+    topics = {}
+    for namespace in collections:
+        db, _, coll = namespace.partition(".")
+        topics[namespace] = namer.data_topic(db, coll)
+    return topics
+
+
+def asset_extra(config: ConnectorConfig, application: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The asset event's extra of a run: JSON-friendly, without credentials."""
+    counts = dict(summary.get("events_by_collection") or summary.get("collections") or {})
+    topics = topics_by_collection(config, counts)
+    extra: dict[str, Any] = {
+        "connector": config.topic_prefix,
+        "run": application,
+        "status": summary.get("status") or summary.get("action") or "ok",
+        "topics": {topics[ns]: n for ns, n in counts.items()},
+    }
+    if application == "stream_window":
+        extra |= {
+            "events": summary.get("events", 0),
+            "events_by_collection": counts,
+            "bytes": summary.get("bytes", 0),
+            "window_end": summary.get("window_end"),
+            "end_position": summary.get("end_position"),
+        }
+    else:
+        extra |= {
+            "documents": summary.get("documents", 0),
+            "documents_by_collection": counts,
+            "bytes": summary.get("bytes", 0),
+            "snapshot_id": summary.get("snapshot_id"),
+            "end_position": summary.get("start_position"),
+        }
+    return extra
+
+
+def mongodb_namespace(mongo: Mapping[str, Any]) -> str:
+    """``mongodb://host:port`` of the first seed host (credentials and options left out)."""
+    text = mongo.get("hosts") or mongo.get("connection_string") or ""
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    text = text.split("/", 1)[0].split("?", 1)[0]
+    text = text.rsplit("@", 1)[-1]  # user:password@
+    if "/" in (mongo.get("hosts") or "") and not mongo.get("connection_string"):
+        text = mongo["hosts"].split("/", 1)[1]  # rs0/host1:27017,host2:27017
+    host = text.split(",", 1)[0].strip() or "localhost"
+    if not host.startswith("[") and ":" not in host or host.endswith("]"):
+        host = f"{host}:{MONGODB_DEFAULT_PORT}"
+    return f"mongodb://{host}"
+
+
+def kafka_namespace(kafka: Mapping[str, Any]) -> str:
+    """``kafka://host:port`` of the first bootstrap server."""
+    servers = str(kafka.get("bootstrap.servers") or kafka.get("metadata.broker.list") or "")
+    server = servers.split(",", 1)[0].strip()
+    if "://" in server:  # PLAINTEXT://host:port
+        server = server.split("://", 1)[1]
+    return f"kafka://{server}"
+
+
+def openlineage_facets(
+    config: ConnectorConfig, mongo_ns: str, kafka_ns: str, summary: Mapping[str, Any] | None
+):
+    """OperatorLineage of a run: collections read, topics written (the OpenLineage provider is
+    imported here, so the provider works without it)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import Dataset
+
+    collections = collections_written(summary or {})
+    topics = topics_by_collection(config, collections)
+    return OperatorLineage(
+        inputs=[Dataset(namespace=mongo_ns, name=ns) for ns in collections],
+        outputs=[Dataset(namespace=kafka_ns, name=topics[ns]) for ns in collections],
+    )

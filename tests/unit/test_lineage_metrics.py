@@ -1,0 +1,99 @@
+"""Assets, OpenLineage namespaces and metrics of the operators and the sensor, without servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.observability import stats
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.lineage import (
+    asset_extra,
+    connector_asset,
+    kafka_namespace,
+    mongodb_namespace,
+    openlineage_facets,
+)
+from airflow_provider_mongocdc.metrics import oplog_metrics
+from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
+from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+
+pytestmark = pytest.mark.unit
+
+
+def test_outlet_is_the_connector_asset_when_the_prefix_is_known_else_an_alias():
+    literal = MongoStreamWindowOperator(task_id="w", connector_config={"topic.prefix": "shop"})
+    assert literal.outlets == [connector_asset("shop")]
+    assert literal.outlets[0].uri == "mongocdc://shop/"
+    as_json = MongoSnapshotOperator(task_id="s", connector_config=json.dumps({"topic.prefix": "shop"}))
+    assert as_json.outlets == [connector_asset("shop")]
+    templated = MongoStreamWindowOperator(task_id="t", connector_config="{{ var.value.config }}")
+    assert [type(o) for o in templated.outlets] == [AssetAlias]
+    mine = Asset("kafka://broker:9092/shop.db.c")
+    assert MongoStreamWindowOperator(task_id="m", connector_config={}, outlets=[mine]).outlets == [mine]
+
+
+@pytest.mark.parametrize(
+    ("mongo", "namespace"),
+    [
+        ({"hosts": "rs0/h1:27018,h2:27017"}, "mongodb://h1:27018"),
+        ({"hosts": "h1"}, "mongodb://h1:27017"),
+        ({"connection_string": "mongodb://user:pa55@h9:1234,h2/db?replicaSet=rs0"}, "mongodb://h9:1234"),
+        (
+            {"connection_string": "mongodb+srv://user:pa55@cluster0.example.net/"},
+            "mongodb://cluster0.example.net:27017",
+        ),
+    ],
+)
+def test_mongodb_namespace_is_the_first_host_without_credentials(mongo, namespace):
+    assert mongodb_namespace(mongo) == namespace
+
+
+def test_kafka_namespace_is_the_first_bootstrap_server():
+    assert kafka_namespace({"bootstrap.servers": "SASL_SSL://b1:9093,b2:9093"}) == "kafka://b1:9093"
+
+
+def test_lineage_and_asset_extra_name_the_collections_and_their_topics():
+    config = ConnectorConfig.from_properties({"topic.prefix": "shop"})
+    summary = {"events": 3, "events_by_collection": {"inv.items": 2, "inv.orders": 1}, "bytes": 10}
+    facets = openlineage_facets(config, "mongodb://h1:27017", "kafka://b1:9092", summary)
+    assert [(d.namespace, d.name) for d in facets.inputs] == [
+        ("mongodb://h1:27017", "inv.items"),
+        ("mongodb://h1:27017", "inv.orders"),
+    ]
+    assert [(d.namespace, d.name) for d in facets.outputs] == [
+        ("kafka://b1:9092", "shop.inv.items"),
+        ("kafka://b1:9092", "shop.inv.orders"),
+    ]
+    extra = asset_extra(config, "stream_window", summary)
+    assert extra["topics"] == {"shop.inv.items": 2, "shop.inv.orders": 1} and extra["events"] == 3
+    json.dumps(extra)  # an asset event's extra must be JSON
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def incr(self, stat, count=1, rate=1, *, tags=None):
+        self.calls.append(("incr", stat, count, tags))
+
+    def gauge(self, stat, value, rate=1, delta=False, *, tags=None):
+        self.calls.append(("gauge", stat, value, tags))
+
+
+def test_sensor_metrics_headroom_hours_and_gap_per_connector():
+    recorder = Recorder()
+    stats.initialize(factory=lambda: recorder, export_legacy_names=False)
+    try:
+        oplog_metrics("shop", 7200, False)
+        oplog_metrics("shop", None, True)
+    finally:
+        stats.initialize(factory=None, export_legacy_names=False)
+    assert recorder.calls == [
+        ("gauge", "mongocdc.oplog.headroom_hours", 2.0, {"connector": "shop"}),
+        ("gauge", "mongocdc.oplog.headroom_hours.shop", 2.0, None),
+        ("incr", "mongocdc.oplog.gap_detected", 1, {"connector": "shop"}),
+        ("incr", "mongocdc.oplog.gap_detected.shop", 1, None),
+    ]
