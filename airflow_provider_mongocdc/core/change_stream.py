@@ -30,7 +30,7 @@ from pymongo import MongoClient
 from pymongo.change_stream import ChangeStream
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig, parse_pipeline
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError, OffsetError
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError, OffsetError, OversizeEventError
 from airflow_provider_mongocdc.core.filters import Filters
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
 
@@ -80,6 +80,35 @@ def is_unusable_position(error: BaseException) -> bool:
     (``InvalidResumeToken`` 260, ``ChangeStreamFatalError`` 280), which is no purged oplog."""
     error = _server_error(error)
     return error is not None and error.code in UNUSABLE_POSITION_CODES and not is_history_lost(error)
+
+
+BSON_OBJECT_TOO_LARGE = 10334
+
+
+def is_oversize_change(error: BaseException) -> bool:
+    """Whether MongoDB could not return a change because it is over its 16 MB limit
+    (``BSONObjectTooLarge`` 10334)."""
+    error = _server_error(error)
+    return error is not None and error.code == BSON_OBJECT_TOO_LARGE
+
+
+def oversize_change_error(
+    config: ConnectorConfig, partition: OffsetPartition | None, error: BaseException
+) -> OversizeEventError:
+    """The error for a change MongoDB cannot return (over 16 MB), with the settings that handle it
+    (Debezium's ``cursor.oversize.handling.mode``)."""
+    where = f" of {partition.describe()}" if partition is not None else ""
+    mode = config.event_oversize_handling_mode
+    return OversizeEventError(
+        f"The change stream{where} stopped at a change larger than MongoDB's 16 MB limit; nothing "
+        "past the last commit is visible",
+        cause=f"MongoDB answered BSONObjectTooLarge ({BSON_OBJECT_TOO_LARGE}): {_server_text(error)} "
+        f"(cursor.oversize.handling.mode={mode})",
+        fix="set cursor.oversize.handling.mode=split to read such changes in fragments and emit them "
+        "whole (MongoDB 6.0.9+/7.0), or cursor.oversize.handling.mode=skip with "
+        "cursor.oversize.skip.threshold=<bytes> to drop changes of larger documents; or leave "
+        "fullDocument/fullDocumentBeforeChange out (capture.mode) or shrink them with cursor.pipeline",
+    )
 
 
 def _server_text(error: BaseException) -> str:

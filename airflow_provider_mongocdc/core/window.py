@@ -137,8 +137,10 @@ from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duratio
 from airflow_provider_mongocdc.core.change_stream import (
     HISTORY_LOST_CODES,
     is_history_lost,
+    is_oversize_change,
     is_unusable_position,
     open_stream,
+    oversize_change_error,
     token_cluster_time,
     unusable_position_error,
     watch_target,
@@ -738,6 +740,8 @@ class StreamWindow:
                     raise unusable_position_error(
                         self.config, self.partition, self.committed_position or self.start, error
                     ) from None
+                if is_oversize_change(error):
+                    raise oversize_change_error(self.config, self.partition, error) from None
                 if not is_transient(error):
                     raise MongoCdcError(
                         f"The change stream of {self.partition.describe()} failed; the window "

@@ -15,7 +15,7 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.change_stream import no_data_start_position
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventError
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.window import (
     WindowParams,
@@ -294,3 +294,30 @@ def test_resumable_errors_between_fragments_lose_and_repeat_nothing(mongosim, ka
     for n in range(3):
         assert events[2 * n + 1].after == {"_id": n, "a": str(n) * (9 * MB)}
     assert summary["events"] == 7 and store.read(partition).cluster_time == end
+
+
+def test_oversize_fail_names_split_and_skip_when_mongodb_cannot_return_a_change(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    db_name = unique_name[:30] + unique_name[-8:]
+    kafka = {"bootstrap.servers": kafka_bootstrap, **LARGE_KAFKA}
+    props = connector(
+        unique_name,
+        db_name,
+        {"capture.mode": "change_streams_update_full", "event.max.bytes": 64 * MB, "max.batch.size": 1},
+    )
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        items = client[db_name].items
+        first = insert_at(items, {"_id": 1, "a": ""})
+        items.update_one({"_id": 1}, {"$set": {"a": "y" * (9 * MB)}})  # an 18 MB change event
+        end = next_second(insert_at(items, {"_id": 2}))
+        pass_second(client, end, f"{db_name}_m")
+    with pytest.raises(OversizeEventError) as info:
+        _window(mongodb_uri, props, kafka, end)
+    text = str(info.value)
+    assert "BSONObjectTooLarge" in text or "10334" in text
+    assert "cursor.oversize.handling.mode=split" in text and "cursor.oversize.skip.threshold" in text
+    topic = f"{unique_name}.{db_name}.items"
+    assert _keys(topic_events(kafka_bootstrap, topic)) in ([], [("1", "c")])
+    assert store.read(partition).cluster_time <= first
