@@ -64,7 +64,7 @@ from reaching the connector at all):
 
 Operations skipped by ``skipped.operations`` and collections not captured by the filters produce
 no records (and do not count in transaction metadata). An event larger than ``event.max.bytes``
-raises :class:`OversizeEventError` (``event.oversize.handling.mode=fail``) or is dropped with a
+raises :class:`OversizeEventError` (``cursor.oversize.handling.mode=fail``) or is dropped with a
 warning naming its topic and key (``skip``).
 """
 
@@ -562,7 +562,7 @@ class EventBuilder:
         if self.config.event_oversize_handling_mode == "skip":
             log.warning(
                 "Skipped a %d-byte event (%s) on %s with key %s: larger than "
-                "event.max.bytes=%d (event.oversize.handling.mode=skip)",
+                "event.max.bytes=%d (cursor.oversize.handling.mode=skip)",
                 size,
                 what,
                 record.topic,
@@ -576,5 +576,5 @@ class EventBuilder:
             cause="the document is too large for one Kafka message with the current limits",
             fix="raise event.max.bytes together with the topic's max.message.bytes and the "
             "producer's message.max.bytes, exclude large fields with field.exclude.list, or "
-            "set event.oversize.handling.mode=skip to drop such events",
+            "set cursor.oversize.handling.mode=skip to drop such events",
         )

@@ -224,7 +224,7 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
     failed = run_in_jvm("snapshot", props, mongo, kafka)
     assert failed["status"] == "failed" and failed["error_type"] == "OversizeEventError", failed
     assert "more than event.max.bytes=20000" in failed["message"]
-    assert "event.oversize.handling.mode=skip" in failed["message"]  # the fix
+    assert "cursor.oversize.handling.mode=skip" in failed["message"]  # the fix
     state = store.read(partition)
     assert state.snapshot.status == SNAPSHOT_IN_PROGRESS  # not completed: streaming cannot start
     markers = data_chunks_finished(store.chunk_markers(partition, state.snapshot.snapshot_id))
@@ -233,7 +233,7 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
     assert _canonical(137.5) not in visible and set(visible.values()) <= {1}
     assert sum(visible.values()) == sum(marker.stats["events"] for marker in markers.values())
 
-    resumed = run_in_jvm("snapshot", {**props, "event.oversize.handling.mode": "skip"}, mongo, kafka)
+    resumed = run_in_jvm("snapshot", {**props, "cursor.oversize.handling.mode": "skip"}, mongo, kafka)
     assert resumed["status"] == "ok", resumed
     summary = resumed["summary"]
     assert summary["action"] == "resume" and summary["snapshot_id"] == state.snapshot.snapshot_id
