@@ -24,13 +24,16 @@ The list is a JSON file: ``{"connectors": [<entry>, ...]}`` (or a bare list of e
 ``pool``
     The pool of the connector's snapshot, re-snapshot and window tasks (default ``mongocdc_<name>``;
     for ``default`` the environment variable ``MONGOCDC_POOL`` when set, else ``mongocdc_default``).
-    One slot, so that the tasks queue one after the other. The first task of the hourly and
-    re-snapshot DAGs (``pool``, in ``default_pool``) creates it when it does not exist (Airflow 3.3
-    never queues a task whose pool is missing: it would stay *scheduled*, with no DAG warning), by
-    running ``airflow pools``; on a worker without access to the metadata database, create it
-    once yourself::
+    Create it once with one slot, so that the tasks queue one after the other::
 
         airflow pools set <pool> 1 "MongoDB CDC connector <name>"
+
+    Airflow 3.3 never queues a task whose pool does not exist: it stays *scheduled*, with only a
+    scheduler log line ("Tasks using non-existent pool ... will not be scheduled") and no DAG
+    warning (the DAG processor does not check pools). A task cannot create or look up the pool
+    either: Airflow 3 task processes have no metadata database access and the task API has no
+    pool calls. So the pool is a setup step (README, "First DAG: setup"); each DAG's
+    documentation names its pool and the command.
 ``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``
     Of the hourly DAG (default ``@hourly``) and the watchdog (default every 10 minutes); the start
     date (ISO 8601, default 2026-01-01) and extra tags.
@@ -239,52 +242,6 @@ class Connector:
         )
 
 
-def ensure_pool(pool: str, connector: str) -> str:
-    """Create the connector's pool (one slot) when it does not exist yet; the first task of the
-    hourly and re-snapshot DAGs, in ``default_pool``. Airflow 3.3 never queues a task whose pool is
-    missing (it stays *scheduled*, with only a scheduler log line), so the pool must exist before
-    the snapshot, window or re-snapshot task is scheduled. The Airflow 3 task API has no pool
-    calls: this runs the ``airflow pools`` command, which needs the metadata database; where the
-    worker has none, it logs the command to run once instead."""
-    import logging
-    import shutil
-    import subprocess
-    import sys
-
-    log = logging.getLogger(__name__)
-    airflow = shutil.which("airflow") or str(Path(sys.executable).with_name("airflow"))
-    description = f"MongoDB CDC connector {connector}: one snapshot or window at a time"
-    command = f'airflow pools set {pool} 1 "{description}"'
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([airflow, "pools", *args], capture_output=True, text=True, timeout=300)
-
-    found = run("get", pool, "-o", "json")
-    if found.returncode == 0:
-        log.info("Pool %s exists", pool)
-        return "exists"
-    if "does not exist" not in found.stdout + found.stderr:
-        log.warning(
-            "Could not check the pool %s from this worker (%s); if it does not exist, the connector's "
-            "tasks stay scheduled: create it once with: %s",
-            pool,
-            (found.stderr or found.stdout).strip()[-300:],
-            command,
-        )
-        return "unknown"
-    created = run("set", pool, "1", description)
-    if created.returncode != 0:
-        from airflow_provider_mongocdc.core.errors import MongoCdcError
-
-        raise MongoCdcError(
-            f"The pool {pool} of connector {connector} does not exist and could not be created",
-            cause=(created.stderr or created.stdout).strip()[-500:],
-            fix=f"create it once: {command}",
-        )
-    log.info("Created the pool %s (1 slot) for connector %s", pool, connector)
-    return "created"
-
-
 def load_connectors(path: str | os.PathLike) -> list[Any]:
     """The entries of the connector list file (JSON)."""
     text = Path(path).read_text()
@@ -359,7 +316,6 @@ def connector_dags(
 
 def build_connector_dags(connector: Connector) -> dict[str, Any]:
     """The hourly, re-snapshot and watchdog DAGs of one connector."""
-    from airflow.providers.standard.operators.python import PythonOperator
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import DAG
 
@@ -370,16 +326,6 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
 
     ids = connector.dag_ids
     about = connector.describe()
-
-    def pool_task():
-        return PythonOperator(
-            task_id="pool",
-            python_callable=ensure_pool,
-            op_args=[connector.pool, connector.name],
-            pool="default_pool",
-            retries=0,
-            doc_md=f"Creates the pool `{connector.pool}` (one slot) when it does not exist.",
-        )
 
     with DAG(
         dag_id=ids["hourly"],
@@ -404,7 +350,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             max_duration=WINDOW_TIMEOUT.total_seconds() - 300,
             **connector.arguments(MongoStreamWindowOperator),
         )
-        pool_task() >> snapshot >> window
+        snapshot >> window
 
     with DAG(
         dag_id=ids["resnapshot"],
@@ -418,7 +364,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
         tags=connector.tags,
         params=resnapshot_params(),
     ) as resnapshot:
-        pool_task() >> MongoResnapshotOperator(
+        MongoResnapshotOperator(
             task_id="resnapshot",
             collections="{{ params.collections }}",
             reason="{{ params.reason }}",

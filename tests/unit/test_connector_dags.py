@@ -54,7 +54,7 @@ def test_repository_dag_folder_keeps_the_default_dag_ids_and_names_its_pool(tmp_
     assert not bag.import_errors, bag.import_errors
     assert sorted(bag.dags) == ["mongocdc_hourly", "mongocdc_resnapshot", "mongocdc_watchdog"]
     pools = {task.task_id: task.pool for task in bag.dags["mongocdc_hourly"].tasks}
-    assert pools == {"pool": "default_pool", "snapshot": "mongocdc_default", "window": "mongocdc_default"}
+    assert pools == {"snapshot": "mongocdc_default", "window": "mongocdc_default"}
 
 
 def test_two_connectors_have_their_own_dags_pools_and_connections(tmp_path, monkeypatch):
@@ -76,8 +76,9 @@ def test_two_connectors_have_their_own_dags_pools_and_connections(tmp_path, monk
         for kind in ("hourly", "resnapshot", "watchdog")
     )
     orders, users = bag.dags["mongocdc_orders_hourly"], bag.dags["mongocdc_users_hourly"]
-    assert {t.pool for t in orders.tasks if t.task_id != "pool"} == {"mongocdc_orders"}
-    assert {t.pool for t in users.tasks if t.task_id != "pool"} == {"cdc_users"}
+    assert {t.pool for t in orders.tasks} == {"mongocdc_orders"}
+    assert {t.pool for t in users.tasks} == {"cdc_users"}
+    assert {t.pool for t in bag.dags["mongocdc_users_resnapshot"].tasks} == {"cdc_users"}
     assert {"team-a", "orders"} <= set(orders.tags)
     assert users.timetable.expression == "*/30 * * * *"
     watchdog = bag.dags["mongocdc_users_watchdog"]
