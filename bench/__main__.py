@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import events, machine, produce, spark, window
+from bench import events, machine, produce, spark, submit, window
 from bench.services import Services
 
 
@@ -82,6 +82,14 @@ def _snapshot(services: Services, quick: bool) -> dict[str, Any]:
     )
 
 
+def _submit_window(services: Services, quick: bool) -> dict[str, Any]:
+    return submit.run_window(services, sizes=[1000, 5000] if quick else [10000, 100000])
+
+
+def _submit_snapshot(services: Services, quick: bool) -> dict[str, Any]:
+    return submit.run_snapshot(services, sizes=[1000, 5000] if quick else [10000, 100000], threads=[1, 2, 4])
+
+
 BENCHES = [
     Bench("events", "a", "event build cost vs bson.json_util.dumps", _events, events.report),
     Bench(
@@ -106,6 +114,20 @@ BENCHES = [
     ),
     Bench(
         "snapshot", "f", "snapshot docs/s with snapshot.max.threads 1 and 2", _snapshot, spark.report_snapshot
+    ),
+    Bench(
+        "submit-window",
+        "g",
+        "spark-submit window: wall, CPU of the process tree, fixed and per-change cost",
+        _submit_window,
+        submit.report_window,
+    ),
+    Bench(
+        "submit-snapshot",
+        "h",
+        "spark-submit snapshot: wall, tree CPU, per-document cost at 1, 2 and 4 threads",
+        _submit_snapshot,
+        submit.report_snapshot,
     ),
     Bench(
         "producer", "p", "producer settings and max.batch.size", _producer, produce.report_producer_settings

@@ -282,6 +282,9 @@ class SnapshotRun:
         self.collections = collections
         self.reset_offset = reset_offset
         self.started = started
+        # Wall seconds by phase (summary "phases_s"): plan (assessment, plan, topics), spark_start
+        # (the JVM and SparkContext), copy (the chunk tasks), complete (offsets and markers).
+        self.phases = {"plan": 0.0, "spark_start": 0.0, "copy": 0.0, "complete": 0.0}
 
     # -- outcomes --
     def execute(self, decision) -> dict[str, Any]:
@@ -451,6 +454,7 @@ class SnapshotRun:
     def _copy(self, plan, starts, *, markers, resumed: bool) -> dict[str, Any]:
         from airflow_provider_mongocdc.core.snapshot import Progress, data_chunks_finished
 
+        self.phases["plan"] = round(time.monotonic() - self.started, 3)
         progress = Progress(plan)
         progress.preload(markers)
         finished = set(data_chunks_finished(markers))
@@ -474,14 +478,20 @@ class SnapshotRun:
             self._run_tasks(task, regular, self.config.snapshot_max_threads, progress)
         if final is not None and final.chunk_id not in finished:
             self._run_tasks(task, [final], 1, progress)
-        return self._complete(plan, progress, starts, resumed)
+        completing = time.monotonic()
+        summary = self._complete(plan, progress, starts, resumed)
+        self.phases["complete"] = round(time.monotonic() - completing, 3)
+        return summary | {"phases_s": dict(self.phases)}
 
     def _run_tasks(self, task, chunks, threads: int, progress) -> None:
         """Copy ``chunks`` in at most ``threads`` parallel Spark tasks; log progress meanwhile."""
         from airflow_provider_mongocdc.core.snapshot import distribute
 
         groups = [[chunk.to_json() for chunk in group] for group in distribute(chunks, threads)]
-        context = self.spark.sparkContext
+        began = time.monotonic()
+        context = self.spark.sparkContext  # the JVM and SparkContext start at the first use
+        copying = time.monotonic()
+        self.phases["spark_start"] = round(self.phases["spark_start"] + copying - began, 3)
         context.setJobDescription(f"mongocdc snapshot {task['snapshot_id']}: {len(chunks)} chunks")
         outcome: dict[str, Any] = {}
 
@@ -498,6 +508,7 @@ class SnapshotRun:
             worker.join(PROGRESS_POLL_S)
             self._log_progress(progress, task["snapshot_id"])
         self._log_progress(progress, task["snapshot_id"])
+        self.phases["copy"] = round(self.phases["copy"] + time.monotonic() - copying, 3)
         if "error" in outcome:
             raise outcome["error"]
 

@@ -69,9 +69,18 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     task = functools.partial(
         run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
     )
-    rdd = spark.sparkContext.parallelize([target.to_json() for target in targets], len(targets))
+    checked = time.monotonic()
+    context = spark.sparkContext  # the JVM, SparkContext and Py4J gateway start here
+    spark_started = time.monotonic()
+    rdd = context.parallelize([target.to_json() for target in targets], len(targets))
     summaries = rdd.mapPartitions(task).collect()
     summary = merge_summaries(summaries, params.window_end, time.monotonic() - started)
+    # Driver phases in wall seconds (each stream's own phases are in its partitions[].phases_s).
+    summary["phases_s"] = {
+        "driver_checks": round(checked - started, 3),
+        "spark_start": round(spark_started - checked, 3),
+        "tasks": round(time.monotonic() - spark_started, 3),
+    }
     error = end_not_reached_error(summary, params)
     if error is not None:
         for item in summary["partitions"]:

@@ -295,6 +295,11 @@ def java_double(value: float) -> str:
     """``Double.toString(value)`` (JDK 19+: the shortest decimal that rounds to the value), as the
     Java driver that Debezium 3.6 ships (bson 5.6) writes doubles in JSON: ``1.0``, ``0.001``,
     ``1.0E-7``, ``1.0E22``, ``NaN``, ``Infinity``."""
+    magnitude = abs(value)
+    if 1e-3 <= magnitude < 1e7:
+        # repr is the shortest decimal that rounds to the value, closest to it (as Java's); in
+        # this range it is written in plain notation with at least one fraction digit, as Java's.
+        return repr(value)
     if value != value:
         return "NaN"
     if value in (math.inf, -math.inf):
@@ -315,7 +320,6 @@ def java_double(value: float) -> str:
             sign, digit_tuple, exponent = two.as_tuple()
             digits = "".join(map(str, digit_tuple))
     point = len(digits) + exponent  # digits * 10**exponent == 0.<digits> * 10**point
-    magnitude = abs(value)
     if 1e-3 <= magnitude < 1e7:
         if point <= 0:
             text = "0." + "0" * -point + digits

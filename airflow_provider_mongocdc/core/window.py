@@ -658,6 +658,10 @@ class StreamWindow:
         # a transaction: the next change continues that transaction when it has the same id.
         self._last_transaction: str | None = None
         self._invalidate_position: Position | None = None
+        # Wall seconds by phase (summary "phases_s"): setup (offsets topic, lease, offset read),
+        # build (events), send (to the producer), commit (END, offset, commit), read (the rest of
+        # the stream loop: waiting for and decoding changes).
+        self._phases = {"setup": 0.0, "read": 0.0, "build": 0.0, "send": 0.0, "commit": 0.0}
 
     # -- setup --
     def _new_builder(self) -> None:
@@ -696,8 +700,19 @@ class StreamWindow:
             self.start.describe(),
             iso(self.params.window_end),
         )
+        phases = self._phases
+        phases["setup"] = time.monotonic() - started
         try:
+            streaming = time.monotonic()
+            commit_before = phases["commit"]
             reason, final = self._stream()
+            phases["read"] = (
+                time.monotonic()
+                - streaming
+                - phases["build"]
+                - phases["send"]
+                - (phases["commit"] - commit_before)
+            )
             # A stalled window commits what it read but is not a finished window.
             self._commit(final, last=reason != CLUSTER_TIME_STALLED)
         except BaseException:
@@ -884,7 +899,10 @@ class StreamWindow:
 
     # -- emitting --
     def _emit(self, change: Mapping[str, Any], cluster_time: Timestamp | None) -> None:
+        began = time.monotonic()
         records = self.builder.build_change(change)
+        built = time.monotonic()
+        self._phases["build"] += built - began
         self.pending_changes += 1
         stats = self.pending
         if cluster_time is not None:
@@ -921,7 +939,9 @@ class StreamWindow:
             and self.builder.filters.collection_included(namespace["db"], namespace["coll"])
         ):
             stats.skipped_oversize += 1
+        sending = time.monotonic()
         self._send(records)
+        self._phases["send"] += time.monotonic() - sending
 
     def _heartbeat(self, cluster_time: Timestamp) -> None:
         heartbeat = self.builder.heartbeat
@@ -951,6 +971,7 @@ class StreamWindow:
     # -- committing --
     def _commit(self, position: Position | None, *, last: bool) -> None:
         """Commit the batch with the offset at ``position`` (END of an open transaction first)."""
+        began = time.monotonic()
         self._send(self.builder.finish())
         if last and self.builder.heartbeat.enabled:
             end_ms = (position_time(position) or self.end).time * 1000
@@ -977,6 +998,7 @@ class StreamWindow:
         self.pending_changes = 0
         self._batch_started = None
         self.batches_committed += 1
+        self._phases["commit"] += time.monotonic() - began
 
     def _recover(self) -> None:
         """After a stream failure: keep what was read when the last change read was outside a
@@ -1031,6 +1053,7 @@ class StreamWindow:
             "lag_samples": list(totals.lags_ms),
             "lag_count": totals.lag_count,
             "duration_s": round(time.monotonic() - started, 3),
+            "phases_s": {name: round(value, 3) for name, value in self._phases.items()},
         }
 
 
