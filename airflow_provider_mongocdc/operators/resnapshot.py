@@ -108,8 +108,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
 
     Like every snapshot, it holds the connector's lease (see
     :mod:`airflow_provider_mongocdc.core.lease`) while it runs, so a window of the same connector
-    cannot start meanwhile; put the task in the connector's pool (``mongocdc_<topic.prefix>``, one
-    slot) too, so that windows queue instead of failing. The mode is decided (and the oplog checked)
+    cannot start meanwhile; put the task in the connector's pool (one slot; the example DAGs use
+    the pool of their connector list entry) too, so that windows queue instead of failing. The mode is decided (and the oplog checked)
     before the lease is taken.
 
     Returns the snapshot application's summary plus ``resnapshot``: mode, reason, collections,

@@ -1,0 +1,268 @@
+"""The README's setup, run as written, and a connector list with several connectors.
+
+1. The commands between ``<!-- setup:start -->`` and ``<!-- setup:end -->`` in README.md run
+   against a real Airflow (api-server, scheduler with LocalExecutor, dag-processor, all on
+   127.0.0.1) with the MongoDB simulator and the real Kafka broker; the only substitutions are the
+   README's example MongoDB URI, Kafka servers and topic prefix. The hourly DAG is then triggered
+   as the UI's Trigger button does (POST /api/v2/dags/{id}/dagRuns with a logical date and the
+   form's conf) and every task succeeds in the pool the setup created; then the re-snapshot DAG with
+   the form as it opens (empty conf) succeeds. A second DAG file with a connector list holding one
+   invalid entry shows one import error naming it (/api/v2/importErrors) while its valid
+   connector's DAGs are registered.
+2. Two connectors of one list run in ``airflow dags test`` with their own topics and offsets
+   (their pools: tests/unit/test_connector_dags.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+from devtools.mongosim import MongoSim
+from tests.e2e.test_mongocdc_dags import AIRFLOW, Stack, start_airflow, stop, topic_events
+
+pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
+
+REPO = Path(__file__).resolve().parents[2]
+# The README's example values, replaced by the test's servers and a topic prefix of its own.
+README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
+README_KAFKA = "broker1:9092"
+README_PREFIX = '"topic.prefix": "shop"'
+# A DAG run here is a snapshot and a window (spark-submit each), possibly queued
+# behind the run the scheduler creates when the DAG is switched on.
+RUN_TIMEOUT_S = 900
+
+
+def readme_setup_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"<!-- setup:start -->\s*```bash\n(.*?)```\s*<!-- setup:end -->", text, re.S)
+    assert match, "README.md has no setup block between <!-- setup:start --> and <!-- setup:end -->"
+    commands = [line.strip() for line in match.group(1).splitlines() if line.strip()]
+    assert commands and all(command.startswith("airflow ") for command in commands), commands
+    return commands
+
+
+def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
+    joined = "\n".join(commands)
+    for old, new in values.items():
+        assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
+        joined = joined.replace(old, new)
+    return joined.splitlines()
+
+
+def dag_folder(home: Path, connectors: dict | None = None) -> Path:
+    """The repository's connector DAG file, its settings and its list (or ``connectors``)."""
+    folder = home / "dags"
+    folder.mkdir()
+    for name in ("mongocdc_connectors.py", "mongocdc_settings.py", "mongocdc_connectors.json"):
+        shutil.copy(REPO / "dags" / name, folder / name)
+    if connectors is not None:
+        (folder / "mongocdc_connectors.json").write_text(json.dumps(connectors))
+    return folder
+
+
+def own_airflow(airflow_env: dict[str, str], home: Path, folder: Path) -> dict[str, str]:
+    """An Airflow home of its own (SQLite), migrated, with ``folder`` as DAGs folder."""
+    env = dict(airflow_env)
+    for key in [key for key in env if key.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_"))]:
+        del env[key]
+    env.pop("MONGOCDC_POOL", None)
+    env.pop("MONGOCDC_CONNECTOR_CONFIG", None)
+    spark_conf = home / "spark-conf"
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "SPARK_CONF_DIR": str(spark_conf),
+        }
+    )
+    result = subprocess.run(
+        [AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, cwd=home
+    )
+    assert result.returncode == 0, (
+        f"airflow db migrate failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    )
+    return env
+
+
+def wait_for(what: str, condition, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(2)
+
+
+def reads(bootstrap: str, topic: str) -> int:
+    return sum(1 for _, value in topic_events(bootstrap, topic) if value is not None and value["op"] == "r")
+
+
+# -- 1: the README's setup -----------------------------------------------------------------------------
+def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
+    airflow_env, kafka_bootstrap, tmp_path_factory
+):
+    home = tmp_path_factory.mktemp("readme")
+    folder = dag_folder(home)
+    # A second list in its own DAG file: one valid connector and one invalid entry.
+    side = f"side{uuid.uuid4().hex[:6]}"
+    (folder / "side_connectors.json").write_text(
+        json.dumps(
+            {
+                "connectors": [
+                    {"name": "side", "config": {"topic.prefix": side}},
+                    {"name": "broken", "config": {"topic.prefix": "broken", "snapshot.mode": "sometimes"}},
+                ]
+            }
+        )
+    )
+    (folder / "side_connectors.py").write_text(
+        "from pathlib import Path\n\nfrom airflow_provider_mongocdc.dags import connector_dags\n\n"
+        'globals().update(connector_dags(path=Path(__file__).with_name("side_connectors.json")))\n'
+    )
+    env = own_airflow(airflow_env, home, folder)
+    prefix = f"readme{uuid.uuid4().hex[:8]}"
+
+    with MongoSim(mode="replset") as sim:
+        stack = Stack(sim, prefix, kafka_bootstrap, env, home)
+        try:
+            commands = substitute(
+                readme_setup_commands(),
+                {
+                    README_MONGO_URI: sim.uri,
+                    README_KAFKA: kafka_bootstrap,
+                    README_PREFIX: f'"topic.prefix": "{prefix}"',
+                },
+            )
+            for command in commands:
+                stack.airflow(*shlex.split(command)[1:])
+            pools = json.loads(
+                stack.airflow("pools", "get", "mongocdc_default", "-o", "json").splitlines()[-1]
+            )
+            assert [pool["slots"] for pool in pools] == ["1"], pools
+            client = stack.client
+            client.shop.orders.insert_many([{"_id": i, "status": "new"} for i in range(1, 21)])
+            client.shop.customers.insert_many([{"_id": f"c{i}", "name": f"c {i}"} for i in range(1, 6)])
+
+            api = start_airflow(stack)
+
+            def dag_loaded(dag_id: str):
+                return api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200
+
+            wait_for(
+                "the dag-processor did not register mongocdc_hourly", lambda: dag_loaded("mongocdc_hourly")
+            )
+
+            # The invalid entry: one import error, naming it; the valid connector of that list loads.
+            def side_errors():
+                errors = api.call("GET", "/api/v2/importErrors").json()["import_errors"]
+                return [error for error in errors if error["filename"].endswith("side_connectors.py")]
+
+            (error,) = wait_for("no import error for side_connectors.py", side_errors)
+            assert "connector entry #2 ('broken')" in error["stack_trace"], error["stack_trace"]
+            assert "snapshot.mode" in error["stack_trace"]
+            wait_for("mongocdc_side_hourly was not registered", lambda: dag_loaded("mongocdc_side_hourly"))
+            all_errors = api.call("GET", "/api/v2/importErrors").json()["import_errors"]
+            assert [e["filename"] for e in all_errors] == [error["filename"]], all_errors
+
+            # The UI: switch the DAG on, press Trigger (a logical date, the form's conf).
+            for dag_id in ("mongocdc_hourly", "mongocdc_resnapshot"):
+                patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+                assert patched.status_code == 200, patched.text
+            hourly = trigger(api, "mongocdc_hourly", datetime.now(timezone.utc).isoformat())
+            assert_all_tasks_succeed(api, "mongocdc_hourly", hourly)
+            assert reads(kafka_bootstrap, f"{prefix}.shop.orders") == 20
+            assert reads(kafka_bootstrap, f"{prefix}.shop.customers") == 5
+
+            # The re-snapshot form as it opens: empty conf.
+            resnapshot = trigger(api, "mongocdc_resnapshot", datetime.now(timezone.utc).isoformat())
+            assert_all_tasks_succeed(api, "mongocdc_resnapshot", resnapshot)
+            assert reads(kafka_bootstrap, f"{prefix}.shop.orders") == 40
+            assert reads(kafka_bootstrap, f"{prefix}.shop.customers") == 10
+        finally:
+            stop(stack.processes)
+
+
+def trigger(api, dag_id: str, logical_date: str) -> str:
+    created = api.call(
+        "POST",
+        f"/api/v2/dags/{dag_id}/dagRuns",
+        json={"logical_date": logical_date, "conf": {}, "note": None},
+    )
+    assert created.status_code == 200, created.text
+    return created.json()["dag_run_id"]
+
+
+def assert_all_tasks_succeed(api, dag_id: str, run_id: str) -> None:
+    run = api.wait_run(dag_id, run_id, timeout=RUN_TIMEOUT_S)
+    instances = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
+    states = {ti["task_id"]: ti["state"] for ti in instances["task_instances"]}
+    failed = [task for task, state in states.items() if state != "success"]
+    logs = "\n".join(api.task_log(dag_id, run_id, task) for task in failed)
+    assert run["state"] == "success" and not failed, f"{dag_id} {run_id}: {states}\n{logs}"
+
+
+# -- 2: two connectors of one list -------------------------------------------------------------------
+def test_two_connectors_of_one_list_run_with_their_own_topics_and_offsets(
+    airflow_env, kafka_bootstrap, tmp_path_factory
+):
+    home = tmp_path_factory.mktemp("two")
+    run = uuid.uuid4().hex[:6]
+    prefixes = {"alpha": f"alpha{run}", "beta": f"beta{run}"}
+    collections = {"alpha": "orders", "beta": "customers"}
+    connectors = {
+        "connectors": [
+            {
+                "name": name,
+                "config": {
+                    "topic.prefix": prefixes[name],
+                    "collection.include.list": f"shop\\.{collections[name]}",
+                },
+            }
+            for name in ("alpha", "beta")
+        ]
+    }
+    env = own_airflow(airflow_env, home, dag_folder(home, connectors))
+    with MongoSim(mode="replset") as sim:
+        env.update(
+            {
+                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
+                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+                ),
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            }
+        )
+        stack = Stack(sim, "", kafka_bootstrap, env, home)
+        client = stack.client
+        client.shop.orders.insert_many([{"_id": i} for i in range(1, 8)])
+        client.shop.customers.insert_many([{"_id": i} for i in range(1, 4)])
+        # Runs whose data interval ends in the future: each window ends now, after its snapshot.
+        hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        for name in ("alpha", "beta"):
+            stack.airflow("dags", "test", f"mongocdc_{name}_hourly", (hour + timedelta(hours=1)).isoformat())
+
+        for name, prefix in prefixes.items():
+            store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{prefix}.offsets")
+            state = store.read(OffsetPartition(prefix, "rs0"))
+            assert state.snapshot.status == "completed" and state.windows == 1, (name, state)
+        assert reads(kafka_bootstrap, f"{prefixes['alpha']}.shop.orders") == 7
+        assert reads(kafka_bootstrap, f"{prefixes['beta']}.shop.customers") == 3
+        # Each connector reads only its collection: no topic of the other's collection.
+        assert reads(kafka_bootstrap, f"{prefixes['alpha']}.shop.customers") == 0
+        assert reads(kafka_bootstrap, f"{prefixes['beta']}.shop.orders") == 0
