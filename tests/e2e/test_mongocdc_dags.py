@@ -237,9 +237,17 @@ class Api:
         response = self.call(
             "GET",
             f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
-            headers={"Accept": "text/plain"},
+            headers={"Accept": "application/json"},
         )
-        return response.text[-6000:]
+        try:  # Airflow 3.3 answers {"content": [{"event": ..., ...}, ...]}; text for messages
+            content = response.json().get("content") or []
+            lines = [
+                item.get("event", str(item)) if isinstance(item, dict) else str(item) for item in content
+            ]
+            text = "\n".join(lines)
+        except ValueError:
+            text = response.text
+        return text[-6000:]
 
 
 def start_airflow(stack: Stack) -> Api:
