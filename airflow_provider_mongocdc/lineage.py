@@ -6,8 +6,12 @@ A connector's run writes to many topics (one per captured collection, plus the t
 heartbeat topics), and the collections a connector captures are regular expressions, so the topics
 are not known when the DAG is parsed; nor is the Kafka bootstrap, which lives in a connection that
 should not be read at parse time. A connector Asset is known from ``topic.prefix`` alone, stays the
-same when brokers move, and a consumer DAG scheduled on it runs after every window or snapshot of
-the connector. The run's detail travels in the asset event's ``extra``: events (or documents) per
+same when brokers move, and a consumer DAG scheduled on it runs after the connector's windows and
+the snapshots that copied data. A window's outlet is the Asset itself when ``topic.prefix`` is known
+at parse time (every window moves the connector on, even without changes); a snapshot's outlet, and
+any task's whose configuration is templated, is the AssetAlias ``mongocdc``, to which the run attaches
+the connector's Asset (a snapshot only when it copied data, not when ``snapshot.mode`` found nothing
+to do). The run's detail travels in the asset event's ``extra``: events (or documents) per
 collection and per topic, the end position, the window end. Per-topic detail for lineage tools
 goes through OpenLineage (below), with the Kafka topic names OpenLineage's naming spec gives.
 

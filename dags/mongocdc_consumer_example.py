@@ -1,4 +1,4 @@
-"""Example consumer DAG: runs after each snapshot or stream window of a connector.
+"""Example consumer DAG: runs after a connector's stream windows (and its snapshots that copied data).
 
 The provider's snapshot and window tasks update the connector's Asset, ``mongocdc://<topic.prefix>``
 (:func:`airflow_provider_mongocdc.lineage.connector_asset`), and each asset event's ``extra`` holds

@@ -94,6 +94,9 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     """
 
     application_name: str = ""
+    # Whether every successful run updates the connector's Asset (a window always moves the
+    # connector on); False: only runs that wrote data (see wrote_data).
+    asset_event_on_every_run: bool = True
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
         "connector_config",
@@ -124,9 +127,9 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             )
         kwargs.setdefault("conn_id", spark_conn_id)
         if "outlets" not in kwargs:
-            # The connector's Asset when topic.prefix is known at parse time (not templated), else an
-            # AssetAlias to which each run attaches its connector's Asset.
-            prefix = literal_topic_prefix(connector_config)
+            # The connector's Asset when topic.prefix is known at parse time (not templated) and every
+            # run updates it, else an AssetAlias to which a run attaches its connector's Asset.
+            prefix = literal_topic_prefix(connector_config) if self.asset_event_on_every_run else None
             kwargs["outlets"] = [connector_asset(prefix) if prefix else AssetAlias(CONNECTOR_ASSET_ALIAS)]
         super().__init__(
             application=application_path(self.application_name),
@@ -151,6 +154,10 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
         """Send the run's metrics (airflow_provider_mongocdc.metrics)."""
 
+    def wrote_data(self, summary: dict[str, Any]) -> bool:
+        """Whether the run is an update of the connector's Asset (its AssetAlias gets the Asset)."""
+        return True
+
     # -- assets, metrics and lineage of a finished run -----------------------------------------------
     def report_run(self, context, config: ConnectorConfig, summary: dict[str, Any]) -> dict[str, Any]:
         """Metrics, the asset events of the task's Asset outlets (extra: the run's summary) and the
@@ -163,7 +170,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             for outlet in self.outlets or ():
                 if isinstance(outlet, Asset):
                     outlet_events[outlet].extra = extra
-                elif isinstance(outlet, AssetAlias):
+                elif isinstance(outlet, AssetAlias) and self.wrote_data(summary):
                     outlet_events[outlet].add(connector_asset(config.topic_prefix), extra=extra)
         return summary
 

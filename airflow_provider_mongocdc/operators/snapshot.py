@@ -57,6 +57,9 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     """
 
     application_name = "snapshot"
+    # A run with nothing to do (snapshot.mode found a completed snapshot) is no update of the
+    # connector's Asset: the outlet is the AssetAlias, given the Asset only when data was copied.
+    asset_event_on_every_run = False
     template_fields: Sequence[str] = (
         *MongoCdcSparkSubmitOperator.template_fields,
         "collections",
@@ -103,6 +106,9 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
             "force": _as_bool(self.force, "force"),
             "reset_offset": _as_bool(self.reset_offset, "reset_offset"),
         }
+
+    def wrote_data(self, summary: dict[str, Any]) -> bool:
+        return summary.get("action") not in ("nothing", "record_position")
 
     def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
         from airflow_provider_mongocdc.metrics import snapshot_metrics

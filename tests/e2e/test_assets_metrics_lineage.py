@@ -6,12 +6,15 @@ example consumer DAG (dags/mongocdc_consumer_example.py) is scheduled on the con
 Checked: the asset events and their extra (the runs' summaries) in Airflow's metadata database, the
 consumer DAG queued by them, the StatsD datagrams Airflow's Stats sends to a UDP socket the test
 listens on, and the OpenLineage events the OpenLineage provider writes with its file transport.
+Then an Airflow API server, scheduler (LocalExecutor) and DAG processor on 127.0.0.1 run the queued
+consumer DAG, whose task reads the events' summaries (checked through the REST API).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -21,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from pymongo import MongoClient
 
@@ -108,6 +112,74 @@ def lineage(path: Path, job: str) -> list[dict]:
     return [e for e in events if e.get("eventType") == "COMPLETE" and e["job"]["name"] == job]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_airflow(env: dict[str, str], home: Path, processes: list[subprocess.Popen]) -> httpx.Client:
+    """API server, scheduler (LocalExecutor) and DAG processor on 127.0.0.1; a logged-in client."""
+    port = free_port()
+    password = uuid.uuid4().hex
+    (home / "passwords.json").write_text(json.dumps({"admin": password}))
+    env.update(
+        {
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        }
+    )
+    # The API server first: the scheduler runs the queued consumer at once, and its task reports to
+    # the API server's execution API.
+    commands = {
+        "api-server": [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        "scheduler": [AIRFLOW, "scheduler", "--skip-serve-logs"],
+        "dag-processor": [AIRFLOW, "dag-processor"],
+    }
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S)
+    for name, command in commands.items():
+        with open(home / f"{name}.log", "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home, start_new_session=True
+                )
+            )
+        deadline = time.monotonic() + 300
+        while name == "api-server":
+            try:
+                if http.get("/api/v2/monitor/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (home / "api-server.log").read_text()[-4000:]
+            assert all(p.poll() is None for p in processes), "the Airflow API server exited"
+            time.sleep(1)
+    response = http.post("/auth/token", json={"username": "admin", "password": password})
+    assert response.status_code in (200, 201), response.text
+    http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
+    return http
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
 @pytest.fixture
 def stack(kafka_bootstrap, tmp_path):
     home = tmp_path / "home"
@@ -146,21 +218,24 @@ def stack(kafka_bootstrap, tmp_path):
             }
         )
         run(env, home, "db", "migrate")
-        run(env, home, "dags", "reserialize")
-        run(env, home, "dags", "unpause", "mongocdc_consumer_example")
+        processes: list[subprocess.Popen] = []
         try:
-            yield sim, prefix, env, home, statsd
+            yield sim, prefix, env, home, statsd, processes
         finally:
+            stop(processes)
             statsd.close()
 
 
 def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
-    sim, prefix, env, home, statsd = stack
+    sim, prefix, env, home, statsd, processes = stack
     db = home / "airflow.db"
     topic = f"{prefix}.shop.orders"
     with MongoClient(sim.uri) as client:
         client.shop.orders.insert_many([{"_id": i, "total": i} for i in range(3)])
         run(env, home, "dags", "test", "mongocdc_assets_producer")
+        # The consumer DAG starts following the connector's Asset now: the next window queues it.
+        run(env, home, "dags", "reserialize")
+        run(env, home, "dags", "unpause", "mongocdc_consumer_example")
 
         with client.start_session() as session:
             client.shop.orders.insert_many([{"_id": 10}, {"_id": 11}], session=session)
@@ -175,14 +250,15 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     records = read_topic(kafka_bootstrap, topic)
     assert [json.loads(r.value)["payload"]["op"] for r in records] == ["r", "r", "r", "c", "c"]
 
-    # Asset events: one per task run, extra = the run's summary.
+    # Asset events, extra = the run's summary: every window, and the snapshot that copied data (the
+    # second run's snapshot had nothing to do).
     events = asset_events(db, prefix)
-    assert [task for task, _ in events] == ["snapshot", "window", "snapshot", "window"], events
-    first_snapshot, _, second_snapshot, second_window = (extra for _, extra in events)
+    assert [task for task, _ in events] == ["snapshot", "window", "window"], events
+    first_snapshot, first_window, second_window = (extra for _, extra in events)
     assert first_snapshot["run"] == "snapshot" and first_snapshot["connector"] == prefix
     assert first_snapshot["documents"] == 3 and first_snapshot["topics"] == {topic: 3}
     assert first_snapshot["documents_by_collection"] == {"shop.orders": 3}
-    assert second_snapshot["documents"] == 0  # nothing to do: the snapshot completed before
+    assert first_window["events"] == 0 and first_window["topics"] == {}
     assert second_window["run"] == "stream_window"
     assert second_window["events"] == 2 and second_window["topics"] == {topic: 2}
     assert second_window["events_by_collection"] == {"shop.orders": 2}
@@ -213,3 +289,32 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     assert [(d["namespace"], d["name"]) for d in snapshot["outputs"]] == [
         (f"kafka://{kafka_bootstrap}", topic)
     ]
+
+    # The scheduler runs the consumer DAG the asset events queued; its task sums the summaries.
+    http = start_airflow(env, home, processes)
+    consumer = "mongocdc_consumer_example"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        runs = http.get(f"/api/v2/dags/{consumer}/dagRuns").json().get("dag_runs", [])
+        if runs and runs[0]["state"] in ("success", "failed"):
+            break
+        assert time.monotonic() < deadline, (
+            f"no finished run of {consumer} within {RUN_TIMEOUT_S} s: {runs}\n"
+            + (home / "scheduler.log").read_text()[-4000:]
+        )
+        time.sleep(2)
+    (consumer_run,) = runs
+    assert consumer_run["state"] == "success" and consumer_run["run_type"] == "asset_triggered", consumer_run
+    base = f"/api/v2/dags/{consumer}/dagRuns/{consumer_run['dag_run_id']}"
+    upstream = sorted(http.get(f"{base}/upstreamAssetEvents").json()["asset_events"], key=lambda e: e["id"])
+    assert upstream and upstream[-1]["source_task_id"] == "window", upstream
+    assert upstream[-1]["extra"]["events"] == 2 and upstream[-1]["extra"]["topics"] == {topic: 2}
+    # The consumer's task read the summaries of the events that triggered it.
+    expected: dict[str, int] = {}
+    for event in upstream:
+        for name, count in event["extra"]["topics"].items():
+            expected[name] = expected.get(name, 0) + count
+    xcom = http.get(
+        f"{base}/taskInstances/topics_with_new_data/xcomEntries/return_value", params={"deserialize": True}
+    ).json()
+    assert xcom["value"] in (expected, json.dumps(expected)), (xcom, upstream)

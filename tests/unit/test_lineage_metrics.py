@@ -27,8 +27,12 @@ def test_outlet_is_the_connector_asset_when_the_prefix_is_known_else_an_alias():
     literal = MongoStreamWindowOperator(task_id="w", connector_config={"topic.prefix": "shop"})
     assert literal.outlets == [connector_asset("shop")]
     assert literal.outlets[0].uri == "mongocdc://shop/"
-    as_json = MongoSnapshotOperator(task_id="s", connector_config=json.dumps({"topic.prefix": "shop"}))
+    as_json = MongoStreamWindowOperator(task_id="j", connector_config=json.dumps({"topic.prefix": "shop"}))
     assert as_json.outlets == [connector_asset("shop")]
+    # A snapshot updates the Asset only when it copied data: through the alias.
+    snapshot = MongoSnapshotOperator(task_id="s", connector_config={"topic.prefix": "shop"})
+    assert [type(o) for o in snapshot.outlets] == [AssetAlias]
+    assert not snapshot.wrote_data({"action": "nothing"}) and snapshot.wrote_data({"action": "snapshot"})
     templated = MongoStreamWindowOperator(task_id="t", connector_config="{{ var.value.config }}")
     assert [type(o) for o in templated.outlets] == [AssetAlias]
     mine = Asset("kafka://broker:9092/shop.db.c")
