@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -190,8 +191,18 @@ def test_a_stored_token_mongodb_refuses_as_invalid_is_not_a_gap(
             while change is None:
                 change = stream.try_next()
     # This deployment's oplog spans the foreign token's time: it is not purged, only unknown here.
-    last = write_time(client, lambda s: client.shop.orders.insert_one({"_id": 1}, session=s))
-    assert last > change["clusterTime"]
+    # (Two deployments' clocks are independent: write until this one's cluster time is past it.)
+    deadline = time.monotonic() + 120
+    n = 0
+    while True:
+        n += 1
+        last = write_time(client, lambda s, n=n: client.shop.orders.insert_one({"_id": n}, session=s))
+        if last > change["clusterTime"]:
+            break
+        assert time.monotonic() < deadline, (
+            f"the cluster time stayed at {last}, not past {change['clusterTime']}"
+        )
+        time.sleep(0.05)
 
     props = connector(unique_name, "shop")
     config = ConnectorConfig.from_properties(props)
