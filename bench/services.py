@@ -133,6 +133,9 @@ SPARK_ARGS = [
     "spark.ui.enabled=false",
     "--conf",
     "spark.ui.showConsoleProgress=false",
+    # What the operators give the driver JVM in client deploy mode (operators/base.py).
+    "--driver-java-options",
+    "-XX:TieredStopAtLevel=1",
 ]
 
 

@@ -62,6 +62,7 @@ class TreeSampler:
     def __init__(self, root: int):
         self.root = root
         self.last: dict[int, float] = {}
+        self.labels: dict[int, str] = {}
         self.peak_processes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -87,6 +88,15 @@ class TreeSampler:
         self.peak_processes = max(self.peak_processes, len(alive))
         for pid in alive:
             self.last[pid] = max(self.last.get(pid, 0.0), cpu[pid])
+            if self.labels.get(pid) in (
+                None,
+                "bash",
+                "sh",
+                "setsid",
+                "env",
+                "jspawnhelper",
+            ):  # spark-submit execs the JVM
+                self.labels[pid] = _label(pid)
 
     def _loop(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -101,6 +111,31 @@ class TreeSampler:
         self._stop.set()
         self._thread.join()
         return sum(self.last.values())
+
+    def by_label(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for pid, cpu in self.last.items():
+            label = self.labels.get(pid, "?")
+            totals[label] = round(totals.get(label, 0.0) + cpu, 2)
+        return totals
+
+
+def _label(pid: int) -> str:
+    """What a process of the tree is: the JVM, the Python driver, a Python worker (forked from
+    pyspark.daemon), or its command name."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = b" ".join(args)
+    if args and args[0].endswith(b"java"):
+        return "jvm launcher" if b"org.apache.spark.launcher.Main" in text else "jvm"
+    if b"pyspark.daemon" in text or b"pyspark.worker" in text:
+        return "python workers"
+    if b".py" in text and b"python" in args[0]:
+        return "python driver"
+    return os.path.basename(args[0].decode(errors="replace")) if args and args[0] else "?"
 
 
 def submit(application: str, spec: JobSpec, directory: Path, sim_pid: int | None) -> dict[str, Any]:
@@ -135,6 +170,7 @@ def submit(application: str, spec: JobSpec, directory: Path, sim_pid: int | None
         "cpu_sampled_s": round(sampled, 3),
         "cpu_reaped_s": round(reaped, 3),
         "processes": sampler.peak_processes,
+        "cpu_by_process_s": sampler.by_label(),
         "sim_cpu_s": None if sim_before is None or sim_after is None else round(sim_after - sim_before, 3),
     }
 
@@ -269,8 +305,8 @@ def _run_line(label: str, run: dict[str, Any]) -> str:
     sim = f", simulator {run['sim_cpu_s']} CPU-s" if run["sim_cpu_s"] is not None else ""
     return (
         f"{label}: wall {run['wall_s']} s, tree CPU {run['cpu_s']} s (sampled {run['cpu_sampled_s']}, "
-        f"reaped {run['cpu_reaped_s']}, {run['processes']} processes){sim}; app {run['app_s']} s"
-        + (f"; phases: {phases}" if phases else "")
+        f"reaped {run['cpu_reaped_s']}, {run['processes']} processes: {run['cpu_by_process_s']}){sim}; "
+        f"app {run['app_s']} s" + (f"; phases: {phases}" if phases else "")
     )
 
 

@@ -39,6 +39,8 @@ from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, lite
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
 # Log4j 2 configuration of the driver JVM in client deploy mode (shipped in the wheel).
 SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.properties")
+# The driver JVM of the applications with its C1 compiler only (see _driver_jvm_startup).
+DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 # The AssetAlias of the tasks whose topic.prefix is templated: each run adds its connector's Asset.
 CONNECTOR_ASSET_ALIAS = "mongocdc"
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
@@ -272,6 +274,29 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         return any(d and any(Path(d).glob("log4j2*.*")) for d in conf_dirs if d and Path(d).is_dir())
 
     @contextlib.contextmanager
+    def _driver_jvm_startup(self) -> Iterator[None]:
+        """While spark-submit runs (client deploy mode): the driver JVM with its C1 compiler only
+        (``-XX:TieredStopAtLevel=1``). The JVM of a window or snapshot only ships the tasks and
+        collects their summaries (the Python workers read, build and produce), and C2 compiling
+        Spark's start-up code cost half of its CPU: an empty window's driver JVM 8 -> 4.5 CPU-s,
+        the whole run 10.3 -> 6.7 CPU-s on 2 cores (bench/RESULTS.md). Given through
+        ``SPARK_SUBMIT_OPTS``, which the JVM reads before ``spark.driver.extraJavaOptions``: a
+        ``-XX:TieredStopAtLevel`` of your own there (or in ``SPARK_SUBMIT_OPTS``) wins."""
+        env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
+        if self._submit_deploy_mode() == "cluster" or "TieredStopAtLevel" in env.get("SPARK_SUBMIT_OPTS", ""):
+            yield
+            return
+        previous = os.environ.get("SPARK_SUBMIT_OPTS")
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {DRIVER_JIT_OPTION}" if previous else DRIVER_JIT_OPTION
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("SPARK_SUBMIT_OPTS", None)
+            else:
+                os.environ["SPARK_SUBMIT_OPTS"] = previous
+
+    @contextlib.contextmanager
     def _driver_jvm_logging(self) -> Iterator[None]:
         """While spark-submit runs: the packaged log4j configuration for the driver JVM (client
         deploy mode only: in cluster mode the spark-submit JVM is a client whose INFO lines the
@@ -334,7 +359,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             try:
                 if getattr(self, "_lease_lost", None) is not None:
                     raise self._lease_lost  # the connector's lease was lost before the job started
-                with self._driver_jvm_logging():
+                with self._driver_jvm_logging(), self._driver_jvm_startup():
                     super().execute(context)
             except Exception as error:
                 result = read_result(result_path)
