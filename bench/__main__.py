@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 12 minutes on 2 cores)
+    python -m bench                       # everything (about 20 minutes on 2 cores; g and h ~8)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
