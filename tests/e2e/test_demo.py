@@ -151,6 +151,25 @@ def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
             log.unlink(missing_ok=True)
 
 
+def hold_snapshot_reads(uri: str) -> None:
+    """Delay every find on shop.orders by 20 s (the demo's snapshot reads its chunks with find)."""
+    from pymongo import MongoClient
+
+    with MongoClient(uri, serverSelectionTimeoutMS=60_000) as client:
+        client.admin.command(
+            {
+                "configureFailPoint": "failCommand",
+                "mode": "alwaysOn",
+                "data": {
+                    "failCommands": ["find"],
+                    "namespace": "shop.orders",
+                    "blockConnection": True,
+                    "blockTimeMS": 20_000,
+                },
+            }
+        )
+
+
 def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator():
     process = subprocess.Popen(
         [sys.executable, "-m", "devtools.demo"],
@@ -164,12 +183,19 @@ def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator(
     reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
     reader.start()
     try:
-        # Wait until the snapshot's Spark application runs under Airflow (bounded).
+        # Wait until the snapshot's Spark application runs under Airflow (bounded). So that the
+        # snapshot cannot finish before the Ctrl-C however fast it is, the simulator holds each read
+        # of shop.orders for 20 s (its failCommand fail point, as mongod's test commands have).
         deadline = time.monotonic() + 300
         spark = []
+        held = False
         while time.monotonic() < deadline and process.poll() is None:
             output = "".join(lines)
-            if "[3/6]" in output:
+            uri = re.search(r"replica set \S+ at (mongodb://[^\s,]+)", output)
+            if uri and not held:
+                hold_snapshot_reads(uri.group(1))
+                held = True
+            if "[3/6]" in output and held:
                 spark = [p for p in processes_mentioning(work_dir_of(output)) if "SparkSubmit" in p]
                 if spark:
                     break
