@@ -286,15 +286,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         if self._submit_deploy_mode() == "cluster" or "TieredStopAtLevel" in env.get("SPARK_SUBMIT_OPTS", ""):
             yield
             return
-        previous = os.environ.get("SPARK_SUBMIT_OPTS")
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {DRIVER_JIT_OPTION}" if previous else DRIVER_JIT_OPTION
-        try:
+        with _spark_submit_opts(DRIVER_JIT_OPTION):
             yield
-        finally:
-            if previous is None:
-                os.environ.pop("SPARK_SUBMIT_OPTS", None)
-            else:
-                os.environ["SPARK_SUBMIT_OPTS"] = previous
 
     @contextlib.contextmanager
     def _driver_jvm_logging(self) -> Iterator[None]:
@@ -308,15 +301,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         options = (
             f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()} -Dmongocdc.spark.log.level={level}"
         )
-        previous = os.environ.get("SPARK_SUBMIT_OPTS")
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {options}" if previous else options
-        try:
+        with _spark_submit_opts(options):
             yield
-        finally:
-            if previous is None:
-                os.environ.pop("SPARK_SUBMIT_OPTS", None)
-            else:
-                os.environ["SPARK_SUBMIT_OPTS"] = previous
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
@@ -379,3 +365,19 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 "run the task again; nothing past the last committed offset was recorded."
             )
         return self.report_run(context, config, self.summarize(context, result["summary"]))
+
+
+@contextlib.contextmanager
+def _spark_submit_opts(options: str) -> Iterator[None]:
+    """``options`` appended to ``SPARK_SUBMIT_OPTS`` (the driver JVM's options in client deploy
+    mode) while spark-submit runs; the previous value restored afterwards (each Airflow task runs
+    in its own process)."""
+    previous = os.environ.get("SPARK_SUBMIT_OPTS")
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {options}" if previous else options
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = previous
