@@ -175,6 +175,21 @@ class _Collection:
         self.fields: FieldTransform | None = builder.fields.for_collection(database, collection)
         self.rs_parts: dict[str, str] = {}
 
+    def oplog_source(self, ts_ms: int, snapshot: str, rs: str, increment: int) -> str:
+        """The 1.x (``event.format=oplog``) source block: ``snapshot`` is ``true`` or ``false``,
+        ``rs`` the text of :meth:`rs_part`."""
+        return (
+            self.source_head
+            + str(ts_ms)
+            + ',"snapshot":'
+            + snapshot
+            + self.db_part
+            + rs
+            + self.collection_part
+            + str(increment)
+            + ',"h":null}'
+        )
+
     def rs_part(self, replica_set: str) -> str:
         part = self.rs_parts.get(replica_set)
         if part is None:
@@ -410,16 +425,7 @@ class EventBuilder:
         after_text = _quote(self._dumps(fields.document(document) if fields else document))
         if self._oplog:
             rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
-            source = (
-                info.source_head
-                + str(source_ms)
-                + ',"snapshot":true'
-                + info.db_part
-                + rs
-                + info.collection_part
-                + str(increment)
-                + ',"h":null}'
-            )
+            source = info.oplog_source(source_ms, "true", rs, increment)
             payload = (
                 '{"after":'
                 + after_text
@@ -511,16 +517,7 @@ class EventBuilder:
                 patch_text = _quote(self._dumps(fields.document(after) if fields else after))
             elif operation == "update":
                 patch_text = _quote(self._dumps(self._patch(description or {}, fields)))
-        source = (
-            info.source_head
-            + str(seconds * 1000)
-            + ',"snapshot":false'
-            + info.db_part
-            + rs
-            + info.collection_part
-            + str(increment)
-            + ',"h":null}'
-        )
+        source = info.oplog_source(seconds * 1000, "false", rs, increment)
         payload = (
             '{"after":'
             + after_text
