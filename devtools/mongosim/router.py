@@ -26,9 +26,10 @@ from bson.timestamp import Timestamp
 from devtools.mongosim import bsonutil, query
 from devtools.mongosim import commands as cmds
 from devtools.mongosim.catalog import Collection
+from devtools.mongosim.endpoint import WRITE_COMMANDS, Endpoint, configure_fail_point
 from devtools.mongosim.engine import OpCtx, no_such_transaction
 from devtools.mongosim.errors import CommandError
-from devtools.mongosim.server import WRITE_COMMANDS, Endpoint, configure_fail_point
+from devtools.mongosim.oplog import wall_now
 
 NOT_ON_MONGOS = {"splitvector", "replsetgetstatus", "replsetstepdown", "replsetgetconfig", "datasize"}
 
@@ -807,6 +808,4 @@ def cmd_abort_transaction(call: cmds.Call) -> dict:
 
 
 def _now():
-    from devtools.mongosim.oplog import wall_now
-
     return wall_now()

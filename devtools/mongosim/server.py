@@ -1,4 +1,4 @@
-"""Endpoints (replica-set members, a standalone server, mongos) and the deployment that owns them.
+"""Replica-set members (or a standalone server) and the deployment that owns every endpoint.
 
 One process runs the whole deployment: every member and mongos listens on its own port of
 127.0.0.1, all share one lock, one cluster clock and (per replica set) one copy of the data.
@@ -10,40 +10,18 @@ import os
 import threading
 import time
 
-from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
-from bson.timestamp import Timestamp
 
 from devtools.mongosim import auth as scram
 from devtools.mongosim import commands as cmds
+from devtools.mongosim.endpoint import WRITE_COMMANDS, Endpoint, configure_fail_point
 from devtools.mongosim.engine import DataNode, NodeBackend, OpCtx, no_such_transaction
-from devtools.mongosim.errors import (
-    RESUMABLE_CHANGE_STREAM_CODES,
-    RETRYABLE_WRITE_CODES,
-    STATE_CHANGE_CODES,
-    CloseConnection,
-    CommandError,
-)
-from devtools.mongosim.failpoints import FAILCOMMAND_MESSAGE, FailPoint
+from devtools.mongosim.errors import CommandError
 from devtools.mongosim.oplog import INITIATING_SET, ClusterClock, wall_now
-from devtools.mongosim.wire import WireServer
+from devtools.mongosim.router import Router
 
 WIRE_VERSIONS = {21: "7.0.14", 25: "8.0.4"}
-AUTH_EXEMPT = {
-    "hello",
-    "ismaster",
-    "saslstart",
-    "saslcontinue",
-    "authenticate",
-    "ping",
-    "buildinfo",
-    "getnonce",
-    "logout",
-    "endsessions",
-    "connectionstatus",
-}
-WRITE_COMMANDS = {"insert", "update", "delete", "findandmodify"}
 TXN_META = ("lsid", "txnNumber", "autocommit", "startTransaction")
 
 
@@ -97,8 +75,6 @@ class Deployment:
                         oplog_max_bytes=oplog_max_bytes,
                     )
                 )
-            from devtools.mongosim.router import Router
-
             self.router = Router(self, list(self.replsets))
         else:
             raise ValueError(f"unknown mode {mode!r}")
@@ -204,244 +180,6 @@ def _wall_seconds(wall) -> float:
     import calendar
 
     return calendar.timegm(wall.timetuple()) + wall.microsecond / 1e6
-
-
-class Endpoint:
-    """A listening server: the shared part of members and mongos."""
-
-    is_mongos = False
-
-    def __init__(self, deployment: Deployment):
-        self.deployment = deployment
-        self.server: WireServer | None = None
-        self.failpoint = FailPoint()
-        self.cursors = cmds.Cursors()
-        self.process_id = ObjectId()
-        self.topology_counter = 0
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.server.port}" if self.server else "127.0.0.1:0"
-
-    def listen(self, port: int = 0) -> None:
-        self.server = WireServer(self, port)
-        self.server.start()
-
-    def bump_topology(self) -> None:
-        self.topology_counter += 1
-        self.deployment.notify()
-
-    def topology_version(self) -> dict:
-        return {"processId": self.process_id, "counter": Int64(self.topology_counter)}
-
-    # -- request handling ------------------------------------------------------------------------
-    def handle(self, conn, request) -> dict | None:
-        cmd = request.command
-        if not cmd:
-            return {"ok": 0.0, "errmsg": "no command", "code": 59, "codeName": "CommandNotFound"}
-        name = next(iter(cmd))
-        lname = name.lower()
-        failure = None
-        if lname != "configurefailpoint":
-            ns = f"{request.db}.{cmd[name]}" if isinstance(cmd.get(name), str) else None
-            failure = self.failpoint.should_fail(name, conn.app_name, ns)
-        try:
-            if failure is not None:
-                if failure.get("blockConnection"):
-                    time.sleep(max(0, int(failure.get("blockTimeMS") or 0)) / 1000.0)
-                if failure.get("closeConnection"):
-                    raise CloseConnection()
-                if failure.get("errorCode") is not None:
-                    error = CommandError(int(failure["errorCode"]), FAILCOMMAND_MESSAGE)
-                    if "errorLabels" in failure:
-                        error.labels = list(failure["errorLabels"])
-                        error.fixed_labels = True
-                    raise error
-            if lname in ("hello", "ismaster"):
-                reply = self.hello(conn, cmd, legacy=lname == "ismaster")
-            elif lname in ("saslstart", "saslcontinue", "authenticate"):
-                with self.deployment.lock:
-                    reply = self.sasl(conn, lname, cmd, request.db)
-            else:
-                reply = self.run(conn, name, lname, cmd, request.db)
-            if failure is not None and failure.get("writeConcernError"):
-                reply = dict(reply)
-                reply["writeConcernError"] = failure["writeConcernError"]
-        except CommandError as error:
-            reply = self.error_reply(error, cmd, lname)
-        except CloseConnection:
-            raise
-        with self.deployment.lock:
-            return self.decorate(reply)
-
-    def run(self, conn, name: str, lname: str, cmd: dict, db: str) -> dict:
-        handler = cmds.HANDLERS.get(lname) or self.extra_commands().get(lname)
-        if handler is None:
-            raise CommandError(59, f"no such command: '{name}'")
-        if (
-            self.deployment.credentials is not None
-            and conn.user is None
-            and lname not in AUTH_EXEMPT
-            and handler.auth
-        ):
-            raise CommandError(13, f"Command {name} requires authentication")
-        if handler.admin_only and db != "admin":
-            raise CommandError(13, f"{name} may only be run against the admin database.")
-        with self.deployment.lock:
-            reply = self.execute(conn, handler, cmd, db)
-        reply = dict(reply)
-        reply.setdefault("ok", 1.0)
-        return reply
-
-    def extra_commands(self) -> dict:
-        return {}
-
-    def execute(self, conn, handler, cmd, db) -> dict:
-        raise NotImplementedError
-
-    def error_reply(self, error: CommandError, cmd: dict, lname: str) -> dict:
-        if not getattr(error, "fixed_labels", False):
-            in_txn = cmd.get("autocommit") is False
-            commit_or_abort = lname in ("committransaction", "aborttransaction")
-            retryable = (lname in WRITE_COMMANDS and "txnNumber" in cmd and not in_txn) or commit_or_abort
-            if retryable and error.code in RETRYABLE_WRITE_CODES:
-                error.add_label("RetryableWriteError")
-            if (
-                in_txn
-                and not commit_or_abort
-                and (error.code in STATE_CHANGE_CODES or error.code in (112, 251))
-            ):
-                error.add_label("TransientTransactionError")
-            if getattr(error, "change_stream_getmore", False) and error.code in RESUMABLE_CHANGE_STREAM_CODES:
-                error.add_label("ResumableChangeStreamError")
-        reply = error.to_reply()
-        if error.code in STATE_CHANGE_CODES:
-            reply["topologyVersion"] = self.topology_version()
-        return reply
-
-    def decorate(self, reply: dict) -> dict:
-        return reply
-
-    def cluster_time_fields(self, operation_time: Timestamp) -> dict:
-        return {
-            "$clusterTime": {
-                "clusterTime": self.deployment.clock.now,
-                "signature": {"hash": Binary(b"\x00" * 20, 0), "keyId": Int64(0)},
-            },
-            "operationTime": operation_time,
-        }
-
-    # -- handshake -------------------------------------------------------------------------------
-    def hello(self, conn, cmd: dict, legacy: bool) -> dict:
-        client = cmd.get("client")
-        if isinstance(client, dict):
-            application = client.get("application")
-            if isinstance(application, dict) and application.get("name"):
-                conn.app_name = application["name"]
-        topology = cmd.get("topologyVersion")
-        max_await = cmd.get("maxAwaitTimeMS")
-        with self.deployment.lock:
-            if (
-                isinstance(topology, dict)
-                and max_await is not None
-                and topology.get("processId") == self.process_id
-                and int(topology.get("counter", -1)) == self.topology_counter
-            ):
-                deadline = time.monotonic() + int(max_await) / 1000.0
-                start_counter = self.topology_counter
-                while self.topology_counter == start_counter and not self.deployment._stop.is_set():  # pylint: disable=protected-access
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self.deployment.cv.wait(min(remaining, 1.0))
-            reply = self.hello_fields(legacy)
-            if cmd.get("helloOk"):
-                reply["helloOk"] = True
-            reply.update(self._hello_limits(conn))
-            self._hello_auth(conn, cmd, reply)
-            reply["ok"] = 1.0
-            return reply
-
-    def _hello_limits(self, conn) -> dict:
-        return {
-            "maxBsonObjectSize": 16 * 1024 * 1024,
-            "maxMessageSizeBytes": 48000000,
-            "maxWriteBatchSize": 100000,
-            "localTime": wall_now(),
-            "logicalSessionTimeoutMinutes": 30,
-            "connectionId": conn.id,
-            "minWireVersion": 0,
-            "maxWireVersion": self.deployment.max_wire_version,
-            "readOnly": False,
-        }
-
-    def hello_fields(self, legacy: bool) -> dict:
-        raise NotImplementedError
-
-    def _hello_auth(self, conn, cmd: dict, reply: dict) -> None:
-        credentials = self.deployment.credentials
-        if credentials is None:
-            return
-        mechs = cmd.get("saslSupportedMechs")
-        if isinstance(mechs, str) and mechs == f"admin.{credentials.user}":
-            reply["saslSupportedMechs"] = ["SCRAM-SHA-1", "SCRAM-SHA-256"]
-        speculative = cmd.get("speculativeAuthenticate")
-        if isinstance(speculative, dict) and "saslStart" in speculative:
-            try:
-                result = self._sasl_start(conn, speculative, speculative.get("db", "admin"))
-            except CommandError:
-                return
-            reply["speculativeAuthenticate"] = result
-
-    # -- authentication --------------------------------------------------------------------------
-    def sasl(self, conn, lname: str, cmd: dict, db: str) -> dict:
-        if lname == "authenticate":
-            raise CommandError(2, "Unsupported mechanism " + str(cmd.get("mechanism")), code_name="BadValue")
-        if self.deployment.credentials is None:
-            raise CommandError(
-                334,
-                "Authentication mechanisms are not enabled on this server; the server was "
-                "started without --auth",
-                code_name="MechanismUnavailable",
-            )
-        if lname == "saslstart":
-            reply = self._sasl_start(conn, cmd, db)
-        else:
-            conversation = conn.sasl.get(cmd.get("conversationId"))
-            if conversation is None:
-                raise CommandError(17, "No SASL session state found", code_name="ProtocolError")
-            if conversation.done:
-                conn.sasl.pop(cmd.get("conversationId"), None)
-                return {"conversationId": cmd.get("conversationId"), "done": True, "payload": b"", "ok": 1.0}
-            try:
-                final = conversation.finish(bytes(cmd.get("payload") or b""))
-            except CommandError:
-                conn.sasl.pop(cmd.get("conversationId"), None)
-                raise
-            conn.user = conversation.user
-            skip_empty = getattr(conversation, "skip_empty", False)
-            if skip_empty:
-                conn.sasl.pop(cmd.get("conversationId"), None)
-            reply = {"conversationId": cmd.get("conversationId"), "done": skip_empty, "payload": final}
-        reply["ok"] = 1.0
-        return reply
-
-    def _sasl_start(self, conn, cmd: dict, db: str) -> dict:
-        if db != "admin" and db != "$external":
-            # The only user lives in admin: any other database has no such user.
-            conversation = scram.Conversation(
-                self.deployment.credentials, cmd.get("mechanism", ""), bytes(cmd.get("payload") or b"")
-            )
-            conversation.keys = None
-        else:
-            conversation = scram.Conversation(
-                self.deployment.credentials, cmd.get("mechanism", ""), bytes(cmd.get("payload") or b"")
-            )
-        options = cmd.get("options") or {}
-        conversation.skip_empty = bool(options.get("skipEmptyExchange"))
-        conversation_id = len(conn.sasl) + 1
-        conn.sasl[conversation_id] = conversation
-        return {"conversationId": conversation_id, "done": False, "payload": conversation.first_reply()}
 
 
 class Member(Endpoint):
@@ -823,28 +561,6 @@ def cmd_replset_freeze(call: cmds.Call) -> dict:
 @member_command("configureFailPoint", admin_only=True)
 def cmd_configure_fail_point(call: cmds.Call) -> dict:
     return configure_fail_point(call)
-
-
-def configure_fail_point(call: cmds.Call) -> dict:
-    name = call.arg()
-    if name != "failCommand":
-        raise CommandError(
-            2,
-            f"Cannot find failpoint: {name}" if isinstance(name, str) else "bad failpoint name",
-            code_name="BadValue",
-        )
-    mode = call.cmd.get("mode")
-    if mode is None:
-        raise CommandError(2, "'mode' must be specified", code_name="BadValue")
-    data = call.cmd.get("data")
-    if mode != "off" and not (isinstance(data, dict) and isinstance(data.get("failCommands"), list)):
-        raise CommandError(
-            2,
-            "failCommand fail point requires 'failCommands' to be specified in 'data'",
-            code_name="BadValue",
-        )
-    count = call.endpoint.failpoint.configure(mode, data)
-    return {"count": count}
 
 
 @member_command("commitTransaction", kind="write", admin_only=True, in_txn=True)
