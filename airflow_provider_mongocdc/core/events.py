@@ -404,10 +404,13 @@ class EventBuilder:
         last: bool = False,
         position: Any = None,
         replica_set: str | None = None,
+        incremental: bool = False,
     ) -> list[Record]:
         """The read event (``op`` ``r``) of one snapshot document. ``last`` marks the snapshot's
         final event (``source.snapshot`` "last"); ``position`` is the ``bson.Timestamp`` of the
-        stream position recorded when the snapshot started (``source.ts_ms``/``ord``)."""
+        stream position recorded when the snapshot started (``source.ts_ms``/``ord``).
+        ``incremental``: a row of an incremental snapshot (``source.snapshot`` "incremental",
+        ``position`` the stream position it was emitted at), as Debezium writes them."""
         if "_id" not in document:
             raise MongoCdcError(
                 f"A snapshot document of {database}.{collection} has no _id",
@@ -440,7 +443,7 @@ class EventBuilder:
                 info.source_head
                 + str(source_ms)
                 + ',"snapshot":"'
-                + ("last" if last else "true")
+                + ("incremental" if incremental else "last" if last else "true")
                 + '"'
                 + info.db_part
                 + ',"sequence":null,"ts_us":'
