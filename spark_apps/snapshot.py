@@ -34,33 +34,18 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.core.snapshot_assessment import (
+    Assessment,
+    base_summary,
+    nothing_summary,
+    offsets_summary,
+)
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 log = logging.getLogger("airflow_provider_mongocdc")
 
 PROGRESS_POLL_S = 2.0
-
-
-# -- connections --------------------------------------------------------------------------------------
-def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoConnectionDetails:
-    """The spec's MongoDB details with the connector's driver settings (mongodb.*)."""
-    return MongoConnectionDetails.from_dict(mongo).with_config(config)
-
-
-def _bool_param(params: dict[str, Any], name: str, default: bool) -> bool:
-    value = params.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(
-        f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false"
-    )
 
 
 # -- the tasks ----------------------------------------------------------------------------------------
@@ -77,7 +62,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
     from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
-    from airflow_provider_mongocdc.spark_apps.snapshot import connection_details
+    from airflow_provider_mongocdc.core.snapshot_assessment import connection_details
 
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
@@ -111,109 +96,6 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
         if client is not None:
             client.close()
     return results
-
-
-# -- the decision -------------------------------------------------------------------------------------
-class Assessment:
-    """Topology, offsets and the snapshot decision: everything known before any copying.
-
-    ``before_read`` runs after the offsets topic is ensured and before it is read: the job takes
-    over the control transactional.id there, which finishes any offsets transaction a killed run
-    left open, so that the read sees everything that was committed.
-    """
-
-    def __init__(self, spec: JobSpec, before_read=None):
-        from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-        from airflow_provider_mongocdc.core.snapshot import decide, parse_namespaces
-        from airflow_provider_mongocdc.core.topology import (
-            CLUSTER_PARTITION,
-            REPLICA_SET,
-            ShardAddress,
-            discover,
-        )
-
-        self.started = time.monotonic()
-        self.spec = spec
-        self.config = config = ConnectorConfig.from_properties(spec.connector)
-        params = dict(spec.params or {})
-        self.collections = parse_namespaces(params.get("collections"))
-        self.force = _bool_param(params, "force", False)
-        self.reset_offset = _bool_param(params, "reset_offset", True)
-        self.details = connection_details(spec.mongo, config)
-        self.policy = BackoffPolicy.from_config(config)
-
-        topology = discover(self.details, policy=self.policy)  # refuses a standalone server (TopologyError)
-        partition_names = topology.partitions(config.mongodb_connection_mode)
-        self.partitions = [OffsetPartition(config.topic_prefix, name) for name in partition_names]
-        self.replica_set = (
-            topology.replica_sets[0].name if topology.kind == REPLICA_SET else CLUSTER_PARTITION
-        )
-        self._shards = {
-            shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards
-        }
-        log.info(
-            "Snapshot of %s (%s): partitions %s, snapshot.mode=%s",
-            self.details.describe(),
-            topology.kind,
-            ", ".join(partition_names),
-            config.snapshot_mode,
-        )
-
-        self.store = OffsetStore(spec.kafka, config.offsets_topic)
-        self.store.ensure_topic()
-        self._clients: dict[Any, Any] = {}
-        self.extra = before_read() if before_read else None
-        try:
-            self.everything = self.store.read_everything()
-            self.states = {partition: self.everything.states.get(partition) for partition in self.partitions}
-            self.decision = decide(self.states, config.snapshot_mode, force=self.force, purged=self._purged)
-        except BaseException:
-            self.close()
-            if self.extra is not None:
-                self.extra.close()
-            raise
-        log.info("Snapshot decision: %s (%s)", self.decision.action, self.decision.reason)
-
-    def client_for(self, partition_name: str | None):
-        """The deployment's client, or a shard's for a per-shard partition."""
-        from airflow_provider_mongocdc.core.connection import connect
-
-        key = partition_name if partition_name in self._shards else None
-        if key not in self._clients:
-            self._clients[key] = connect(
-                self.details if key is None else self.details.for_replica_set(key, self._shards[key].hosts),
-                self.policy,
-            )
-        return self._clients[key]
-
-    def _purged(self, partition, position) -> bool:
-        from airflow_provider_mongocdc.core.snapshot import resume_point_purged
-
-        return resume_point_purged(self.client_for(partition.rs), self.config, position)
-
-    def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
-
-
-def nothing_to_do(spec: JobSpec) -> dict[str, Any] | None:
-    """The run's summary when ``snapshot.mode`` finds nothing to do now, else None.
-
-    Read without Spark and without taking over any transaction: the operator asks this first and
-    skips spark-submit when there is nothing to do. Offsets are read up to the last stable offset,
-    so an interrupted snapshot whose transaction is still open can look unfinished here; then the
-    run itself decides, after taking over.
-    """
-    from airflow_provider_mongocdc.core.snapshot import NOTHING
-
-    assessment = Assessment(spec)
-    assessment.close()
-    if assessment.decision.action != NOTHING:
-        return None
-    return SnapshotRun.nothing_summary(
-        assessment.config, assessment.decision, assessment.partitions, assessment.states
-    )
 
 
 # -- the job ------------------------------------------------------------------------------------------
@@ -292,8 +174,8 @@ class SnapshotRun:
 
         if decision.action == NOTHING:
             log.info("Nothing to snapshot: %s", decision.reason)
-            return self.nothing_summary(self.config, decision, self.partitions, self.states)
-        base = self._base_summary(self.config, decision, self.partitions)
+            return nothing_summary(self.config, decision, self.partitions, self.states)
+        base = base_summary(self.config, decision, self.partitions)
         if decision.action == RECORD_POSITION:
             return base | self._record_position()
         if decision.action == RESUME:
@@ -330,7 +212,7 @@ class SnapshotRun:
             "documents": 0,
             "chunks": 0,
             "duration_s": round(time.monotonic() - self.started, 3),
-            "offsets": self._offsets_summary(after),
+            "offsets": offsets_summary(after),
         }
 
     def _new_snapshot(self) -> dict[str, Any]:
@@ -570,7 +452,7 @@ class SnapshotRun:
             "documents_copied": progress.copied_documents,
             "duration_s": round(duration, 3),
             "docs_per_s": round(progress.copied_documents / max(duration, 1e-6), 1),
-            "offsets": self._offsets_summary(after),
+            "offsets": offsets_summary(after),
         }
         log.info(
             "Snapshot %s completed in %.1f s: %d documents (%s) in %d chunks (%d skipped as "
@@ -602,27 +484,6 @@ class SnapshotRun:
     def _control_commit(self, records) -> None:
         self.control.begin()
         self.control.commit(records)
-
-    @staticmethod
-    def _base_summary(config, decision, partitions) -> dict[str, Any]:
-        return {
-            "connector": config.topic_prefix,
-            "mode": config.snapshot_mode,
-            "action": decision.action,
-            "reason": decision.reason,
-            "partitions": [partition.rs for partition in partitions],
-        }
-
-    @classmethod
-    def nothing_summary(cls, config, decision, partitions, states) -> dict[str, Any]:
-        return cls._base_summary(config, decision, partitions) | {"offsets": cls._offsets_summary(states)}
-
-    @staticmethod
-    def _offsets_summary(states) -> dict[str, Any]:
-        return {
-            partition.rs: (state.to_dict() if state is not None else None)
-            for partition, state in states.items()
-        }
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.lease import SNAPSHOT
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
+from airflow_provider_mongocdc.core.snapshot_assessment import nothing_to_do
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
@@ -88,8 +89,6 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
             spec = self.build_spec(context, config)
             if not spec.params.get("force"):
                 # Most scheduled runs find nothing to do: decide here, without a spark-submit.
-                from airflow_provider_mongocdc.spark_apps.snapshot import nothing_to_do
-
                 try:
                     summary = nothing_to_do(spec)
                 except MongoCdcError as error:  # the same one-line error the application gives

@@ -1,0 +1,190 @@
+"""The layer rule and the absence of import cycles, read from the source (``ast``), not by importing.
+
+``core`` imports neither Airflow nor Spark, nor any other part of the provider; the Airflow adapters
+(hooks, operators, sensors, triggers, plugins) never import the spark-submit applications; those
+import ``core`` and each other only; no module of the provider, of ``spark_apps/`` or of the MongoDB
+simulator takes part in an import cycle. Imports inside functions count like the others: a cycle
+hidden behind a deferred import is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "airflow_provider_mongocdc"
+SPARK_APPS = f"{PACKAGE}.spark_apps"  # spark_apps/ ships as airflow_provider_mongocdc.spark_apps
+ADAPTERS = tuple(f"{PACKAGE}.{layer}" for layer in ("hooks", "operators", "sensors", "triggers", "plugins"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[0] == "spark_apps":
+        parts = [PACKAGE, *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def source_modules() -> dict[str, Path]:
+    paths = [
+        *REPO.glob(f"{PACKAGE}/**/*.py"),
+        *REPO.glob("spark_apps/**/*.py"),
+        *REPO.glob("devtools/mongosim/**/*.py"),
+    ]
+    return {module_name(path): path for path in paths}
+
+
+MODULES = source_modules()
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """Every module ``name`` imports, anywhere in the file (``from pkg import sub`` names ``pkg.sub``
+    when that is a module of the tree, else ``pkg``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else base)
+    found.discard(name)
+    return found
+
+
+IMPORTS = {name: imports(name, path) for name, path in MODULES.items()}
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def violations(rule) -> list[str]:
+    return sorted(
+        f"{name} imports {target}" for name, targets in IMPORTS.items() for target in rule(name, targets)
+    )
+
+
+def test_the_tree_is_read():
+    assert f"{PACKAGE}.core.oplog_gap" in MODULES, sorted(MODULES)
+    assert f"{SPARK_APPS}.snapshot" in MODULES, sorted(MODULES)
+    assert "devtools.mongosim.server" in MODULES, sorted(MODULES)
+    assert f"{PACKAGE}.core.config" in IMPORTS[f"{PACKAGE}.core.oplog_gap"]
+
+
+def test_core_imports_neither_airflow_nor_spark_nor_the_adapters():
+    def rule(name, targets):
+        if not within(name, f"{PACKAGE}.core"):
+            return []
+        return [
+            target
+            for target in targets
+            if target.split(".")[0] in ("airflow", "pyspark")
+            or (within(target, PACKAGE) and not within(target, f"{PACKAGE}.core") and target != PACKAGE)
+        ]
+
+    found = violations(rule)
+    assert not found, (
+        "core must import neither Airflow nor pyspark nor another part of the provider (move the "
+        "shared piece into core): " + "; ".join(found)
+    )
+
+
+def test_the_airflow_adapters_never_import_the_spark_applications():
+    def rule(name, targets):
+        if not any(within(name, layer) for layer in ADAPTERS):
+            return []
+        return [target for target in targets if within(target, SPARK_APPS) or within(target, "spark_apps")]
+
+    found = violations(rule)
+    assert not found, (
+        "hooks, operators, sensors, triggers and plugins must not import spark_apps (move what they "
+        "share into core): " + "; ".join(found)
+    )
+
+
+def test_the_spark_applications_import_only_core_and_each_other():
+    def rule(name, targets):
+        if not within(name, SPARK_APPS):
+            return []
+        return [
+            target
+            for target in targets
+            if target.split(".")[0] == "airflow"
+            or (
+                within(target, PACKAGE)
+                and target != PACKAGE
+                and not within(target, f"{PACKAGE}.core")
+                and not within(target, SPARK_APPS)
+            )
+        ]
+
+    found = violations(rule)
+    assert not found, "spark_apps must import only core (and each other), never Airflow: " + "; ".join(found)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycles_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    graph = {name: {target for target in targets if target in MODULES} for name, targets in IMPORTS.items()}
+    found = cycles(graph)
+    assert not found, "import cycles (move the shared piece into a module of its own): " + "; ".join(
+        " <-> ".join(component) for component in found
+    )
