@@ -16,13 +16,10 @@ connection details, the Kafka configuration and these parameters:
     always`` decides it itself (without ``force``): a stored offset still in the oplog is kept, so
     the next window streams every change since the previous one; a purged one is reset.
 
-Steps (see :mod:`airflow_provider_mongocdc.core.snapshot`): check the topology (a standalone
-server is refused), read the offsets, decide per ``snapshot.mode``; for a new snapshot record the
-stream position of every offset partition, plan the chunks, and commit the "snapshot started"
-offsets with the plan in one transaction; copy the pending chunks in Spark tasks (at most
-``snapshot.max.threads`` at a time), the final chunk last; then commit the completed snapshot.
-Progress is logged by the driver as chunk markers appear in the offsets topic; the summary goes
-to the result file (and the operator's XCom).
+Steps (:mod:`airflow_provider_mongocdc.core.snapshot_assessment`, then
+:mod:`airflow_provider_mongocdc.core.snapshot`): decide per ``snapshot.mode``; record the stream
+position, plan the chunks and commit "snapshot started" with the plan; copy the chunks in Spark
+tasks (``snapshot.max.threads`` at a time), the final chunk last; commit the completed snapshot.
 """
 
 from __future__ import annotations

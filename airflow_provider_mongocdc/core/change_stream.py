@@ -235,8 +235,17 @@ def open_stream(
     A position with a resume token resumes after that token (``startAfter``, which also accepts
     an invalidate event's token); one with only a cluster time starts at that operation time.
     """
-    filters = Filters(config)
-    options = filters.change_stream_options()
+    options = watch_options(config, position, max_await_time_ms=max_await_time_ms)
+    stream = watch_target(client, config).watch(stream_pipeline(config), session=session, **options)
+    return SplitEventStream(stream) if config.event_oversize_handling_mode == "split" else stream
+
+
+def watch_options(
+    config: ConnectorConfig, position: Position | None = None, *, max_await_time_ms: int | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of ``watch()`` that open the connector's stream after ``position``
+    (pymongo's sync and asyncio ``watch()`` take the same ones; see :func:`open_stream`)."""
+    options = Filters(config).change_stream_options()
     if max_await_time_ms is not None:
         options["max_await_time_ms"] = max_await_time_ms
     if position is not None:
@@ -244,8 +253,7 @@ def open_stream(
             options["start_after"] = dict(position.resume_token)
         else:
             options["start_at_operation_time"] = position.cluster_time
-    stream = watch_target(client, config).watch(stream_pipeline(config), session=session, **options)
-    return SplitEventStream(stream) if config.event_oversize_handling_mode == "split" else stream
+    return options
 
 
 def start_op_time(config: ConnectorConfig) -> Timestamp | None:

@@ -1,26 +1,17 @@
 """The trigger behind the deferrable :class:`~airflow_provider_mongocdc.sensors.oplog_gap.OplogGapSensor`.
 
-It runs in Airflow's triggerer and checks the connector's stored resume points with pymongo's
-asyncio API (:class:`~airflow_provider_mongocdc.core.oplog_gap.AsyncGapChecker`) every
-``poll_interval`` seconds, until one of them is no longer in the oplog.
-
-Its serialized keyword arguments, which Airflow stores in its metadata database, hold no secret:
-the connector configuration (whose properties never carry credentials: addresses and passwords
-belong to the Airflow connections, :mod:`~airflow_provider_mongocdc.core.config` refuses them;
-the sensor passes the canonical properties, without the ignored ones such as
-``producer.override.*``) and the two connection ids. The connections are resolved inside the
-triggerer, through its secrets backends, each time the trigger polls.
+Every ``poll_interval`` seconds it checks the connector's stored resume points with pymongo's
+asyncio API (:class:`~airflow_provider_mongocdc.core.oplog_gap.AsyncGapChecker`), until one of them
+is no longer in the oplog. Its serialized arguments hold no secret: the canonical connector
+properties and two connection ids, resolved in the triggerer at each poll (docs/design.md).
 
 Events:
 
 ``{"status": "gap", "report": {...}}``
     A stored position is gone; the report is :meth:`GapReport.to_dict`.
 ``{"status": "error", "error": "<MongoCdcError subclass>", "problem": ..., "cause": ..., "fix": ..., "message": ...}``
-    The check could not be made (MongoDB or Kafka unreachable, refused credentials, invalid
-    configuration), or MongoDB refuses the stored offset as invalid (``OffsetError``: a malformed
-    resume token, or one of another deployment; its fix names ``mongocdc offsets``). That is not
-    a gap: the sensor raises the same error (:func:`event_error`), so the task fails and its
-    retries apply.
+    The check could not be made, or MongoDB refuses the stored offset as invalid (``OffsetError``).
+    Not a gap: the sensor raises the same error (:func:`event_error`); the task's retries apply.
 """
 
 from __future__ import annotations

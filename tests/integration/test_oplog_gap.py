@@ -225,3 +225,34 @@ def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, 
     with pytest.raises(ConnectionFailedError, match="not a gap"):
         sensor(props, ids, soft_fail=True).execute_complete({}, event)
     assert isinstance(event_error(event), ConnectionFailedError)
+
+
+def test_trigger_opens_the_stream_as_the_poke_and_the_window_do(
+    mongosim, kafka_bootstrap, connections, unique_name
+):
+    """The stream check of both the poke and the trigger opens the connector's own stream,
+    cursor.pipeline included: a pipeline MongoDB refuses fails both, with the same error."""
+    sim = mongosim("replset")
+    plain = {"topic.prefix": unique_name}
+    client = MongoClient(sim.uri)
+    OffsetStore(
+        {"bootstrap.servers": kafka_bootstrap}, ConnectorConfig.from_properties(plain).offsets_topic
+    ).write(
+        OffsetPartition(unique_name, "rs0"),
+        completed_snapshot(client, ConnectorConfig.from_properties(plain)),
+    )
+    ids = connections(sim.uri)
+    # $out is not permitted in a change stream: MongoDB refuses to open the stream.
+    props = {**plain, "cursor.pipeline": '[{"$out": "elsewhere"}]'}
+
+    with pytest.raises(ConnectionFailedError, match="refused to open the connector's change stream") as poked:
+        sensor(props, ids).check()
+    trigger = OplogGapTrigger(props, ids["mongo"], ids["kafka"], poll_interval=1)
+    with pytest.raises(
+        ConnectionFailedError, match="refused to open the connector's change stream"
+    ) as checked:
+        asyncio.run(trigger.check_once())
+    assert checked.value.problem == poked.value.problem and checked.value.cause == poked.value.cause
+    event = asyncio.run(first_event(trigger, timeout=120))
+    assert event["status"] == "error" and event["error"] == "ConnectionFailedError", event
+    assert event["problem"] == poked.value.problem
