@@ -10,9 +10,14 @@ Two writers:
     escaping (:func:`java_escape`), ISO dates as ``DateTimeFormatter.ISO_OFFSET_DATE_TIME`` writes
     them (:func:`java_date`), and the compact layout (``indent(true)`` with empty indent and
     newline characters: ``{"a": 1,"b": [1,2]}``) or the driver's default one
-    (``{"a": 1, "b": [1, 2]}``). Containers of plain values (strings, booleans, null, 32-bit
-    integers) are written by the C-accelerated :mod:`json` encoder, whose output is the same for
-    them; the non-ASCII characters Java escapes are rewritten afterwards.
+    (``{"a": 1, "b": [1, 2]}``). The compact strict and relaxed writers (documents and keys) have
+    orjson write a whole value and add the space after each name's colon; values where that text
+    could differ (doubles outside [1e-3, 1e7) other than zero, strict ints beyond int32, UUIDs,
+    Code with scope, DBRef, mapping subclasses, strings such as ``'":'``) are written value by value
+    (see ``_FastPath``); tests/unit/test_ejson_fast_path.py compares both texts. Value by value,
+    containers of plain values (strings, booleans, null, 32-bit integers) are written by the
+    C-accelerated :mod:`json` encoder, whose output is the same for them; the non-ASCII characters
+    Java escapes are rewritten afterwards.
 
 :class:`Encoder`
     ``bson.json_util``'s text, used for ``extended.json.mode=legacy`` (strict without
@@ -50,6 +55,7 @@ from functools import cache
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
+import orjson
 from bson import json_util
 from bson.binary import Binary, UuidRepresentation
 from bson.code import Code
@@ -144,7 +150,16 @@ def decimal128_text(value: Decimal128) -> str:
         return str(value)
     exponent = ((high >> 49) & 0x3FFF) - 6176
     sign = "-" if high >> 63 else ""
-    return str(_DECIMAL128_CONTEXT.create_decimal(f"{sign}{coefficient}E{exponent}"))
+    digits = str(coefficient)
+    point = len(digits) + exponent
+    if exponent > 0 or point < -5:  # scientific notation
+        return str(_DECIMAL128_CONTEXT.create_decimal(f"{sign}{coefficient}E{exponent}"))
+    # Plain notation (exponent <= 0, adjusted exponent >= -6), as Decimal's to-scientific-string.
+    if exponent == 0:
+        return sign + digits
+    if point > 0:
+        return sign + digits[:point] + "." + digits[point:]
+    return sign + "0." + "0" * -point + digits
 
 
 class Encoder:
@@ -380,7 +395,7 @@ class JavaJsonWriter:
     Python's Unicode tables for the character categories).
     """
 
-    __slots__ = ("mode", "compact", "_sep", "_plain", "_c_encode", "_ints_plain", "_scalars")
+    __slots__ = ("mode", "compact", "_sep", "_plain", "_c_encode", "_ints_plain", "_scalars", "_fast")
 
     def __init__(self, mode: str = "strict", *, compact: bool = True):
         if mode not in _JAVA_MODES:
@@ -416,12 +431,21 @@ class JavaJsonWriter:
             Code: self._code,
             DBRef: lambda value: self._write(value.as_doc()),
         }
+        self._fast = _FastPath(self.mode) if compact and self.mode != "extended" else None
 
     def __reduce__(self):  # rebuilt from its settings (the encoder functions cannot be pickled)
         return (_java_json_writer, (self.mode, self.compact))
 
     def dumps(self, value: Any) -> str:
         """The JSON text of ``value`` (a document, an array or a single BSON value)."""
+        if self._fast is not None:
+            text = self._fast.text(value)
+            if text is not None:
+                return text
+        return java_escape(self._write(value))
+
+    def dumps_exact(self, value: Any) -> str:
+        """:meth:`dumps` without the orjson fast path (the value-by-value writer)."""
         return java_escape(self._write(value))
 
     # -- values -----------------------------------------------------------------------------------
@@ -517,6 +541,179 @@ class JavaJsonWriter:
         if value.scope is None:
             return self._object1("$code", _quote(str(value)))
         return '{"$code": ' + _quote(str(value)) + self._sep + '"$scope": ' + self._write(value.scope) + "}"
+
+
+# -- the orjson fast path -----------------------------------------------------------------------------
+# A compact strict or relaxed JavaJsonWriter has orjson write the whole value (in Rust) and turns its
+# compact text into the Java writer's by adding a space after every name's colon. orjson writes
+# strings (ASCII escapes as json's; the non-ASCII characters Java escapes are rewritten as in
+# java_escape), booleans, null, lists, tuples and dicts as the Java writer does; the BSON types go
+# through _FastPath._default. A walk over the value first (_exact) sends to the value-by-value
+# writer every value where orjson's text could differ:
+# - a double outside [1e-3, 1e7) other than zero, NaN or an infinity: in that range orjson writes the
+#   shortest decimal in plain notation, as Double.toString does (checked on ~600 000 doubles);
+#   outside it the notations differ, and orjson writes NaN and infinities as null;
+# - in strict mode a plain int outside int32 (the Java writer writes it as $numberLong);
+# - a uuid.UUID (orjson writes it as a string), Code, DBRef, subclasses of mappings, sequences or
+#   scalar types, anything not a BSON value.
+# orjson refuses a str with lone surrogates or a dict key that is not a str: value by value too. And
+# text where a '":' may not be a name's colon (see _COLONS) is written value by value.
+
+
+class _Slow(Exception):
+    """A value the fast path leaves to the value-by-value writer."""
+
+
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+# In orjson's compact text a '"' is a string's delimiter unless escaped (\"). '":' is then a name's
+# closing quote and its colon, or a string's opening quote before a ':' the string starts with, which
+# follows '{', '[', ',' or ':'. With those four mapped to '#' (and so the colon too), text without
+# '#"#' and without an escaped quote before a colon ('\"#', also a name ending in a backslash: the
+# conservative side) has a name's colon at every '":'.
+_COLONS = bytes.maketrans(b"{[,:", b"####")
+_ASCII = bytes(range(128))
+_LOW32, _HIGH32 = _INT32
+# Leaves the exact walk lets orjson and _FastPath._default write (containers are walked).
+_FAST_LEAVES = (_AS_IS - {uuid.UUID}) | {Int64}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _regex_pattern(value: Any) -> str:
+    if type(value.pattern) is not str:
+        raise _Slow
+    return value.pattern
+
+
+class _FastPath:
+    """orjson-based text of a compact strict or relaxed :class:`JavaJsonWriter` (see above)."""
+
+    __slots__ = ("_strict", "_types", "_default")
+
+    def __init__(self, mode: str):
+        strict = self._strict = mode == "strict"
+        if strict:
+
+            def date(value: Any) -> Any:
+                return {"$date": _epoch_millis(value)}
+
+            def binary(data: bytes, subtype: int) -> Any:
+                return {"$binary": _b64(data), "$type": f"{subtype:02X}"}
+
+            def regex(value: Any) -> Any:
+                return {"$regex": _regex_pattern(value), "$options": _regex_options(value.flags)}
+
+            def int64(value: Any) -> Any:
+                return {"$numberLong": str(int(value))}
+
+        else:
+
+            def date(value: Any) -> Any:
+                millis = _epoch_millis(value)
+                if 0 <= millis <= _LAST_MS_OF_YEAR_9999:
+                    return {"$date": java_date(millis)}
+                return {"$date": {"$numberLong": str(millis)}}
+
+            def binary(data: bytes, subtype: int) -> Any:
+                return {"$binary": {"base64": _b64(data), "subType": f"{subtype:02X}"}}
+
+            def regex(value: Any) -> Any:
+                return {
+                    "$regularExpression": {
+                        "pattern": _regex_pattern(value),
+                        "options": _regex_options(value.flags),
+                    }
+                }
+
+            def int64(value: Any) -> Any:
+                return int(value)
+
+        def code(value: Code) -> Any:
+            if value.scope is None:
+                return {"$code": str(value)}
+            return {"$code": str(value), "$scope": value.scope}
+
+        self._types: dict[type, Any] = {
+            ObjectId: lambda value: {"$oid": str(value)},
+            datetime.datetime: date,
+            DatetimeMS: date,
+            Decimal128: lambda value: {"$numberDecimal": decimal128_text(value)},
+            bytes: lambda value: binary(value, 0),
+            Binary: lambda value: binary(value, value.subtype),
+            Timestamp: lambda value: {"$timestamp": {"t": value.time, "i": value.inc}},
+            Regex: regex,
+            re.Pattern: regex,
+            MinKey: lambda value: {"$minKey": 1},
+            MaxKey: lambda value: {"$maxKey": 1},
+            Int64: int64,
+            Code: code,
+            DBRef: lambda value: value.as_doc(),
+        }
+        types = self._types
+
+        def default(value: Any) -> Any:
+            writer = types.get(type(value))
+            if writer is not None:
+                return writer(value)
+            if isinstance(value, Mapping):
+                return dict(value.items())
+            if isinstance(value, (list, tuple)):
+                return list(value)
+            raise _Slow
+
+        self._default = default
+
+    def text(self, value: Any) -> str | None:
+        """The Java writer's text of ``value`` (escaped as :func:`java_escape` does), or None where
+        the fast path cannot tell that orjson's text becomes it."""
+        if not _exact((value,), self._strict):
+            return None
+        try:
+            data = orjson.dumps(value, default=self._default, option=_ORJSON_OPTIONS)
+        except orjson.JSONEncodeError:
+            return None
+        if b'":' in data:
+            colons = data.translate(_COLONS)
+            if b'#"#' in colons or b'\\"#' in colons:
+                return None
+            data = data.replace(b'":', b'": ')
+        if data.isascii():
+            return data.decode() if b"\x7f" not in data else java_escape(data.decode())
+        # Only the non-ASCII characters Java does not write as they are need java_escape.
+        text = data.decode()
+        wide = data.translate(None, _ASCII).decode()
+        if any(_java_char(char) != char for char in set(wide)):
+            return java_escape(text)
+        return text if b"\x7f" not in data else java_escape(text)
+
+
+def _exact(values: Any, strict: bool) -> bool:
+    """Whether orjson writes every number of ``values`` (nested) as the Java writer does (doubles in
+    [1e-3, 1e7) or zero; in ``strict`` mode ints within int32) and ``values`` hold nothing but
+    containers and :data:`_FAST_LEAVES`."""
+    for value in values:
+        kind = type(value)
+        if kind in _FAST_LEAVES:
+            continue
+        if kind is float:
+            if not (value == 0 or 1e-3 <= abs(value) < 1e7):
+                return False
+        elif kind is int:
+            if strict and not _LOW32 <= value < _HIGH32:
+                return False
+        elif kind is dict:
+            if not _exact(value.values(), strict):
+                return False
+        elif kind is list or kind is tuple:
+            if not _exact(value, strict):
+                return False
+        else:
+            return False
+    return True
 
 
 def _java_json_writer(mode: str, compact: bool) -> JavaJsonWriter:
