@@ -278,6 +278,7 @@ _JAVA_VERBATIM = frozenset(
 )
 _JAVA_ESCAPED = re.compile("[^\x00-\x7e]")
 _INT32 = (-(2**31), 2**31)
+_CONTAINERS = frozenset({dict, list})
 _LAST_MS_OF_YEAR_9999 = 253402300799999
 _JAVA_MODES = {"strict": "strict", "relaxed": "relaxed", "canonical": "extended", "extended": "extended"}
 
@@ -304,6 +305,15 @@ def java_escape(text: str) -> str:
     if text.isascii() and "\x7f" not in text:
         return text
     return _JAVA_ESCAPED.sub(_java_escape_match, text)
+
+
+def quote_text(text: str) -> str:
+    """``json.encoder.encode_basestring(text)`` (the JSON string of a document's text in an event),
+    written by orjson, whose escaping is the same (a lone surrogate, which orjson refuses, by json)."""
+    try:
+        return orjson.dumps(text).decode()
+    except orjson.JSONEncodeError:
+        return _quote(text)
 
 
 def java_double(value: float) -> str:
@@ -438,7 +448,7 @@ class JavaJsonWriter:
 
     def dumps(self, value: Any) -> str:
         """The JSON text of ``value`` (a document, an array or a single BSON value)."""
-        if self._fast is not None:
+        if self._fast is not None and type(value) in _CONTAINERS:  # a scalar is quicker value by value
             text = self._fast.text(value)
             if text is not None:
                 return text

@@ -79,7 +79,12 @@ from typing import Any
 
 from airflow_provider_mongocdc import __version__
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import document_writer, key_writer, updated_fields_writer
+from airflow_provider_mongocdc.core.ejson import (
+    document_writer,
+    key_writer,
+    quote_text,
+    updated_fields_writer,
+)
 from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventError
 from airflow_provider_mongocdc.core.fields import FieldRules, FieldTransform
 from airflow_provider_mongocdc.core.filters import Filters
@@ -336,10 +341,12 @@ class EventBuilder:
             before_text = (
                 "null"
                 if before is None
-                else _quote(self._dumps(fields.document(before) if fields else before))
+                else quote_text(self._dumps(fields.document(before) if fields else before))
             )
             after_text = (
-                "null" if after is None else _quote(self._dumps(fields.document(after) if fields else after))
+                "null"
+                if after is None
+                else quote_text(self._dumps(fields.document(after) if fields else after))
             )
             description = (
                 "null" if update_description is None else self._update_description(update_description, fields)
@@ -425,7 +432,7 @@ class EventBuilder:
             source_ms = seconds * 1000
         else:
             seconds, increment, source_ms = now // 1000, 0, now
-        after_text = _quote(self._dumps(fields.document(document) if fields else document))
+        after_text = quote_text(self._dumps(fields.document(document) if fields else document))
         if self._oplog:
             rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
             source = info.oplog_source(source_ms, "true", rs, increment)
@@ -513,13 +520,13 @@ class EventBuilder:
     ) -> str:
         after_text = patch_text = filter_text = "null"
         if op == "c":
-            after_text = _quote(self._dumps(fields.document(after) if fields else after))
+            after_text = quote_text(self._dumps(fields.document(after) if fields else after))
         else:
-            filter_text = _quote(self._dumps(fields.document(document_key) if fields else document_key))
+            filter_text = quote_text(self._dumps(fields.document(document_key) if fields else document_key))
             if operation == "replace":
-                patch_text = _quote(self._dumps(fields.document(after) if fields else after))
+                patch_text = quote_text(self._dumps(fields.document(after) if fields else after))
             elif operation == "update":
-                patch_text = _quote(self._dumps(self._patch(description or {}, fields)))
+                patch_text = quote_text(self._dumps(self._patch(description or {}, fields)))
         source = info.oplog_source(seconds * 1000, "false", rs, increment)
         payload = (
             '{"after":'

@@ -30,6 +30,7 @@ from airflow_provider_mongocdc.core.ejson import (
     decimal128_text,
     document_writer,
     key_writer,
+    quote_text,
     updated_fields_writer,
 )
 
@@ -290,3 +291,14 @@ def test_decimal128_text_is_decimals_string():
         values.append(Decimal128(f"{'-' if rng.random() < 0.5 else ''}{c}E{rng.randrange(-60, 20)}"))
     for value in values:
         assert decimal128_text(value) == str(value)
+
+
+def test_quote_text_is_json_encode_basestring():
+    from json.encoder import encode_basestring
+
+    rng = random.Random(9)
+    writer = document_writer("strict")
+    texts = [writer.dumps(generated(rng)) for _ in range(300)]
+    texts += ["".join(CHARS), "\ud800 lone", 'a"b\\c\x00\x7f', ""] + TRICKY_STRINGS
+    for text in texts:
+        assert quote_text(text) == encode_basestring(text)
