@@ -24,16 +24,12 @@ The list is a JSON file: ``{"connectors": [<entry>, ...]}`` (or a bare list of e
 ``pool``
     The pool of the connector's snapshot, re-snapshot and window tasks (default ``mongocdc_<name>``;
     for ``default`` the environment variable ``MONGOCDC_POOL`` when set, else ``mongocdc_default``).
-    Create it once with one slot, so that the tasks queue one after the other::
-
-        airflow pools set <pool> 1 "MongoDB CDC connector <name>"
-
-    Airflow 3.3 never queues a task whose pool does not exist: it stays *scheduled*, with only a
-    scheduler log line ("Tasks using non-existent pool ... will not be scheduled") and no DAG
-    warning (the DAG processor does not check pools). A task cannot create or look up the pool
-    either: Airflow 3 task processes have no metadata database access and the task API has no
-    pool calls. So the pool is a setup step (README, "First DAG: setup"); each DAG's
-    documentation names its pool and the command.
+    With one slot the tasks queue one after the other. A missing pool is created with one slot
+    when a run starts, by the provider's scheduler plugin
+    (:mod:`airflow_provider_mongocdc.plugins.pools`): Airflow 3.3 never queues a task whose pool
+    does not exist, and a task cannot create it (task processes have no metadata database
+    access). An existing pool is never changed: size it with ``airflow pools set <pool> <slots>
+    "<description>"``. Each DAG's documentation names its pool.
 ``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``
     Of the hourly DAG (default ``@hourly``) and the watchdog (default every 10 minutes); the start
     date (ISO 8601, default 2026-01-01) and extra tags.
@@ -237,8 +233,9 @@ class Connector:
         return (
             f"**Connector `{self.name}`**: configuration from {config}; connections "
             f"`{self.conn_ids['mongo']}` (MongoDB), `{self.conn_ids['kafka']}` (Kafka), "
-            f"`{self.conn_ids['spark']}` (Spark); pool `{self.pool}` (create it once: "
-            f'`airflow pools set {self.pool} 1 "MongoDB CDC connector {self.name}"`).'
+            f"`{self.conn_ids['spark']}` (Spark); pool `{self.pool}` (created with one slot when a "
+            f"run starts if it does not exist; to size it: `airflow pools set {self.pool} <slots> "
+            f'"MongoDB CDC connector {self.name}: one snapshot or window at a time"`).'
         )
 
 

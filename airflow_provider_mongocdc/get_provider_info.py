@@ -181,4 +181,13 @@ def get_provider_info() -> dict:
             },
         ],
         "extra-links": ["airflow_provider_mongocdc.links.ResnapshotTriggerLink"],
+        # The scheduler listener that creates a missing connector pool (one slot) when a run starts.
+        # Also the airflow.plugins entry point (pyproject.toml): Airflow reads this list only with
+        # [core] lazy_discover_providers = False.
+        "plugins": [
+            {
+                "name": "mongocdc_pools",
+                "plugin-class": "airflow_provider_mongocdc.plugins.pools.MongoCdcPoolsPlugin",
+            }
+        ],
     }

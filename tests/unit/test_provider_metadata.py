@@ -8,6 +8,7 @@ in ``get_provider_info()`` fails here. No server and no Airflow database is need
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -173,6 +174,68 @@ def test_extra_links_of_every_operator_are_listed():
             for link in import_class(path).operator_extra_links:
                 link_path = f"{type(link).__module__}.{type(link).__qualname__}"
                 assert link_path in info["extra-links"], f"{path} shows {link_path}, which is not listed"
+
+
+# -- plugins: the scheduler listener creating missing connector pools ---------------------------------
+
+
+def package_plugins() -> set[str]:
+    """``module.Class`` of every AirflowPlugin defined in the package."""
+    from airflow.plugins_manager import AirflowPlugin
+
+    found = set()
+    for module_name in package_modules():
+        module = importlib.import_module(module_name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module_name and issubclass(cls, AirflowPlugin) and cls is not AirflowPlugin:
+                found.add(f"{module_name}.{cls.__qualname__}")
+    return found
+
+
+def test_every_plugin_is_listed_and_has_an_entry_point():
+    found = package_plugins()
+    assert f"{PACKAGE}.plugins.pools.MongoCdcPoolsPlugin" in found, f"the package walk found {found}"
+    listed = {entry["plugin-class"]: entry["name"] for entry in get_provider_info().get("plugins", [])}
+    assert set(listed) == found, (
+        f'get_provider_info()["plugins"] lists {sorted(listed)}, the package has {found}'
+    )
+    for path, name in listed.items():
+        assert import_class(path).name == name, f"{path}.name is not {name!r}"
+    # Airflow reads get_provider_info()["plugins"] only with [core] lazy_discover_providers = False:
+    # the airflow.plugins entry point is what loads the plugins by default.
+    points = {
+        point.value.replace(":", ".")
+        for point in importlib.metadata.entry_points(group="airflow.plugins")
+        if point.value.startswith(f"{PACKAGE}.")
+    }
+    assert points == found, (
+        f"airflow.plugins entry points of the installed package: {sorted(points)}, expected {sorted(found)} "
+        '(pyproject.toml [project.entry-points."airflow.plugins"]; reinstall the package)'
+    )
+
+
+@pytest.mark.parametrize("lazy", ["True", "False"])
+def test_airflow_registers_the_pool_listener(lazy):
+    # A fresh interpreter, as the scheduler loads plugins; the listener manager validates the
+    # listener's hooks against Airflow's specs (a wrong signature fails here).
+    script = (
+        "import json\n"
+        "from airflow.listeners.listener import get_listener_manager\n"
+        "from airflow.plugins_manager import get_plugin_info\n"
+        "manager = get_listener_manager()\n"
+        "hooks = [impl.plugin_name for impl in manager.hook.on_dag_run_running.get_hookimpls()]\n"
+        "print(json.dumps({'plugins': get_plugin_info(), 'hooks': hooks}, default=str))\n"
+    )
+    env = {**os.environ, "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [plugin for plugin in loaded["plugins"] if plugin["name"] == "mongocdc_pools"]
+    assert len(ours) == 1, [plugin["name"] for plugin in loaded["plugins"]]
+    assert ours[0]["listeners"] == [f"{PACKAGE}.plugins.pools"], ours
+    assert any(f"{PACKAGE}.plugins.pools" in name for name in loaded["hooks"]), loaded["hooks"]
 
 
 # -- connection types --------------------------------------------------------------------------------
