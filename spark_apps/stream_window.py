@@ -19,6 +19,7 @@ configuration or environment.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -66,6 +67,8 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
         len(targets),
         ", ".join(t.partition for t in targets),
     )
+    # Incremental snapshot chunks are de-duplicated against the one stream of the connector.
+    params = dataclasses.replace(params, incremental_snapshots=len(targets) == 1)
     task = functools.partial(
         run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
     )

@@ -572,6 +572,33 @@ PROPERTIES: tuple[Property, ...] = (
         _positive,
         origin="product",
     ),
+    _p(
+        "incremental.snapshot.chunk.size",
+        "int",
+        1024,
+        "Documents per chunk of an incremental snapshot (re-snapshot mode `incremental`): each "
+        "chunk is read between two watermarks at the end of a window and committed with its "
+        "progress.",
+        _positive,
+    ),
+    _p(
+        "incremental.snapshot.window.budget.ms",
+        "int",
+        300000,
+        "Longest time (ms) a window spends on incremental snapshot chunks after streaming to its "
+        "end; the next chunk starts only within the budget. 0: no chunk is read.",
+        _nonneg,
+        origin="product",
+    ),
+    _p(
+        "incremental.snapshot.window.max.documents",
+        "int",
+        0,
+        "Most incremental snapshot documents read per window (whole chunks; the last chunk is "
+        "cut to fit); 0: no limit besides the time budget.",
+        _nonneg,
+        origin="product",
+    ),
     # event content
     _p(
         "field.exclude.list",
@@ -904,8 +931,8 @@ IGNORED: dict[str, str] = {
     "topic.cache.size": "topic names are cached without a size limit per run",
     "custom.metric.tags": "there are no JMX metrics",
     "notification.enabled.channels": "progress is reported in Airflow task logs",
-    "incremental.snapshot.chunk.size": "snapshots are Spark jobs sized by snapshot.chunk.size",
-    "incremental.snapshot.watermarking.strategy": "there are no incremental (signal) snapshots",
+    "incremental.snapshot.watermarking.strategy": "the watermarks of incremental snapshots are "
+    "cluster times read around each chunk: nothing is written to MongoDB",
     "internal.mongodb.allow.offset.invalidation": "offsets are stored by this connector, not "
     "by Kafka Connect",
     "errors.log.enable": "errors are reported in Airflow task logs",
@@ -936,8 +963,8 @@ UNSUPPORTED: dict[str, str] = {
     "mongodb.authentication.class": "authentication is configured in the Airflow MongoDB connection",
     "transforms": "single message transforms are not available; transform downstream of Kafka",
     "predicates": "single message transforms are not available; transform downstream of Kafka",
-    "signal.data.collection": "signals and incremental snapshots are not available; trigger a "
-    "re-snapshot from Airflow",
+    "signal.data.collection": "signals are not available; trigger a re-snapshot (incremental or "
+    "blocking) from Airflow",
     "signal.enabled.channels": "signals are not available; trigger a re-snapshot from Airflow",
     "snapshot.mode.custom.name": "custom snapshotters are not available",
     "schema.history.internal": "MongoDB has no schema history",
@@ -993,6 +1020,9 @@ class ConnectorConfig:
     snapshot_collection_filter_overrides: tuple[str, ...] | None = None
     snapshot_collection_filter_overrides_by_namespace: tuple[tuple[str, str], ...] = ()
     snapshot_chunk_size: int = 10000
+    incremental_snapshot_chunk_size: int = 1024
+    incremental_snapshot_window_budget_ms: int = 300000
+    incremental_snapshot_window_max_documents: int = 0
     field_exclude_list: tuple[str, ...] | None = None
     field_renames: tuple[tuple[str, str], ...] | None = None
     field_name_adjustment_mode: str = "none"

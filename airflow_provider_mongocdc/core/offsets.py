@@ -304,6 +304,8 @@ class OffsetState:
     windows: int = 0
     snapshots: int = 0
     updated_at: datetime | None = None
+    # The incremental snapshot's progress (core/incremental.py), as stored JSON; None: none.
+    incremental: Mapping[str, Any] | None = None
 
     # -- convenience --
     @property
@@ -364,6 +366,8 @@ class OffsetState:
         data["last_window_end"] = _iso(self.last_window_end)
         data["counters"] = {"events": self.events, "windows": self.windows, "snapshots": self.snapshots}
         data["updated_at"] = _iso(self.updated_at)
+        if self.incremental is not None:
+            data["incremental_snapshot"] = dict(self.incremental)
         data["format"] = FORMAT_VERSION
         return data
 
@@ -378,6 +382,7 @@ class OffsetState:
             windows=int(counters.get("windows", 0)),
             snapshots=int(counters.get("snapshots", 0)),
             updated_at=_parse_iso(data.get("updated_at")),
+            incremental=data.get("incremental_snapshot"),
         )
 
     def to_bytes(self) -> bytes:
@@ -457,6 +462,8 @@ class OffsetTopicContents:
 
     states: dict[OffsetPartition, OffsetState] = field(default_factory=dict)
     chunks: dict[tuple[OffsetPartition, str], dict[str, ChunkMarker]] = field(default_factory=dict)
+    # incremental snapshot requests by (connector, server_id), as stored JSON
+    requests: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     skipped: int = 0
 
 
@@ -546,7 +553,13 @@ class OffsetStore:
         for key, value in self.read_committed_records():
             parsed = parse_key(key)
             if parsed is None:
-                if not is_lease_key(key):  # leases share the topic (core/lease.py)
+                owner = request_owner(key)
+                if owner is not None:
+                    if value is None:
+                        folded.requests.pop(owner, None)
+                    else:
+                        folded.requests[owner] = json.loads(value)
+                elif not is_lease_key(key):  # leases share the topic (core/lease.py)
                     folded.skipped += 1
                 continue
             partition, chunk = parsed
@@ -709,7 +722,12 @@ class OffsetStore:
             entries.append(
                 {"partition": partition.to_dict(), "offset": state.to_dict(), "finished_chunks": chunks}
             )
-        return {"topic": self.topic, "partitions": entries}
+        requests = [
+            {"connector": owner, "server_id": sid, "request": request}
+            for (owner, sid), request in sorted(everything.requests.items())
+            if (server_id is None or sid == server_id) and (connector is None or owner == connector)
+        ]
+        return {"topic": self.topic, "partitions": entries, "incremental_snapshot_requests": requests}
 
     # -- records for the data path --
     def offset_record(self, partition: OffsetPartition, state: OffsetState) -> Record:
@@ -746,6 +764,14 @@ class OffsetStore:
 
     def tombstone(self, partition: OffsetPartition) -> Record:
         return Record(self.topic, partition.key(), None)
+
+    def incremental_request(self, connector: str, server_id: str) -> dict[str, Any] | None:
+        """The stored incremental snapshot request of a connector (JSON), or None."""
+        return self.read_everything().requests.get((connector, server_id))
+
+    def write_incremental_request(self, connector: str, server_id: str, request: Mapping[str, Any]) -> None:
+        """Store a connector's incremental snapshot request (replacing the previous one)."""
+        self._commit([Record(self.topic, request_key(server_id, connector), _compact(dict(request)))])
 
     # -- operator actions (each in its own transaction) --
     def write(self, partition: OffsetPartition, state: OffsetState) -> OffsetState:
@@ -846,6 +872,33 @@ LEASE_NAME = "connector"
 def lease_key(server_id: str, connector: str | None = None) -> bytes:
     """The key of the lease of connector ``server_id`` (its topic.prefix)."""
     return _compact([connector or server_id, {"server_id": server_id, "lease": LEASE_NAME}])
+
+
+REQUEST_NAME = "request"
+
+
+def request_key(server_id: str, connector: str | None = None) -> bytes:
+    """The key of a connector's incremental snapshot request (see core/incremental.py)."""
+    return _compact([connector or server_id, {"server_id": server_id, "incremental_snapshot": REQUEST_NAME}])
+
+
+def request_owner(key: bytes | None) -> tuple[str, str] | None:
+    """``(connector, server_id)`` of an incremental snapshot request key, else None."""
+    if not key or b"incremental_snapshot" not in key:
+        return None
+    try:
+        data = json.loads(key)
+    except ValueError:
+        return None
+    if (
+        isinstance(data, list)
+        and len(data) == 2
+        and isinstance(data[1], dict)
+        and data[1].get("incremental_snapshot") == REQUEST_NAME
+        and isinstance(data[1].get("server_id"), str)
+    ):
+        return str(data[0]), data[1]["server_id"]
+    return None
 
 
 def is_lease_key(key: bytes | None) -> bool:

@@ -156,6 +156,14 @@ from airflow_provider_mongocdc.core.errors import (
     TopologyError,
 )
 from airflow_provider_mongocdc.core.events import OPERATION_CODES, EventBuilder, is_invalidate
+from airflow_provider_mongocdc.core.incremental import (
+    Chunk,
+    ChunkReader,
+    IncrementalProgress,
+    IncrementalRequest,
+    after_chunk,
+    reconcile,
+)
 from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_COMPLETED,
@@ -166,6 +174,7 @@ from airflow_provider_mongocdc.core.offsets import (
     Position,
 )
 from airflow_provider_mongocdc.core.schema import Record
+from airflow_provider_mongocdc.core.snapshot import parse_namespaces, snapshot_collections
 from airflow_provider_mongocdc.core.topology import SHARDED, discover
 from airflow_provider_mongocdc.core.transactions import transaction_id as change_transaction_id
 from airflow_provider_mongocdc.core.writer import TopicSpec, TransactionalWriter, ensure_topics
@@ -269,6 +278,9 @@ class WindowParams:
     max_duration_s: float = DEFAULT_MAX_DURATION_S
     poll_ms: int = DEFAULT_POLL_MS
     commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
+    # Whether the window works on a requested incremental snapshot after streaming (only when the
+    # connector reads one stream: the chunks are de-duplicated against that stream).
+    incremental_snapshots: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window_end", parse_time(self.window_end))
@@ -321,6 +333,7 @@ class WindowParams:
             max_duration_s=float(params.get("max_duration_s") or DEFAULT_MAX_DURATION_S),
             poll_ms=int(poll),
             commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S),
+            incremental_snapshots=bool(params.get("incremental_snapshots", True)),
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -330,6 +343,7 @@ class WindowParams:
             "max_duration_s": self.max_duration_s,
             "poll_ms": self.poll_ms,
             "commit_interval_s": self.commit_interval_s,
+            "incremental_snapshots": self.incremental_snapshots,
         }
 
 
@@ -658,6 +672,12 @@ class StreamWindow:
         # a transaction: the next change continues that transaction when it has the same id.
         self._last_transaction: str | None = None
         self._invalidate_position: Position | None = None
+        # Changes at or past ``end`` stop the stream; a PBRT at or past ``_pbrt_end`` too (the
+        # same point, except while streaming up to an incremental chunk's high watermark).
+        self._pbrt_end = self.end
+        self._request: IncrementalRequest | None = None
+        self._chunk: Chunk | None = None  # the incremental snapshot chunk awaiting its watermark
+        self._incremental: dict[str, Any] | None = None  # the summary's incremental_snapshot
         # Wall seconds by phase (summary "phases_s"): setup (offsets topic, lease, offset read),
         # build (events), send (to the producer), commit (END, offset, commit), read (the rest of
         # the stream loop: waiting for and decoding changes).
@@ -675,7 +695,10 @@ class StreamWindow:
         self.store.ensure_topic()
         self._known_topics.add(self.store.topic)
         self._check_lease()
-        self.state = self.store.read(self.partition)
+        contents = self.store.read_everything()
+        self.state = contents.states.get(self.partition)
+        request = contents.requests.get((self.partition.connector, self.partition.server_id))
+        self._request = IncrementalRequest.from_json(request) if request else None
         self.start = starting_position(self.state, self.config, self.partition, self.store.topic)
         if self.start is None:
             log.info(
@@ -715,6 +738,8 @@ class StreamWindow:
             )
             # A stalled window commits what it read but is not a finished window.
             self._commit(final, last=reason != CLUSTER_TIME_STALLED)
+            if reason == END_REACHED:
+                self._incremental_snapshot(started)
         except BaseException:
             try:
                 self._abort()
@@ -803,7 +828,7 @@ class StreamWindow:
                     self._invalidated(self._invalidate_token(stream.resume_token))
                 token = stream.resume_token
                 cluster_time = token_cluster_time(token)
-                if cluster_time is not None and cluster_time >= self.end:
+                if cluster_time is not None and cluster_time >= self._pbrt_end:
                     raise _Stop(END_REACHED)
                 if (
                     token is not None
@@ -836,6 +861,8 @@ class StreamWindow:
                     raise _Stop(MAX_DURATION)
                 if self.pending_changes >= max_batch or self._batch_due(now):
                     self._commit(self.position, last=False)
+            if self._chunk is not None:
+                self._dedupe(change)
             self._emit(change, cluster_time)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
             self._last_transaction = transaction
@@ -969,10 +996,20 @@ class StreamWindow:
             self._known_topics.update(missing)
 
     # -- committing --
-    def _commit(self, position: Position | None, *, last: bool) -> None:
-        """Commit the batch with the offset at ``position`` (END of an open transaction first)."""
+    def _commit(
+        self,
+        position: Position | None,
+        *,
+        last: bool,
+        records: Iterable[Record] = (),
+        incremental: IncrementalProgress | None = None,
+    ) -> None:
+        """Commit the batch with the offset at ``position`` (END of an open transaction first);
+        ``records`` (an incremental snapshot chunk's read events) go after the streamed ones, and
+        ``incremental`` is the snapshot progress they bring."""
         began = time.monotonic()
         self._send(self.builder.finish())
+        self._send(records)
         if last and self.builder.heartbeat.enabled:
             end_ms = (position_time(position) or self.end).time * 1000
             record = self.builder.heartbeat.maybe(end_ms)
@@ -987,6 +1024,8 @@ class StreamWindow:
             new_state = dataclasses.replace(
                 base, position=position or base.position, events=base.events + events
             )
+        if incremental is not None:
+            new_state = dataclasses.replace(new_state, incremental=incremental.to_json())
         if not self.writer.in_transaction:
             self.writer.begin()
         stats = self.writer.commit([self.store.offset_record(self.partition, new_state)])
@@ -1027,6 +1066,136 @@ class StreamWindow:
         self.writer.abort()
         self._batch_started = None
 
+    # -- incremental snapshot (core/incremental.py; the algorithm: docs/design.md) --
+    def _incremental_snapshot(self, started: float) -> None:
+        """After streaming to the end: copy the next chunks of a requested incremental snapshot,
+        each committed with its progress, within the window's budget."""
+        stored = IncrementalProgress.from_json(self.state.incremental if self.state else None)
+        request = self._request
+        if not self.params.incremental_snapshots:
+            if (request is not None and not request.stop) or (stored is not None and stored.running):
+                log.warning(
+                    "Window of %s: the incremental snapshot waits: it needs a connector that reads one "
+                    "change stream (mongodb.connection.mode=sharded on a sharded cluster)",
+                    self.partition.describe(),
+                )
+            return
+        progress = reconcile(stored, request, self._resolve_collections)
+        if progress is None:
+            return
+        if progress != stored:  # started, or stopped on request: stored before any chunk
+            self._commit(self.committed_position, last=False, incremental=progress)
+        config = self.config
+        budget_s = config.incremental_snapshot_window_budget_ms / 1000.0
+        began = time.monotonic()
+        deadline = min(began + budget_s, started + self.params.max_duration_s)
+        max_documents = config.incremental_snapshot_window_max_documents
+        summary = {"id": progress.request_id, "chunks": 0, "documents": 0, "dropped": 0}
+        reader = ChunkReader(self.client, config) if progress.running else None
+        read = 0
+        while (
+            progress.running and time.monotonic() < deadline and (not max_documents or read < max_documents)
+        ):
+            size = config.incremental_snapshot_chunk_size
+            if max_documents:
+                size = min(size, max_documents - read)
+            low = self.committed_position.cluster_time
+            try:
+                moved, chunk = reader.next_chunk(progress, low, size)
+            except ConnectionFailedError as error:
+                log.warning(
+                    "Window of %s: %s; the next window tries again (streaming is not affected)",
+                    self.partition.describe(),
+                    error,
+                )
+                summary["error"] = str(error)
+                break
+            if chunk is None:
+                self._commit(self.committed_position, last=False, incremental=moved)
+                progress = moved
+                break
+            read += len(chunk.rows)
+            reason, final = self._stream_to(chunk)
+            if reason != END_REACHED:  # the chunk is read again by the next window
+                self._commit(final, last=False)
+                log.warning(
+                    "Window of %s: the stream did not reach the high watermark of the incremental "
+                    "snapshot chunk of %s (%s); the next window reads it again",
+                    self.partition.describe(),
+                    chunk.namespace,
+                    reason,
+                )
+                break
+            records = self._chunk_records(chunk, final)
+            progress = after_chunk(moved, chunk, len(chunk.rows))
+            self._commit(final, last=False, records=records, incremental=progress)
+            summary["chunks"] += 1
+            summary["documents"] += len(chunk.rows)
+            summary["dropped"] += chunk.dropped
+        summary.update(
+            status=progress.status,
+            current=progress.current,
+            pending=list(progress.pending),
+            done=list(progress.done),
+            total_documents=progress.documents,
+            duration_s=round(time.monotonic() - began, 3),
+            message=progress.message,
+        )
+        self._incremental = summary
+        log.info("Window of %s: %s", self.partition.describe(), progress.describe())
+
+    def _resolve_collections(self, names: list[str]) -> list[str]:
+        found = snapshot_collections(self.client, self.config, parse_namespaces(names) if names else None)
+        return [f"{database}.{collection}" for database, collection in found]
+
+    def _stream_to(self, chunk: Chunk) -> tuple[str, Position]:
+        """Stream up to the chunk's high watermark, dropping the rows the stream changes."""
+        high = chunk.high_watermark
+        self.end, self._pbrt_end, self._chunk = Timestamp(high.time, high.inc + 1), high, chunk
+        self._last_transaction = None
+        try:
+            return self._stream()
+        finally:
+            self._chunk = None
+
+    def _dedupe(self, change: Mapping[str, Any]) -> None:
+        """A streamed change of a chunk's collection supersedes its row (DBLog's de-duplication)."""
+        chunk = self._chunk
+        namespace = change.get("ns") or {}
+        database, _, collection = chunk.namespace.partition(".")
+        target = change.get("to") or {}
+        if target.get("db") == database and target.get("coll") == collection:
+            chunk.clear()  # a rename replaced the collection
+        elif namespace.get("db") != database:
+            return
+        elif namespace.get("coll") == collection:
+            key = change.get("documentKey")
+            if key is not None and "_id" in key:
+                chunk.drop(key["_id"])
+            elif change.get("operationType") in ("drop", "rename"):
+                chunk.clear()
+        elif namespace.get("coll") is None and change.get("operationType") == "dropDatabase":
+            chunk.clear()
+
+    def _chunk_records(self, chunk: Chunk, position: Position) -> list[Record]:
+        """The chunk's remaining rows as read events at the stream position they follow."""
+        database, _, collection = chunk.namespace.partition(".")
+        at = position_time(self.position) or chunk.high_watermark
+        records: list[Record] = []
+        stats = self.pending
+        for document in chunk.rows.values():
+            built = self.builder.build_snapshot(document, database, collection, position=at, incremental=True)
+            if not built:
+                stats.skipped_oversize += 1
+                continue
+            records.extend(built)
+            stats.events += 1
+            stats.events_by_op["r"] = stats.events_by_op.get("r", 0) + 1
+            stats.events_by_collection[chunk.namespace] = (
+                stats.events_by_collection.get(chunk.namespace, 0) + 1
+            )
+        return records
+
     # -- summary --
     def _summary(self, reason: str, started: float) -> dict[str, Any]:
         totals = self.totals
@@ -1054,6 +1223,7 @@ class StreamWindow:
             "lag_count": totals.lag_count,
             "duration_s": round(time.monotonic() - started, 3),
             "phases_s": {name: round(value, 3) for name, value in self._phases.items()},
+            "incremental_snapshot": self._incremental,
         }
 
 
@@ -1179,6 +1349,9 @@ def merge_summaries(
             {key: value for key, value in summary.items() if key not in ("lag_samples", "lag_count")}
         )
     skipped = bool(partitions) and all(item["stop_reason"] == INITIAL_ONLY for item in partitions)
+    incremental = next(
+        (item["incremental_snapshot"] for item in partitions if item.get("incremental_snapshot")), None
+    )
     return {
         "status": "skipped" if skipped else "completed",
         "message": (
@@ -1204,5 +1377,6 @@ def merge_summaries(
         "duration_s": round(duration_s, 3)
         if duration_s is not None
         else max((item["duration_s"] for item in partitions), default=0.0),
+        "incremental_snapshot": incremental,
         "partitions": partitions,
     }

@@ -1,0 +1,187 @@
+"""Incremental snapshots: a requested collection is copied in chunks at the end of successive
+windows while a writer keeps changing it; the state rebuilt from the topic equals MongoDB, no
+key's state goes back in time, and the progress is in the offsets.
+
+Runs the windows in process against the simulator (or MONGOCDC_TEST_MONGODB_URI) and the real
+Kafka broker.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import datetime, timezone
+
+import pytest
+from bson import json_util
+from bson.objectid import ObjectId
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
+from tests.integration.window_helpers import (
+    connector,
+    insert_at,
+    next_second,
+    pass_second,
+    seed_offset,
+    topic_events,
+)
+
+pytestmark = pytest.mark.integration
+
+MAX_WINDOWS = 40
+
+
+def _ids(count: int) -> list:
+    """Mixed _id types, as collections accumulate them: numbers, strings and ObjectIds."""
+    ids: list = []
+    for number in range(count):
+        kind = number % 3
+        ids.append(number if kind == 0 else f"k{number:04d}" if kind == 1 else ObjectId())
+    return ids
+
+
+def _run_window(uri: str, props: dict, kafka: dict, client: MongoClient, marker_db: str) -> dict:
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": uri}), config)
+    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
+    pass_second(client, end, marker_db)
+    params = WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
+    return run_window(target, config, kafka, params)
+
+
+def _key(event) -> str:
+    """The key's _id in one canonical text (the key holds it as extended JSON)."""
+    return json_util.dumps(json_util.loads(event.key["id"]))
+
+
+def _position(event) -> tuple[int, int]:
+    return event.payload["source"]["ts_ms"] // 1000, event.payload["source"]["ord"]
+
+
+def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    db_name = unique_name[:40]
+    marker_db = f"{db_name}_m"
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(
+        prefix,
+        db_name,
+        {
+            "incremental.snapshot.chunk.size": 9,
+            "incremental.snapshot.window.max.documents": 30,
+            "snapshot.fetch.size": 3,
+        },
+    )
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    items = client[db_name]["items"]
+    ids = _ids(150)
+    # Existing documents: no event of theirs is on the topic before the snapshot.
+    items.insert_many([{"_id": value, "v": 0} for value in ids])
+    client[db_name]["other"].insert_one({"_id": 1})
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+
+    request = IncrementalRequest.new([f"{db_name}.items"], reason="test")
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+
+    # A writer keeps incrementing v (so a key's state only moves forward), deleting and inserting.
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        rng = random.Random(7)
+        extra = 0
+        try:
+            while not stop.is_set():
+                target = rng.choice(ids)
+                action = rng.random()
+                if action < 0.95:
+                    items.update_one({"_id": target}, {"$inc": {"v": 1}})
+                elif action < 0.97:
+                    items.delete_one({"_id": target})
+                else:
+                    extra += 1
+                    # Negative numbers sort first: behind the copy once it passed the numbers, so
+                    # the copy does not chase the inserts.
+                    items.insert_one({"_id": -extra, "v": 0})
+                stop.wait(0.01)
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    summaries = []
+    # The connector's reads (chunk batches among them) are held 300 ms each, so the writer changes
+    # rows after a chunk's first batch was read and before its high watermark: without the
+    # watermark de-duplication, such rows would go back in time on the topic.
+    client.admin.command(
+        "configureFailPoint",
+        "failCommand",
+        mode="alwaysOn",
+        data={
+            "failCommands": ["getMore"],
+            "appName": "airflow-provider-mongocdc",
+            "blockConnection": True,
+            "blockTimeMS": 300,
+        },
+    )
+    try:
+        for _ in range(MAX_WINDOWS):
+            summary = _run_window(mongodb_uri, props, kafka, client, marker_db)
+            summaries.append(summary)
+            if (summary["incremental_snapshot"] or {}).get("status") == "completed":
+                break
+    finally:
+        client.admin.command("configureFailPoint", "failCommand", mode="off")
+        stop.set()
+        writer.join(timeout=60)
+    assert not errors, f"the writer failed: {errors[0]!r}"
+    incremental = [summary["incremental_snapshot"] for summary in summaries]
+    assert incremental[-1]["status"] == "completed", (
+        f"not completed after {MAX_WINDOWS} windows: {incremental}"
+    )
+    assert len(summaries) >= 3, "the copy should have taken several windows (30 documents per window)"
+    assert all(item["documents"] + item["dropped"] <= 30 for item in incremental), incremental
+    # One more window streams the writer's last changes.
+    _run_window(mongodb_uri, props, kafka, client, marker_db)
+
+    events = [event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items") if event.payload]
+    reads = [event for event in events if event.op == "r"]
+    assert reads and {event.payload["source"]["snapshot"] for event in reads} == {"incremental"}
+    assert len({_key(event) for event in reads}) == len(reads), "a row was emitted twice"
+    assert not [
+        event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.other") if event.payload
+    ]
+
+    # The state rebuilt from the topic equals MongoDB, and no key's state goes back in time.
+    state: dict[str, dict] = {}
+    last_v: dict[str, int] = {}
+    last_change: dict[str, tuple[int, int]] = {}
+    for event in events:
+        key = _key(event)
+        if event.op != "r":
+            position = _position(event)
+            assert position >= last_change.get(key, (0, 0)), f"{key}: stream went back in time"
+            last_change[key] = position
+        if event.op == "d":
+            state.pop(key, None)
+            continue
+        after = event.payload["after"]
+        if after is None:  # an update whose lookup found the document deleted
+            continue
+        document = json_util.loads(after)
+        assert document["v"] >= last_v.get(key, -1), f"{key}: state went back in time at {event.op}"
+        last_v[key] = document["v"]
+        state[key] = document
+    expected = {json_util.dumps(document["_id"]): document["v"] for document in items.find()}
+    rebuilt = {key: document["v"] for key, document in state.items()}
+    assert rebuilt == expected
+
+    # The progress is in the offsets, completed.
+    stored = IncrementalProgress.from_json(store.read(partition).incremental)
+    assert stored.status == "completed" and stored.request_id == request.request_id
+    assert stored.done == (f"{db_name}.items",)
