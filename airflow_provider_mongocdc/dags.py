@@ -366,6 +366,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             collections="{{ params.collections }}",
             reason="{{ params.reason }}",
             mode="{{ params.mode }}",
+            filters="{{ params.filters }}",
             gap_report="{{ dag_run.conf.get('gap_report') if dag_run.conf else None }}",
             execution_timeout=SNAPSHOT_TIMEOUT,
             **connector.arguments(MongoResnapshotOperator),
@@ -451,8 +452,16 @@ longer in the oplog.
 * **mode `manual`** (default): the chosen collections (empty: all) are copied while the streaming
   offset stays where it is, so no change event is skipped. When the task finds that a stored
   resume point is gone after all, it proceeds as in gap mode.
+* **mode `incremental`**: the request (collections, empty: all; optional **Filters**, a query per
+  collection) is recorded in the offsets topic and the task ends at once. Each following
+  `mongocdc_hourly` window, after streaming to its end, copies the next chunks
+  (`incremental.snapshot.chunk.size` documents, within `incremental.snapshot.window.budget.ms`) as
+  read events with `source.snapshot: incremental`, so streaming never stops. The window's summary
+  (XCom) and `mongocdc offsets show` tell the progress. A new request while one runs copies both.
 * **mode `gap`**: every captured collection is copied and the streaming offset moves to the new
-  snapshot's start position. Gap mode copies every collection: to copy a chosen few, use `manual`.
+  snapshot's start position. Gap mode copies every collection: to copy a chosen few, use `manual`
+  or `incremental`. A gap re-snapshot ends a running incremental snapshot (it copied everything).
+* **mode `stop`**: ends the running incremental snapshot (Debezium's `stop-snapshot`).
 
 Documents deleted during lost history have no delete event (the oplog entries are gone): as with
 Debezium, the re-snapshot's read events are the complete current state, and a consumer that

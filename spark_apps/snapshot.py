@@ -31,6 +31,7 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.incremental import superseded_incremental
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.snapshot_assessment import (
     Assessment,
@@ -425,6 +426,8 @@ class SnapshotRun:
             completed = state.snapshot_completed(events=totals["events"])
             if not plan.reset_offset and previous is not None:
                 completed = completed.with_position(previous)
+            elif plan.reset_offset:
+                completed = superseded_incremental(completed, plan.snapshot_id)
             after[partition] = completed
             records.append(self.store.offset_record(partition, completed))
         # Markers of earlier snapshots are no longer needed: delete them (compaction drops them).

@@ -29,6 +29,7 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import redact_uri
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, OffsetError
 from airflow_provider_mongocdc.core.filters import Filters
+from airflow_provider_mongocdc.core.offsets import OffsetState
 from airflow_provider_mongocdc.core.snapshot import (
     _BOUNDS_JSON,
     bound_codec_options,
@@ -262,11 +263,21 @@ def reconcile(
     return started if collections else started.finish(COMPLETED, "no collection to copy")
 
 
-def superseded(progress: IncrementalProgress | None, message: str) -> IncrementalProgress | None:
-    """A running incremental snapshot ends when a blocking snapshot copies everything again."""
+def superseded_incremental(state: OffsetState, snapshot_id: str) -> OffsetState:
+    """A blocking snapshot that moved the offset (after an oplog gap) ends a running incremental
+    snapshot: it copied the collections again from a new start, so the chunks left are moot."""
+    progress = IncrementalProgress.from_json(state.incremental)
     if progress is None or not progress.running:
-        return progress
-    return progress.finish(STOPPED, message)
+        return state
+    log.warning(
+        "The running incremental snapshot %s ends: snapshot %s copied the collections again from a "
+        "new position (%s)",
+        progress.request_id,
+        snapshot_id,
+        progress.describe(),
+    )
+    stopped = progress.finish(STOPPED, f"superseded by the blocking snapshot {snapshot_id}")
+    return replace(state, incremental=stopped.to_json())
 
 
 # -- reading a chunk --------------------------------------------------------------------------------

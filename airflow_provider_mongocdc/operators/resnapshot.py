@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.filters import Filters
+from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest, parse_filter
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 
-GAP, MANUAL = "gap", "manual"
-MODES = (GAP, MANUAL)
+GAP, MANUAL, INCREMENTAL, STOP = "gap", "manual", "incremental", "stop"
+MODES = (MANUAL, INCREMENTAL, GAP, STOP)
 
 
 def parse_collections(value: Any) -> list[str]:
@@ -45,16 +48,20 @@ def resnapshot_params() -> dict[str, Any]:
         "mode": Param(
             MANUAL,
             type="string",
-            enum=[MANUAL, GAP],
+            enum=list(MODES),
             title="Mode",
             values_display={
                 MANUAL: "manual: chosen collections (or all), the offset stays",
+                INCREMENTAL: "incremental: copied in chunks by the next windows, streaming goes on",
                 GAP: "gap: every collection, the offset moves to the new snapshot",
+                STOP: "stop: end the running incremental snapshot",
             },
             description="manual (default): copy the chosen collections, or all when Collections is "
-            "empty, while streaming continues from the stored offset. gap: after an oplog gap, copy "
+            "empty, while streaming continues from the stored offset (the windows wait meanwhile). "
+            "incremental: record the request and return at once; each following window copies the "
+            "next chunks after streaming, so the windows never stop. gap: after an oplog gap, copy "
             "every collection and move the offset to the new snapshot's start (Collections must "
-            "stay empty; use manual for a chosen few).",
+            "stay empty; use manual for a chosen few). stop: end the running incremental snapshot.",
         ),
         "collections": Param(
             None,
@@ -64,6 +71,13 @@ def resnapshot_params() -> dict[str, Any]:
             description="One <database>.<collection> per line, e.g. shop.orders. Empty: every "
             "captured collection.",
         ),
+        "filters": Param(
+            None,
+            type=["null", "object"],
+            title="Filters (incremental)",
+            description='Mode incremental only: a MongoDB query per collection, e.g. {"shop.orders": '
+            '{"status": "open"}}: only the matching documents are copied. Empty: every document.',
+        ),
         "reason": Param(
             None,
             type=["null", "string"],
@@ -72,6 +86,57 @@ def resnapshot_params() -> dict[str, Any]:
             "reason recorded.",
         ),
     }
+
+
+def _filters(value: Any) -> dict[str, Any]:
+    """``filters`` from the form or a DAG run conf: an object (or its JSON) of query per collection."""
+    if value in (None, "", "None", {}):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigError(
+                "Filters is not JSON",
+                fix='give an object such as {"shop.orders": {"status": "open"}}',
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "Filters must be an object of <database>.<collection> to a MongoDB query",
+            cause=f"got {type(value).__name__}",
+            fix='give an object such as {"shop.orders": {"status": "open"}}',
+        )
+    parse_collections(list(value))
+    return {str(name): parse_filter(str(name), query) for name, query in value.items()}
+
+
+def active_progress(
+    store: OffsetStore, prefix: str, request: IncrementalRequest | None
+) -> IncrementalProgress | None:
+    """What is left of ``request`` when it still runs (its collections in ``pending``), else None."""
+    if request is None or request.stop:
+        return None
+    for partition, state in store.read_all().items():
+        progress = IncrementalProgress.from_json(state.incremental) if partition.server_id == prefix else None
+        if progress is not None and progress.request_id == request.request_id:
+            if not progress.running:
+                return None
+            remaining = ((progress.current,) if progress.current else ()) + progress.pending
+            return replace(progress, pending=remaining)
+    # not started by a window yet
+    return IncrementalProgress(request.request_id, pending=request.collections, filters=dict(request.filters))
+
+
+def merged_request(
+    collections: list[str], filters: Mapping[str, Any], reason: str, active: IncrementalProgress | None
+) -> IncrementalRequest:
+    """A new request; one still running is folded in (its collections are copied again in full)."""
+    if active is not None and collections and active.pending:
+        merged = {**{name: active.filters.get(name) for name in active.pending}, **filters}
+        return IncrementalRequest.new(sorted(set(collections) | set(active.pending)), merged, reason)
+    if active is not None and collections and not active.pending:
+        collections = []  # the running one copies every captured collection: so does this one
+    return IncrementalRequest.new(collections, filters, reason)
 
 
 def _report(value: Any) -> dict[str, Any] | None:
@@ -118,7 +183,9 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     :param collections: ``["<db>.<collection>", ...]``, a JSON list or a comma-separated string;
         empty = every captured collection. (templated)
     :param reason: why the re-snapshot runs (logged and returned). (templated)
-    :param mode: ``gap`` or ``manual``. (templated)
+    :param mode: ``manual``, ``incremental``, ``gap`` or ``stop``. (templated)
+    :param filters: mode ``incremental``: ``{"<db>.<collection>": <query>}`` (a document or
+        extended JSON), Debezium's ``additional-conditions``. (templated)
     :param gap_report: the OplogGapSensor's report, when triggered by it. (templated)
     :param spark_conn_id: the Spark connection. (templated)
     Other parameters: see :class:`MongoSnapshotOperator` (``lease_ttl`` ...; without ``force`` /
@@ -131,6 +198,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         *(name for name in MongoSnapshotOperator.template_fields if name not in ("force", "reset_offset")),
         "reason",
         "mode",
+        "filters",
         "gap_report",
     )
     template_fields_renderers = {**MongoSnapshotOperator.template_fields_renderers, "gap_report": "json"}
@@ -142,6 +210,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         collections: Sequence[str] | str | None = None,
         reason: str = "",
         mode: str = MANUAL,
+        filters: Mapping[str, Any] | str | None = None,
         gap_report: Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -152,6 +221,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         super().__init__(collections=collections, force=True, reset_offset=True, **kwargs)
         self.reason = reason
         self.mode = mode
+        self.filters = filters
         self.gap_report = gap_report
         self._decision: dict[str, Any] = {}
 
@@ -162,6 +232,22 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         if mode not in MODES:
             raise ConfigError(f"Unknown re-snapshot mode {self.mode!r}", fix=f"use one of {', '.join(MODES)}")
         collections = parse_collections(self.collections)
+        filters = _filters(self.filters)
+        if filters and mode != INCREMENTAL:
+            raise ConfigError(
+                f"Filters apply to mode incremental only, not to mode {mode}",
+                cause=f"filters were given for {', '.join(sorted(filters))}",
+                fix="choose mode incremental, or leave Filters empty",
+            )
+        if mode == STOP:
+            if collections:
+                raise ConfigError(
+                    "Mode stop ends the whole running incremental snapshot",
+                    cause=f"collections {', '.join(collections)} were chosen",
+                    fix="leave collections empty to stop it, then request the collections you still "
+                    "want with mode incremental",
+                )
+            return {"mode": STOP, "reason": str(self.reason or ""), "collections": [], "reset_offset": False}
         report = _report(self.gap_report)
         gap_partitions = list((report or {}).get("gap_partitions") or [])
         gap = mode == GAP or bool(gap_partitions)
@@ -191,9 +277,10 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
                 fix="trigger the re-snapshot again with collections empty (gap mode copies every collection)",
             )
         return {
-            "mode": GAP if gap else MANUAL,
+            "mode": GAP if gap else mode,
             "reason": str(self.reason or ""),
             "collections": collections,
+            "filters": {} if gap else filters,
             "reset_offset": gap,
             "gap_partitions": gap_partitions,
             "gap_report": report,
@@ -213,6 +300,60 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         )
         return GapChecker(config, details, policy=policy).check(store.read_all(), offsets_topic=store.topic)
 
+    def request_incremental(self, config: ConnectorConfig, decision: Mapping[str, Any]) -> dict[str, Any]:
+        """Record an incremental snapshot request (or its stop) in the offsets topic; the windows
+        do the copying. Returns at once, without the lease and without spark-submit."""
+        from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
+
+        store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
+        store.ensure_topic()
+        prefix = config.topic_prefix
+        stored = store.incremental_request(prefix, prefix)
+        current = IncrementalRequest.from_json(stored) if stored else None
+        active = active_progress(store, prefix, current)
+        if decision["mode"] == STOP:
+            if current is None or active is None:
+                self.log.info("No incremental snapshot of connector %s is running: nothing to stop", prefix)
+                return {"status": "nothing_to_stop", "resnapshot": dict(decision)}
+            store.write_incremental_request(prefix, prefix, current.stopped().to_json())
+            self.log.info(
+                "Incremental snapshot %s of connector %s: stop requested (%s)",
+                current.request_id,
+                prefix,
+                active.describe(),
+            )
+            return {
+                "status": "stop_requested",
+                "resnapshot": dict(decision),
+                "incremental_snapshot": current.request_id,
+            }
+        for name in decision["collections"]:
+            database, _, collection = name.partition(".")
+            if not Filters(config).collection_included(database, collection):
+                raise ConfigError(
+                    f"The collection {name} is not captured by connector {prefix}",
+                    cause="the include/exclude lists (or capture.scope) leave it out, so its changes are "
+                    "never streamed",
+                    fix="choose captured collections, or change the connector's include lists first",
+                )
+        request = merged_request(decision["collections"], decision["filters"], decision["reason"], active)
+        store.write_incremental_request(prefix, prefix, request.to_json())
+        self.log.info(
+            "Incremental snapshot %s of connector %s requested: %s%s; the next windows copy it in "
+            "chunks of %d documents after streaming (at most %d ms per window)",
+            request.request_id,
+            prefix,
+            ", ".join(request.collections) or "every captured collection",
+            f" (with the collections left of {active.request_id})" if active is not None else "",
+            config.incremental_snapshot_chunk_size,
+            config.incremental_snapshot_window_budget_ms,
+        )
+        return {
+            "status": "requested",
+            "resnapshot": {key: value for key, value in decision.items() if key != "gap_report"},
+            "incremental_snapshot": request.to_json(),
+        }
+
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         self.collections = self._decision["collections"] or None
         self.force = True
@@ -226,6 +367,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         self._hook = None
         self._decision = self.decide(config)
         decision = self._decision
+        if decision["mode"] in (INCREMENTAL, STOP):
+            return self.request_incremental(config, decision)
         self.log.info(
             "Re-snapshot of connector %s (mode %s%s): %s; the streaming offset %s",
             config.topic_prefix,
