@@ -8,6 +8,9 @@ queues a task whose pool does not exist (it stays *scheduled*); the provider's s
 creates the missing pool with one slot when the run starts, so both runs succeed, the created pool
 has 1 slot and a description naming its connector, the scheduler logs one line for it, and the
 user's pool keeps its 3 slots and description.
+
+A pool deleted while its connector's run is already running (the scheduler reports no event when
+that run's next task becomes *scheduled*) is created again when any other DAG run starts.
 """
 
 from __future__ import annotations
@@ -121,5 +124,85 @@ def test_missing_connector_pool_is_created_when_the_run_starts_and_existing_pool
                 if "Created the pool" in line
             ]
             assert len(created) == 1 and "mongocdc_fresh" in created[0], created
+        finally:
+            stop(stack.processes)
+
+
+PING_DAG = """
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+
+with DAG("ping", schedule=None):
+    EmptyOperator(task_id="ping")
+"""
+
+
+def test_pool_deleted_during_a_run_is_created_again_when_another_run_starts(
+    airflow_env, kafka_bootstrap, tmp_path_factory
+):
+    home = tmp_path_factory.mktemp("pooldel")
+    prefix = f"again{uuid.uuid4().hex[:6]}"
+    connectors = {
+        "connectors": [
+            {
+                "name": "again",
+                "schedule": None,
+                "config": {"topic.prefix": prefix, "collection.include.list": "shop\\.orders"},
+            }
+        ]
+    }
+    folder = dag_folder(home, connectors)
+    (folder / "ping.py").write_text(PING_DAG)
+    env = own_airflow(airflow_env, home, folder)
+    with MongoSim(mode="replset") as sim:
+        env.update(
+            {
+                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
+                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+                ),
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            }
+        )
+        stack = Stack(sim, "", kafka_bootstrap, env, home)
+        stack.client.shop.orders.insert_many([{"_id": i} for i in range(1, 5)])
+        try:
+            api = start_airflow(stack)
+            for dag_id in ("mongocdc_again_hourly", "ping"):
+                wait_for(
+                    f"the dag-processor did not register {dag_id}",
+                    lambda dag_id=dag_id: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
+                )
+                patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+                assert patched.status_code == 200, patched.text
+            run_id = trigger(api, "mongocdc_again_hourly", datetime.now(timezone.utc).isoformat())
+
+            def state(task_id: str) -> str | None:
+                path = f"/api/v2/dags/mongocdc_again_hourly/dagRuns/{run_id}/taskInstances/{task_id}"
+                return api.call("GET", path).json().get("state")
+
+            # The run started with its pool created; delete the pool while the snapshot runs.
+            wait_for(
+                "the snapshot did not start",
+                lambda: state("snapshot") in ("queued", "running", "success"),
+                timeout=QUEUE_TIMEOUT_S,
+            )
+            assert state("snapshot") != "success", "the snapshot ended before the pool could be deleted"
+            deleted = api.call("DELETE", "/api/v2/pools/mongocdc_again")
+            assert deleted.status_code == 204, deleted.text
+            # The window becomes scheduled in a pool that does not exist; nothing starts a run.
+            wait_for(
+                "the window did not become scheduled after the snapshot",
+                lambda: state("snapshot") == "success" and state("window") == "scheduled",
+                timeout=600,
+            )
+            assert api.call("GET", "/api/v2/pools/mongocdc_again").status_code == 404
+
+            ping = trigger(api, "ping", datetime.now(timezone.utc).isoformat())
+            assert_all_tasks_succeed(api, "ping", ping)
+            assert_all_tasks_succeed(api, "mongocdc_again_hourly", run_id)
+            pool = api.call("GET", "/api/v2/pools/mongocdc_again").json()
+            assert pool.get("slots") == 1, pool
+            assert reads(kafka_bootstrap, f"{prefix}.shop.orders") == 4
         finally:
             stop(stack.processes)
