@@ -1093,9 +1093,10 @@ class StreamWindow:
         summary = {"id": progress.request_id, "chunks": 0, "documents": 0, "dropped": 0}
         reader = ChunkReader(self.client, config) if progress.running else None
         read = 0
-        while (
-            progress.running and time.monotonic() < deadline and (not max_documents or read < max_documents)
-        ):
+        # The first chunk starts at the budget's start; each next one only while the budget lasts.
+        while progress.running and budget_s > 0 and (not max_documents or read < max_documents):
+            if summary["chunks"] and time.monotonic() >= deadline:
+                break
             size = config.incremental_snapshot_chunk_size
             if max_documents:
                 size = min(size, max_documents - read)
