@@ -1,0 +1,139 @@
+"""Incremental snapshot requests: the trigger form's modes and filters, the request's life cycle
+(start, stop, replacement), and the chunk queries over mixed _id types."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from bson.objectid import ObjectId
+
+from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.incremental import (
+    COMPLETED,
+    RUNNING,
+    STOPPED,
+    IncrementalProgress,
+    IncrementalRequest,
+    after_query,
+    reconcile,
+)
+from airflow_provider_mongocdc.operators.base import parse_connector_config
+from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, merged_request
+
+pytestmark = pytest.mark.unit
+
+CONFIG = '{"topic.prefix": "shop", "collection.include.list": "shop\\\\..*"}'
+
+
+def decide(monkeypatch, gap: bool = False, **kwargs):
+    operator = MongoResnapshotOperator(task_id="resnapshot", connector_config=CONFIG, **kwargs)
+    found = SimpleNamespace(
+        gap=gap, describe=lambda: "rs0 purged", to_dict=lambda: {"gap_partitions": ["rs0"]}
+    )
+    monkeypatch.setattr(operator, "check_gap", lambda config: found)
+    return operator.decide(parse_connector_config(CONFIG))
+
+
+def test_incremental_mode_takes_collections_and_a_filter_per_collection(monkeypatch):
+    decision = decide(
+        monkeypatch,
+        mode="incremental",
+        collections=["shop.orders"],
+        filters='{"shop.orders": {"status": "open"}}',
+    )
+    assert decision["mode"] == "incremental" and decision["collections"] == ["shop.orders"]
+    assert decision["filters"] == {"shop.orders": {"status": "open"}}
+    assert decision["reset_offset"] is False
+
+
+def test_incremental_mode_after_an_oplog_gap_becomes_a_blocking_gap_resnapshot(monkeypatch):
+    decision = decide(monkeypatch, gap=True, mode="incremental")
+    assert decision["mode"] == "gap" and decision["reset_offset"] is True and decision["filters"] == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "manual", "filters": {"shop.orders": {"a": 1}}}, "Filters apply to mode incremental only"),
+        ({"mode": "stop", "collections": ["shop.orders"]}, "Mode stop ends the whole running"),
+        ({"mode": "incremental", "filters": "[1, 2]"}, "Filters must be an object"),
+        ({"mode": "incremental", "filters": "{not json"}, "Filters is not JSON"),
+        ({"mode": "incremental", "filters": {"orders": {}}}, "`orders` is not `<database>.<collection>`"),
+        ({"mode": "incremental", "filters": {"shop.orders": "{bad"}}, "The filter of shop.orders is not"),
+        ({"mode": "incremental", "filters": {"shop.orders": [1]}}, "must be a query document"),
+        ({"mode": "sometimes"}, "Unknown re-snapshot mode"),
+    ],
+)
+def test_form_mistakes_are_refused_in_words(monkeypatch, kwargs, message):
+    with pytest.raises(ConfigError) as raised:
+        decide(monkeypatch, **kwargs)
+    assert message in str(raised.value)
+
+
+def test_a_filter_must_name_a_requested_collection():
+    with pytest.raises(ConfigError, match="not among the collections to copy"):
+        IncrementalRequest.new(["shop.orders"], {"shop.customers": {"vip": True}})
+
+
+def test_stop_mode_is_a_decision_without_a_gap_check(monkeypatch):
+    operator = MongoResnapshotOperator(task_id="resnapshot", connector_config=CONFIG, mode="stop")
+    monkeypatch.setattr(operator, "check_gap", lambda config: pytest.fail("stop must not check the oplog"))
+    assert operator.decide(parse_connector_config(CONFIG))["mode"] == "stop"
+
+
+def resolve(names):
+    return list(names) or ["shop.customers", "shop.orders"]
+
+
+def test_a_new_request_starts_with_its_collections_and_every_captured_one_when_empty():
+    request = IncrementalRequest.new([], reason="all")
+    progress = reconcile(None, request, resolve)
+    assert progress.status == RUNNING and progress.pending == ("shop.customers", "shop.orders")
+    assert progress.request_id == request.request_id
+    assert reconcile(progress, request, resolve) is progress  # the same request goes on
+
+
+def test_a_stop_request_ends_the_running_snapshot_and_a_new_request_replaces_it():
+    first = IncrementalRequest.new(["shop.orders"])
+    progress = reconcile(None, first, resolve)
+    stopped = reconcile(progress, first.stopped(), resolve)
+    assert stopped.status == STOPPED and stopped.message == "stopped on request"
+    second = IncrementalRequest.new(["shop.customers"])
+    replaced = reconcile(progress, second, resolve)
+    assert replaced.request_id == second.request_id and replaced.pending == ("shop.customers",)
+    # A stop of a request this partition never started changes nothing.
+    assert reconcile(None, first.stopped(), resolve) is None
+
+
+def test_a_request_for_no_collection_completes_at_once():
+    progress = reconcile(None, IncrementalRequest.new([]), lambda names: [])
+    assert progress.status == COMPLETED and progress.message == "no collection to copy"
+
+
+def test_progress_survives_its_stored_json():
+    progress = IncrementalProgress(
+        "incremental-1", pending=("shop.a",), current="shop.b", last_key='{"$numberInt": "5"}', documents=7
+    )
+    assert IncrementalProgress.from_json(progress.to_json()) == progress
+
+
+def test_a_new_request_while_one_runs_copies_both():
+    running = IncrementalProgress(
+        "incremental-1", pending=("shop.orders",), filters={"shop.orders": '{"a": 1}'}
+    )
+    merged = merged_request(["shop.customers"], {}, "more", running)
+    assert merged.collections == ("shop.customers", "shop.orders")
+    assert merged.filters == {"shop.orders": '{"a": {"$numberInt": "1"}}'}
+    # A running copy of every collection stays a copy of every collection.
+    everything = IncrementalProgress("incremental-2", pending=())
+    assert merged_request(["shop.customers"], {}, "", everything).collections == ()
+
+
+def test_chunk_queries_follow_the_bson_order_across_id_types():
+    assert after_query(5, 90) == {"_id": {"$gt": 5, "$lte": 90}}
+    oid = ObjectId()
+    assert after_query(5, oid) == {
+        "$expr": {"$and": [{"$gt": ["$_id", {"$literal": 5}]}, {"$lte": ["$_id", {"$literal": oid}]}]}
+    }
+    assert after_query(None, oid) == {"$expr": {"$lte": ["$_id", {"$literal": oid}]}}
