@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from bson import json_util
 from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.timefmt import parse_iso
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -175,14 +175,14 @@ def parse_cluster_time(text: str) -> Timestamp:
     if value.isdigit():
         return Timestamp(int(value), 0)
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = parse_iso(value)
     except ValueError:
+        moment = None
+    if moment is None:
         raise ConfigError(
             f"Cannot read cluster time {text!r}",
             fix="give seconds:increment (1714557600:1) or an ISO time (2024-05-01T10:00:00Z)",
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        )
     return Timestamp(int(moment.timestamp()), 0)
 
 

@@ -49,7 +49,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-DEFAULT_NAME = "default"
+from airflow_provider_mongocdc.core.dag_ids import DEFAULT_NAME, dag_ids
+
 CONNECTOR_CONFIG_VARIABLE = "mongocdc_connector_config"
 CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
 POOL_ENV = "MONGOCDC_POOL"
@@ -77,12 +78,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 class ConnectorEntryError(ValueError):
     """A connector entry of the list is not valid (reported as an import error of the DAG file)."""
-
-
-def dag_ids(name: str) -> dict[str, str]:
-    """The DAG ids of connector ``name``: ``hourly``, ``resnapshot``, ``watchdog``."""
-    base = "mongocdc" if name == DEFAULT_NAME else f"mongocdc_{name}"
-    return {kind: f"{base}_{kind}" for kind in ("hourly", "resnapshot", "watchdog")}
 
 
 def gap_run_id(report: Any) -> str:

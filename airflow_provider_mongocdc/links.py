@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, conf
 
-RESNAPSHOT_DAG_ID = "mongocdc_resnapshot"
+from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT as RESNAPSHOT_DAG_ID
 
 
 def dag_url(dag_id: str) -> str:

@@ -5,6 +5,7 @@ connector (its Variable or inline properties, connection ids, pool, schedule and
 
 from __future__ import annotations
 
+from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT as RESNAPSHOT_DAG_ID  # noqa: F401
 from airflow_provider_mongocdc.dags import (  # noqa: F401
     CONNECTOR_CONFIG_ENV,
     CONNECTOR_CONFIG_VARIABLE,
@@ -15,5 +16,3 @@ from airflow_provider_mongocdc.dags import (  # noqa: F401
     dag_ids,
     gap_run_id,
 )
-
-RESNAPSHOT_DAG_ID = dag_ids("default")["resnapshot"]

@@ -10,7 +10,8 @@ for servers behind a proxy).
 The first contact is retried with exponential backoff (``connect.backoff.initial.delay.ms``,
 ``connect.backoff.max.delay.ms``, ``connect.max.attempts``; see :mod:`.backoff`). Wrong credentials
 fail at once with :class:`AuthenticationError`; a standalone server fails at once with
-:class:`TopologyError`. Passwords never appear in messages, logs or ``repr``.
+:class:`TopologyError`. Passwords never appear in messages, logs or ``repr`` (:mod:`.redaction`;
+``redact_uri`` stays importable from here).
 
 Clients decode dates with ``datetime_conversion=DATETIME_AUTO`` (whatever the connection's options
 say): MongoDB stores any signed 64-bit count of milliseconds, and a date outside Python's years
@@ -20,7 +21,6 @@ say): MongoDB stores any signed 64-bit count of milliseconds, and a date outside
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -42,38 +42,12 @@ from airflow_provider_mongocdc.core.errors import (
     ConnectionFailedError,
     TopologyError,
 )
+from airflow_provider_mongocdc.core.redaction import error_text, redact_uri
 
 log = logging.getLogger(__name__)
 
 AUTHENTICATION_FAILED = 18
 DEFAULT_PORT = 27017
-_DRIVER_NOISE = re.compile(r"\s*\(configured timeouts:[^)]*\)")
-
-# Credentials inside text (see redact_uri). Userinfo: the password runs to the last "@" before the
-# next blank or quote, so that an unescaped "@", "/" or "?" in it does not leave a part visible.
-_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)([^:@/?#\s'\"]*):([^\s'\"]*)@")
-_SECRET_WORD = r"(?:password|passwd|pwd|secret|token|credential)"
-# name=value where the name says secret (password=, sasl.password=, tlsCertificateKeyFilePassword=).
-_SECRET_OPTION = re.compile(
-    rf"(?<![\w.\-])([\w.\-]*{_SECRET_WORD}[\w.\-]*\s*=\s*)(\"[^\"]*\"|'[^']*'|[^&\s'\"]+)", re.IGNORECASE
-)
-# NAME:value pairs of authMechanismProperties (AWS_SESSION_TOKEN:..., also URL-encoded: %3A, %2C).
-_SECRET_PROPERTY = re.compile(
-    rf"(?<![\w/])(\w*{_SECRET_WORD}\w*(?::|%3A))((?:(?!%2C)[^,&\s'\"])+)", re.IGNORECASE
-)
-
-
-def redact_uri(text: str) -> str:
-    """``text`` with every credential inside it replaced by ``***``: the password of any
-    ``scheme://user:password@`` URI (user names are kept), password-like options
-    (``password=``, ``sasl.password=``, ``...Password=``, ``...token=``, ``...secret=``) and
-    secret authentication properties (``authMechanismProperties=AWS_SESSION_TOKEN:...``).
-
-    The one place that hides credentials in connection strings, error messages and logged values.
-    """
-    text = _USERINFO.sub(r"\1\2:***@", text)
-    text = _SECRET_OPTION.sub(r"\1***", text)
-    return _SECRET_PROPERTY.sub(r"\1***", text)
 
 
 def split_hosts(hosts: str) -> tuple[str | None, list[str]]:
@@ -357,18 +331,11 @@ def authentication_error(details: MongoConnectionDetails, error: BaseException) 
     return AuthenticationError(
         f"MongoDB at {', '.join(details.seeds())} refused the credentials"
         + (f" of user {user!r}" if user else ""),
-        cause=f"AuthenticationFailed (code 18) with authentication database {source!r}: {_error_text(error)}",
+        cause=f"AuthenticationFailed (code 18) with authentication database {source!r}: "
+        + error_text(error, brief=True),
         fix="check the user name and password of the MongoDB connection, and that the user is "
         f"defined in the authentication database (mongodb.authsource, now {source!r})",
     )
-
-
-def _error_text(error: BaseException) -> str:
-    text = str(error)
-    if isinstance(error, OperationFailure) and error.details:
-        text = error.details.get("errmsg", text)
-    text = text.split(", Timeout:")[0].split(", full error:")[0]
-    return redact_uri(_DRIVER_NOISE.sub("", text))
 
 
 def connect(
@@ -401,7 +368,7 @@ def connect(
         log.warning(
             "MongoDB at %s not reachable (%s); reconnection attempt %d of %d in %s",
             details.describe(),
-            _error_text(error),
+            error_text(error, brief=True),
             number,
             policy.max_attempts,
             format_duration_ms(delay_ms),
@@ -415,7 +382,7 @@ def connect(
             raise authentication_error(details, error) from None
         raise ConnectionFailedError(
             f"MongoDB at {details.describe()} refused the first command",
-            cause=_error_text(error),
+            cause=error_text(error, brief=True),
             fix="check the MongoDB connection settings and the user's roles",
         ) from None
     except ConnectionFailure as error:
@@ -423,7 +390,7 @@ def connect(
         raise ConnectionFailedError(
             f"Could not connect to MongoDB at {details.describe()} after {policy.max_calls} attempts "
             f"over {format_duration_ms(waited)}",
-            cause=_error_text(error),
+            cause=error_text(error, brief=True),
             fix=_connection_fix(details, error, require_primary, policy),
         ) from None
 

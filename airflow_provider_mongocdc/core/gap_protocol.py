@@ -31,7 +31,6 @@ from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import (
     AUTHENTICATION_FAILED,
     MongoConnectionDetails,
-    redact_uri,
 )
 from airflow_provider_mongocdc.core.errors import (
     AuthenticationError,
@@ -43,6 +42,7 @@ from airflow_provider_mongocdc.core.gap_plan import Layout, Probe, layout_from_h
 from airflow_provider_mongocdc.core.gap_report import HISTORY_LOST, RESUMABLE, GapReport, assess
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.oplog_span import OplogSpan, span_from_documents
+from airflow_provider_mongocdc.core.redaction import error_text
 from airflow_provider_mongocdc.core.topology import ShardAddress
 
 # How long the stream check waits for the first batch (it reads one batch at most).
@@ -162,13 +162,6 @@ async def adrive(exchange: Exchange[T], perform: Callable[[Operation], Awaitable
 
 
 # -- errors -----------------------------------------------------------------------------------------
-def error_text(error: BaseException) -> str:
-    text = str(error)
-    if isinstance(error, OperationFailure) and error.details:
-        text = str(error.details.get("errmsg", text))
-    return redact_uri(text.split(", full error:")[0])
-
-
 def _layout_refused(error: OperationFailure, where: str) -> MongoCdcError:
     if error.code == AUTHENTICATION_FAILED:
         return AuthenticationError(

@@ -24,7 +24,8 @@ from airflow_provider_mongocdc.core.offsets import (
     Position,
     timestamp_datetime,
 )
-from airflow_provider_mongocdc.core.oplog_span import OplogSpan, iso_time, ts_json
+from airflow_provider_mongocdc.core.oplog_span import OplogSpan, ts_json
+from airflow_provider_mongocdc.core.timefmt import iso_z
 
 # Partition statuses.
 OK, GAP, NO_OFFSET, NO_POSITION, SNAPSHOT_RUNNING = (
@@ -75,9 +76,9 @@ class PartitionCheck:
             "offset_key": self.partition.to_dict(),
             "status": self.status,
             "stored_cluster_time": ts_json(ts),
-            "stored_time": iso_time(timestamp_datetime(ts)),
-            "oldest_oplog_time": iso_time(timestamp_datetime(self.oldest)),
-            "newest_oplog_time": iso_time(timestamp_datetime(self.newest)),
+            "stored_time": iso_z(timestamp_datetime(ts)),
+            "oldest_oplog_time": iso_z(timestamp_datetime(self.oldest)),
+            "newest_oplog_time": iso_z(timestamp_datetime(self.newest)),
             "lost_seconds": self.lost_seconds,
             "headroom_seconds": self.headroom_seconds,
             "stream": self.stream,
@@ -166,7 +167,7 @@ def assess(
         for span in purged_spans:
             evidence.append(
                 f"the oldest entry in the oplog of {span.replica_set} is "
-                f"{iso_time(timestamp_datetime(span.oldest))}, after the stored position"
+                f"{iso_z(timestamp_datetime(span.oldest))}, after the stored position"
             )
         lost_text = (
             f"{_duration(lost)} of history lost"
@@ -245,7 +246,7 @@ class GapReport:
         return {
             "connector": self.connector,
             "offsets_topic": self.offsets_topic,
-            "detected_at": iso_time(self.detected_at),
+            "detected_at": iso_z(self.detected_at),
             "gap": self.gap,
             "gap_partitions": [check.partition.rs for check in self.gaps],
             "lost_seconds": max(

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.offsets import timestamp_datetime
+from airflow_provider_mongocdc.core.timefmt import iso_z
 
 INITIATING_SET = "initiating set"  # o.msg of the no-op that starts a new replica set's oplog
-
-
-def iso_time(value: datetime | None) -> str | None:
-    """``2024-05-01T12:00:00Z`` (UTC), or None."""
-    if value is None:
-        return None
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def ts_json(ts: Timestamp | None) -> dict[str, int] | None:
@@ -114,9 +107,9 @@ class OplogSpan:
         return {
             "replica_set": self.replica_set,
             "oldest": ts_json(self.oldest),
-            "oldest_time": iso_time(timestamp_datetime(self.oldest)),
+            "oldest_time": iso_z(timestamp_datetime(self.oldest)),
             "newest": ts_json(self.newest),
-            "newest_time": iso_time(timestamp_datetime(self.newest)),
+            "newest_time": iso_z(timestamp_datetime(self.newest)),
             "window_seconds": self.window_seconds,
             "size_bytes": self.size_bytes,
             "max_size_bytes": self.max_size_bytes,

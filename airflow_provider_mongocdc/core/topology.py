@@ -35,6 +35,7 @@ from airflow_provider_mongocdc.core.connection import (
     standalone_error,
 )
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, TopologyError
+from airflow_provider_mongocdc.core.timefmt import iso_z
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,6 @@ CLUSTER_PARTITION = "cluster"
 # client_factory(None) -> a client of the configured deployment;
 # client_factory(ShardAddress) -> a client of one shard's replica set.
 ClientFactory = Callable[[Union["ShardAddress", None]], MongoClient]
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _ts_datetime(ts: Timestamp | None) -> datetime | None:
@@ -100,11 +97,11 @@ class OplogWindow:
     def to_dict(self) -> dict[str, Any]:
         return {
             "oldest": _ts_dict(self.oldest),
-            "oldest_time": _iso(self.oldest_time),
+            "oldest_time": iso_z(self.oldest_time),
             "newest": _ts_dict(self.newest),
-            "newest_time": _iso(self.newest_time),
-            "oldest_wall": _iso(self.oldest_wall),
-            "newest_wall": _iso(self.newest_wall),
+            "newest_time": iso_z(self.newest_time),
+            "oldest_wall": iso_z(self.oldest_wall),
+            "newest_wall": iso_z(self.newest_wall),
             "window_seconds": self.window_seconds,
             "size_bytes": self.size_bytes,
             "max_size_bytes": self.max_size_bytes,
@@ -213,7 +210,7 @@ class Topology:
             "kind": self.kind,
             "via": self.via,
             "server_version": self.server_version,
-            "discovered_at": _iso(self.discovered_at),
+            "discovered_at": iso_z(self.discovered_at),
             "replica_sets": [rs.to_dict() for rs in self.replica_sets],
             "shards": [shard.to_dict() for shard in self.shards],
         }

@@ -14,6 +14,7 @@ from airflow_provider_mongocdc.core.backoff import (
     DEFAULT_MAX_DELAY_MS,
     BackoffPolicy,
 )
+from airflow_provider_mongocdc.core.booleans import parse_bool
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
 from airflow_provider_mongocdc.core.topology import Topology, discover
@@ -32,18 +33,7 @@ def _extra(extras: dict[str, Any], conn_type: str, name: str, default: Any = Non
 
 
 def _bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(
-        f"The MongoDB connection field {name!r} must be true or false",
-        cause=f"got {value!r}",
-        fix=f"set {name} to true or false",
-    )
+    return parse_bool(value, name, problem=f"The MongoDB connection field {name!r} must be true or false")
 
 
 def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:

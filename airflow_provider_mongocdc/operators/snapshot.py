@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException
 
+from airflow_provider_mongocdc.core.booleans import parse_bool
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.lease import SNAPSHOT
@@ -138,15 +139,12 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
 
 
 def _as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no", "none", ""):
+    if value is None or str(value).strip().lower() in ("none", ""):  # an empty templated value
         return False
-    from airflow_provider_mongocdc.core.errors import ConfigError
-
-    raise ConfigError(
-        f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false"
+    return parse_bool(
+        value,
+        name,
+        problem=f"The snapshot parameter {name}={value!r} is not a boolean",
+        cause=None,
+        fix=f"pass {name} as true or false",
     )

@@ -12,10 +12,11 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT
 from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
-from airflow_provider_mongocdc.links import RESNAPSHOT_DAG_ID, ResnapshotTriggerLink
+from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
 
@@ -89,7 +90,7 @@ class OplogGapSensor(BaseSensorOperator):
         connect_max_attempts: int = 2,
         connector: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        resnapshot_dag_id: str = RESNAPSHOT_DAG_ID,
+        resnapshot_dag_id: str = RESNAPSHOT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -27,10 +27,10 @@ from pymongo.errors import PyMongoError
 
 from airflow_provider_mongocdc.core import errors
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.connection import redact_uri
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, MongoCdcError
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import AsyncGapChecker, GapReport
+from airflow_provider_mongocdc.core.redaction import redact_uri
 
 
 def error_event(error: MongoCdcError) -> TriggerEvent:
