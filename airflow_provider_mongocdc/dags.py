@@ -4,35 +4,15 @@ A DAG file (see ``dags/mongocdc_connectors.py``) calls::
 
     globals().update(connector_dags(path=Path(__file__).with_name("mongocdc_connectors.json")))
 
-The list is a JSON file: ``{"connectors": [<entry>, ...]}`` (or a bare list of entries). An entry:
-
-``name`` (required)
-    Letters, digits and ``_``. The DAG ids are ``mongocdc_<name>_hourly``, ``mongocdc_<name>_resnapshot``
-    and ``mongocdc_<name>_watchdog``; the connector named ``default`` keeps ``mongocdc_hourly``,
-    ``mongocdc_resnapshot`` and ``mongocdc_watchdog``.
-``config`` or ``config_variable``
-    The connector configuration (Debezium property names): inline as a JSON object, or the name of
-    an Airflow Variable holding it (default ``mongocdc_<name>_connector_config``; for ``default``:
-    ``mongocdc_connector_config``, else the environment variable ``MONGOCDC_CONNECTOR_CONFIG``).
-    A Variable is read when a task runs (through the macro ``mongocdc_connector_config()`` in the
-    templated fields), never while Airflow parses the DAG files.
-``conn_ids``
-    ``{"mongo": ..., "kafka": ..., "spark": ...}``; defaults ``mongocdc_default``,
-    ``kafka_default``, ``spark_default``. (For ``default`` only, the Variables
-    ``mongocdc_mongo_conn_id``, ``mongocdc_kafka_conn_id``, ``mongocdc_spark_conn_id`` override
-    them at run time, as before.)
-``pool``
-    The pool of the connector's snapshot, re-snapshot and window tasks (default ``mongocdc_<name>``;
-    for ``default`` the environment variable ``MONGOCDC_POOL`` when set, else ``mongocdc_default``).
-    With one slot the tasks queue one after the other. A missing pool is created with one slot
-    when a run starts, by the provider's scheduler plugin
-    (:mod:`airflow_provider_mongocdc.plugins.pools`): Airflow 3.3 never queues a task whose pool
-    does not exist, and a task cannot create it (task processes have no metadata database
-    access). An existing pool is never changed: size it with ``airflow pools set <pool> <slots>
-    "<description>"``. Each DAG's documentation names its pool.
-``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``
-    Of the hourly DAG (default ``@hourly``) and the watchdog (default every 10 minutes); the start
-    date (ISO 8601, default 2026-01-01) and extra tags.
+The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries). An entry's
+keys: ``name`` (required; letters, digits and ``_``), ``config`` (the properties inline) or
+``config_variable`` (an Airflow Variable holding them, read when a task runs through the macro
+``mongocdc_connector_config()``, never while the DAG files are parsed), ``conn_ids``, ``pool``,
+``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``; the README ("The example DAGs") gives
+each one's default. The DAG ids are ``mongocdc_<name>_hourly``, ``_resnapshot``, ``_watchdog``;
+the connector ``default`` keeps ``mongocdc_hourly``, ``mongocdc_resnapshot``, ``mongocdc_watchdog``
+(:mod:`.core.dag_ids`). A missing pool is created when a run starts by the scheduler plugin
+(:mod:`airflow_provider_mongocdc.plugins.pools`); an existing one is never changed.
 
 An entry that is not valid yields no DAGs but one import error of the DAG file naming the entry
 (the other connectors' DAGs still load): the factory returns a placeholder DAG for it that fails

@@ -1,24 +1,15 @@
-"""Assets and OpenLineage datasets of the snapshot and window tasks (Airflow adapters; core stays
-Airflow-free).
+"""Assets and OpenLineage datasets of the snapshot and window tasks (core stays Airflow-free).
 
-Assets: one Asset per connector, ``mongocdc://<topic.prefix>`` (name ``mongocdc.<topic.prefix>``).
-A connector's run writes to many topics (one per captured collection, plus the transaction and
-heartbeat topics), and the collections a connector captures are regular expressions, so the topics
-are not known when the DAG is parsed; nor is the Kafka bootstrap, which lives in a connection that
-should not be read at parse time. A connector Asset is known from ``topic.prefix`` alone, stays the
-same when brokers move, and a consumer DAG scheduled on it runs after the connector's windows and
-the snapshots that copied data. A window's outlet is the Asset itself when ``topic.prefix`` is known
-at parse time (every window moves the connector on, even without changes); a snapshot's outlet, and
-any task's whose configuration is templated, is the AssetAlias ``mongocdc``, to which the run attaches
-the connector's Asset (a snapshot only when it copied data, not when ``snapshot.mode`` found nothing
-to do). The run's detail travels in the asset event's ``extra``: events (or documents) per
-collection and per topic, the end position, the window end. Per-topic detail for lineage tools
-goes through OpenLineage (below), with the Kafka topic names OpenLineage's naming spec gives.
+One Asset per connector, ``mongocdc://<topic.prefix>`` (name ``mongocdc.<topic.prefix>``): a
+window's outlet when ``topic.prefix`` is known at parse time; otherwise, and for snapshots, the
+AssetAlias ``mongocdc``, to which the run attaches the connector's Asset (a snapshot only when it
+copied data). The asset event's ``extra`` is the run's summary (events or documents per collection
+and per topic, end position, window end).
 
-OpenLineage (``pip install airflow-provider-mongocdc[openlineage]``): inputs are the MongoDB
-collections a run read, namespace ``mongodb://<host>:<port>`` (the first seed host), name
-``<db>.<collection>``; outputs are the Kafka topics it wrote, namespace
-``kafka://<first bootstrap server>``, name the topic.
+OpenLineage (``pip install airflow-provider-mongocdc[openlineage]``): inputs are the collections a
+run read (namespace ``mongodb://<first seed host>:<port>``, name ``<db>.<collection>``), outputs the
+topics it wrote (namespace ``kafka://<first bootstrap server>``, name the topic).
+Why one Asset per connector rather than per topic: docs/design.md, "Assets and lineage".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Metrics of the snapshot and window tasks and the oplog gap sensor, sent through Airflow's Stats.
 
-Airflow's metrics backend (StatsD, Datadog or OpenTelemetry, ``[metrics]`` in airflow.cfg) carries
-them; with metrics off they cost nothing. Every metric is sent twice, like Airflow's own metrics
-with ``legacy_names_on``: under its name with the tag ``connector=<topic.prefix>`` (for backends
-with tags), and under ``<name>.<topic.prefix>`` (for plain StatsD, which drops tags).
+Each metric goes out twice, like Airflow's own metrics with ``legacy_names_on``: under its name with
+the tag ``connector=<topic.prefix>`` (backends with tags) and under ``<name>.<topic.prefix>`` (plain
+StatsD drops tags). Counters: ``mongocdc.window.events``, ``mongocdc.window.bytes``,
+``mongocdc.snapshot.documents``, ``mongocdc.snapshot.bytes``, ``mongocdc.oplog.gap_detected`` (1 per
+check that found a purged position). Gauges: ``mongocdc.window.lag_ms`` (a window's largest lag,
+processing time minus cluster time) and ``mongocdc.oplog.headroom_hours`` (hours before the oldest
+stored position is purged at the current oplog rate). The README's table says what each measures.
 
-=====================================  =======  ============================================
-name                                   type     value
-=====================================  =======  ============================================
-``mongocdc.window.events``             counter  events a window wrote (data, tombstones, ...)
-``mongocdc.window.bytes``              counter  bytes of the events a window wrote
-``mongocdc.window.lag_ms``             gauge    a window's largest lag (processing time minus
-                                                the change's cluster time), ms
-``mongocdc.snapshot.documents``        counter  documents a snapshot copied
-``mongocdc.snapshot.bytes``            counter  bytes of the read events a snapshot wrote
-``mongocdc.oplog.headroom_hours``      gauge    hours before the oldest stored position is
-                                                purged at the current oplog rate (sensor)
-``mongocdc.oplog.gap_detected``        counter  1 each time the sensor finds a purged position
-=====================================  =======  ============================================
-
-A failure to send a metric never fails the task: it is logged and the run goes on.
+With metrics off they cost nothing; a failure to send a metric is logged and never fails the task.
 """
 
 from __future__ import annotations

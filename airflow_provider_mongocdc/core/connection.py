@@ -1,21 +1,16 @@
 """Connecting to MongoDB: connection details, a pymongo client, and a retried first contact.
 
 The details mirror Debezium's connection properties: a seed list (``mongodb.hosts``, optionally
-``rs0/host1:27017,host2:27017``) or a connection string (``mongodb.connection.string``), the
-replica set name, ``mongodb.user`` / ``mongodb.password``, ``mongodb.authsource``,
-``mongodb.ssl.enabled``, ``mongodb.ssl.invalid.hostname.allowed`` and
-``mongodb.members.auto.discover`` (false: talk to the first seed only, with ``directConnection``,
-for servers behind a proxy).
+``rs0/host1:27017,host2:27017``) or ``mongodb.connection.string``, the replica set name,
+``mongodb.user`` / ``mongodb.password`` / ``mongodb.authsource``, ``mongodb.ssl.enabled``,
+``mongodb.ssl.invalid.hostname.allowed`` and ``mongodb.members.auto.discover`` (false: the first
+seed only, with ``directConnection``, for servers behind a proxy).
 
-The first contact is retried with exponential backoff (``connect.backoff.initial.delay.ms``,
-``connect.backoff.max.delay.ms``, ``connect.max.attempts``; see :mod:`.backoff`). Wrong credentials
-fail at once with :class:`AuthenticationError`; a standalone server fails at once with
-:class:`TopologyError`. Passwords never appear in messages, logs or ``repr`` (:mod:`.redaction`;
-``redact_uri`` stays importable from here).
-
-Clients decode dates with ``datetime_conversion=DATETIME_AUTO`` (whatever the connection's options
-say): MongoDB stores any signed 64-bit count of milliseconds, and a date outside Python's years
-1-9999 is returned as :class:`bson.datetime_ms.DatetimeMS` instead of failing the read.
+The first contact is retried per :mod:`.backoff`; wrong credentials (:class:`AuthenticationError`)
+and a standalone server (:class:`TopologyError`) fail at once. Passwords never appear in messages,
+logs or ``repr`` (:mod:`.redaction`; ``redact_uri`` stays importable from here). Clients decode
+dates with ``DATETIME_AUTO`` whatever the connection's options say: a date outside Python's years
+1-9999 comes back as :class:`bson.datetime_ms.DatetimeMS` instead of failing the read.
 """
 
 from __future__ import annotations
