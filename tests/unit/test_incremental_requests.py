@@ -137,3 +137,16 @@ def test_chunk_queries_follow_the_bson_order_across_id_types():
         "$expr": {"$and": [{"$gt": ["$_id", {"$literal": 5}]}, {"$lte": ["$_id", {"$literal": oid}]}]}
     }
     assert after_query(None, oid) == {"$expr": {"$lte": ["$_id", {"$literal": oid}]}}
+
+
+def test_a_gap_resnapshot_that_moves_the_offset_ends_a_running_incremental_snapshot():
+    from airflow_provider_mongocdc.core.incremental import superseded_incremental
+    from airflow_provider_mongocdc.core.offsets import OffsetState
+
+    running = IncrementalProgress("incremental-1", pending=("shop.orders",), documents=12)
+    state = superseded_incremental(OffsetState(incremental=running.to_json()), "20261124T000000Z-abcd")
+    ended = IncrementalProgress.from_json(state.incremental)
+    assert ended.status == STOPPED and ended.documents == 12
+    assert ended.message == "superseded by the blocking snapshot 20261124T000000Z-abcd"
+    completed = OffsetState(incremental=running.finish(COMPLETED).to_json())
+    assert superseded_incremental(completed, "x") is completed
