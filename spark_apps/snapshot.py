@@ -16,10 +16,10 @@ connection details, the Kafka configuration and these parameters:
     always`` decides it itself (without ``force``): a stored offset still in the oplog is kept, so
     the next window streams every change since the previous one; a purged one is reset.
 
-Steps (:mod:`airflow_provider_mongocdc.core.snapshot_assessment`, then
-:mod:`airflow_provider_mongocdc.core.snapshot`): decide per ``snapshot.mode``; record the stream
-position, plan the chunks and commit "snapshot started" with the plan; copy the chunks in Spark
-tasks (``snapshot.max.threads`` at a time), the final chunk last; commit the completed snapshot.
+Steps (``core.snapshot_assessment``, then ``core.snapshot_plan`` and ``core.snapshot_copy``):
+decide per ``snapshot.mode``; record the stream position, plan the chunks and commit "snapshot
+started" with the plan; copy the chunks in Spark tasks (``snapshot.max.threads`` at a time), the
+final chunk last; commit the completed snapshot.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     from airflow_provider_mongocdc.core.config import ConnectorConfig
     from airflow_provider_mongocdc.core.connection import connect
     from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
-    from airflow_provider_mongocdc.core.snapshot import Chunk, ChunkCopier, ChunkResult
     from airflow_provider_mongocdc.core.snapshot_assessment import connection_details
+    from airflow_provider_mongocdc.core.snapshot_copy import ChunkCopier, ChunkResult
+    from airflow_provider_mongocdc.core.snapshot_plan import Chunk
 
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
@@ -98,7 +99,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
 
 # -- the job ------------------------------------------------------------------------------------------
 def job(spark, spec: JobSpec) -> dict[str, Any]:
-    from airflow_provider_mongocdc.core.snapshot import control_transactional_id
+    from airflow_provider_mongocdc.core.snapshot_copy import control_transactional_id
     from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
     config = ConnectorConfig.from_properties(spec.connector)
@@ -168,7 +169,7 @@ class SnapshotRun:
 
     # -- outcomes --
     def execute(self, decision) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.snapshot import NOTHING, RECORD_POSITION, RESUME
+        from airflow_provider_mongocdc.core.snapshot_decision import NOTHING, RECORD_POSITION, RESUME
 
         if decision.action == NOTHING:
             log.info("Nothing to snapshot: %s", decision.reason)
@@ -187,7 +188,7 @@ class SnapshotRun:
         snapshot completed."""
         from airflow_provider_mongocdc.core.change_stream import no_data_start_position
         from airflow_provider_mongocdc.core.offsets import OffsetState
-        from airflow_provider_mongocdc.core.snapshot import new_snapshot_id
+        from airflow_provider_mongocdc.core.snapshot_plan import new_snapshot_id
 
         snapshot_id = new_snapshot_id()
         records, after = [], {}
@@ -217,7 +218,7 @@ class SnapshotRun:
         from airflow_provider_mongocdc.core.change_stream import current_position
         from airflow_provider_mongocdc.core.filters import Filters
         from airflow_provider_mongocdc.core.offsets import OffsetState
-        from airflow_provider_mongocdc.core.snapshot import (
+        from airflow_provider_mongocdc.core.snapshot_plan import (
             build_plan,
             new_snapshot_id,
             plan_collection,
@@ -278,7 +279,8 @@ class SnapshotRun:
 
     def _resume(self, snapshot_id: str) -> dict[str, Any]:
         from airflow_provider_mongocdc.core.errors import OffsetError
-        from airflow_provider_mongocdc.core.snapshot import SnapshotPlan, data_chunks_finished, fence_chunks
+        from airflow_provider_mongocdc.core.snapshot_copy import fence_chunks
+        from airflow_provider_mongocdc.core.snapshot_plan import SnapshotPlan, data_chunks_finished
 
         markers = dict(self.everything.chunks.get((self.plan_partition, snapshot_id), {}))
         plan = SnapshotPlan.from_markers(snapshot_id, markers)
@@ -332,7 +334,8 @@ class SnapshotRun:
 
     # -- copying --
     def _copy(self, plan, starts, *, markers, resumed: bool) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.snapshot import Progress, data_chunks_finished
+        from airflow_provider_mongocdc.core.snapshot_copy import Progress
+        from airflow_provider_mongocdc.core.snapshot_plan import data_chunks_finished
 
         self.phases["plan"] = round(time.monotonic() - self.started, 3)
         progress = Progress(plan)
@@ -365,7 +368,7 @@ class SnapshotRun:
 
     def _run_tasks(self, task, chunks, threads: int, progress) -> None:
         """Copy ``chunks`` in at most ``threads`` parallel Spark tasks; log progress meanwhile."""
-        from airflow_provider_mongocdc.core.snapshot import distribute
+        from airflow_provider_mongocdc.core.snapshot_plan import distribute
 
         groups = [[chunk.to_json() for chunk in group] for group in distribute(chunks, threads)]
         began = time.monotonic()
@@ -403,7 +406,7 @@ class SnapshotRun:
 
     def _complete(self, plan, progress, starts, resumed: bool) -> dict[str, Any]:
         """All chunks committed: the recorded start becomes the streaming offset."""
-        from airflow_provider_mongocdc.core.snapshot import check_complete
+        from airflow_provider_mongocdc.core.snapshot_copy import check_complete
 
         everything = self.store.read_everything()
         markers = everything.chunks.get((self.plan_partition, plan.snapshot_id), {})

@@ -2,7 +2,7 @@
 
 Shared by the snapshot application (``spark_apps/snapshot.py``, which then copies) and
 ``MongoSnapshotOperator`` (which asks :func:`nothing_to_do` first, so that a run with nothing to do
-never starts spark-submit). The decision itself is :func:`~.snapshot.decide`.
+never starts spark-submit). The decision itself is :func:`~.snapshot_decision.decide`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import time
 from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.booleans import parse_bool
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
-from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-from airflow_provider_mongocdc.core.snapshot import NOTHING, decide, parse_namespaces, resume_point_purged
+from airflow_provider_mongocdc.core.snapshot_decision import NOTHING, decide, resume_point_purged
+from airflow_provider_mongocdc.core.snapshot_plan import parse_namespaces
 from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, REPLICA_SET, ShardAddress, discover
 
 log = logging.getLogger("airflow_provider_mongocdc")
@@ -29,16 +30,16 @@ def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoC
 
 
 def bool_param(params: dict[str, Any], name: str, default: bool) -> bool:
-    """A boolean job parameter (a bool, or the strings "true"/"false"); ``default`` when absent."""
+    """A boolean job parameter (a bool, or a word such as "true"/"false"); ``default`` when absent."""
     value = params.get(name)
     if value is None:
         return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(
-        f"The snapshot parameter {name}={value!r} is not a boolean", fix=f"pass {name} as true or false"
+    return parse_bool(
+        value,
+        name,
+        problem=f"The snapshot parameter {name}={value!r} is not a boolean",
+        cause=None,
+        fix=f"pass {name} as true or false",
     )
 
 
