@@ -30,6 +30,7 @@ from pymongo import MongoClient
 from pymongo.change_stream import ChangeStream
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig, parse_pipeline
+from airflow_provider_mongocdc.core.config_enums import CaptureScope, OversizeMode, PipelineOrder
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError, OffsetError, OversizeEventError
 from airflow_provider_mongocdc.core.filters import Filters
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
@@ -170,7 +171,7 @@ def token_cluster_time(token: Mapping[str, Any] | None) -> Timestamp | None:
 def watch_target(client: MongoClient, config: ConnectorConfig):
     """The object whose ``watch()`` opens the connector's stream: client, database or collection."""
     scope, target = config.capture_scope, config.capture_target
-    if scope == "deployment":
+    if scope == CaptureScope.DEPLOYMENT:
         return client
     if not target:
         raise ConfigError(
@@ -178,7 +179,7 @@ def watch_target(client: MongoClient, config: ConnectorConfig):
             fix="set capture.target to the database name (scope database) or to "
             "<database>.<collection> (scope collection)",
         )
-    if scope == "database":
+    if scope == CaptureScope.DATABASE:
         return client[target]
     database, _, collection = target.partition(".")
     if not collection:
@@ -197,7 +198,7 @@ def stream_pipeline(config: ConnectorConfig) -> list[dict[str, Any]]:
     pipeline: list[dict[str, Any]] = []
     mode = config.event_oversize_handling_mode
     threshold = config.cursor_oversize_skip_threshold
-    if mode == "skip" and threshold > 0:
+    if mode == OversizeMode.SKIP and threshold > 0:
         pipeline.append(
             {
                 "$match": {
@@ -211,13 +212,13 @@ def stream_pipeline(config: ConnectorConfig) -> list[dict[str, Any]]:
     internal = Filters(config).change_stream_pipeline()
     user = parse_pipeline(config.cursor_pipeline)
     order = config.cursor_pipeline_order
-    if order == "user_only":
+    if order == PipelineOrder.USER_ONLY:
         pipeline += user
-    elif order == "user_first":
+    elif order == PipelineOrder.USER_FIRST:
         pipeline += user + internal
     else:
         pipeline += internal + user
-    if mode == "split":
+    if mode == OversizeMode.SPLIT:
         pipeline.append({"$changeStreamSplitLargeEvent": {}})
     return pipeline
 
@@ -237,7 +238,7 @@ def open_stream(
     """
     options = watch_options(config, position, max_await_time_ms=max_await_time_ms)
     stream = watch_target(client, config).watch(stream_pipeline(config), session=session, **options)
-    return SplitEventStream(stream) if config.event_oversize_handling_mode == "split" else stream
+    return SplitEventStream(stream) if config.event_oversize_handling_mode == OversizeMode.SPLIT else stream
 
 
 def watch_options(

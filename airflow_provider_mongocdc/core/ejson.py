@@ -70,6 +70,8 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
+from airflow_provider_mongocdc.core.config_enums import JsonMode
+
 SEPARATORS = (",", ": ")
 
 _BASE = {"uuid_representation": UuidRepresentation.STANDARD}
@@ -78,20 +80,20 @@ _BASE = {"uuid_representation": UuidRepresentation.STANDARD}
 @cache
 def json_options(mode: str) -> JSONOptions:
     """The ``JSONOptions`` for an ``extended.json.mode`` value."""
-    if mode == "strict":
+    if mode == JsonMode.STRICT:
         return JSONOptions(
             json_mode=JSONMode.LEGACY,
             strict_number_long=True,
             datetime_representation=DatetimeRepresentation.LEGACY,
             **_BASE,
         )
-    if mode == "legacy":
+    if mode == JsonMode.LEGACY:
         return JSONOptions(
             json_mode=JSONMode.LEGACY, datetime_representation=DatetimeRepresentation.LEGACY, **_BASE
         )
-    if mode == "relaxed":
+    if mode == JsonMode.RELAXED:
         return JSONOptions(json_mode=JSONMode.RELAXED, **_BASE)
-    if mode == "canonical":
+    if mode == JsonMode.CANONICAL:
         return JSONOptions(json_mode=JSONMode.CANONICAL, **_BASE)
     raise ValueError(f"unknown extended JSON mode {mode!r}")
 
@@ -735,7 +737,7 @@ def document_writer(mode: str) -> JavaJsonWriter | Encoder:
     Debezium's ``JsonSerialization`` document settings (``strict``: ``COMPACT_JSON_SETTINGS``,
     ``relaxed``: ``SIMPLE_JSON_SETTINGS``, ``canonical``: ``EXTENDED_JSON_SETTINGS``); ``legacy``
     keeps this connector's earlier ``bson.json_util`` output (:class:`Encoder`)."""
-    if mode == "legacy":
+    if mode == JsonMode.LEGACY:
         return Encoder(mode)
     return JavaJsonWriter(mode, compact=True)
 
@@ -744,7 +746,7 @@ def updated_fields_writer(mode: str) -> JavaJsonWriter | Encoder:
     """The writer of ``updateDescription.updatedFields``. With ``strict`` (the default) Debezium
     writes it with ``BsonDocument.toJson()``: relaxed mode in the driver's default layout
     (``{"a": 1, "b": 2}``); the other modes use their document settings."""
-    if mode == "strict":
+    if mode == JsonMode.STRICT:
         return JavaJsonWriter("relaxed", compact=False)
     return document_writer(mode)
 

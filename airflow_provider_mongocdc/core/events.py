@@ -79,6 +79,7 @@ from typing import Any
 
 from airflow_provider_mongocdc import __version__
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import EventFormat, JsonSerializationMode, OversizeMode
 from airflow_provider_mongocdc.core.ejson import (
     document_writer,
     key_writer,
@@ -220,7 +221,7 @@ class EventBuilder:
         # json.serialization.mode=strict: Debezium writes updatedFields as its documents.
         self.updated_fields_encoder = (
             document_writer("strict")
-            if config.json_serialization_mode == "strict"
+            if config.json_serialization_mode == JsonSerializationMode.STRICT
             else updated_fields_writer(config.extended_json_mode)
         )
         self.namer = TopicNamer(config)
@@ -231,7 +232,7 @@ class EventBuilder:
             TransactionTracker(config, namer=self.namer) if config.provide_transaction_metadata else None
         )
         self._clock = clock or now_ms
-        self._oplog = config.event_format == "oplog"
+        self._oplog = config.event_format == EventFormat.OPLOG
         skipped = config.skipped_operations
         self._operations = {name: code for name, code in OPERATION_CODES.items() if code not in skipped}
         self._collections: dict[tuple[str, str], _Collection] = {}
@@ -566,7 +567,7 @@ class EventBuilder:
         if size <= limit:
             return True
         key = (record.key or b"")[-200:].decode("utf-8", "replace")
-        if self.config.event_oversize_handling_mode == "skip":
+        if self.config.event_oversize_handling_mode == OversizeMode.SKIP:
             log.warning(
                 "Skipped a %d-byte event (%s) on %s with key %s: larger than "
                 "event.max.bytes=%d (cursor.oversize.handling.mode=skip)",

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import NameAdjustmentMode
 from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.schema import adjust_field_name
 
@@ -228,7 +229,7 @@ class FieldRules:
         rules = [rule for rule in self._rules if rule.namespace.fullmatch(namespace)]
         transform = (
             FieldTransform(rules, self._adjustment, namespace)
-            if rules or self._adjustment != "none"
+            if rules or self._adjustment != NameAdjustmentMode.NONE
             else None
         )
         self._cache[key] = transform

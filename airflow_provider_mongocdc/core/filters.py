@@ -33,6 +33,7 @@ from bson import json_util
 from bson.regex import Regex
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import CaptureScope, FullUpdateType, MatchMode
 
 BUILT_IN_DATABASES = frozenset({"admin", "config", "local"})
 DATA_OPERATION_TYPES = ("insert", "update", "replace", "delete")
@@ -75,7 +76,7 @@ class Filters:
 
     def __init__(self, config: ConnectorConfig):
         self.config = config
-        literal = config.filters_match_mode == "literal"
+        literal = config.filters_match_mode == MatchMode.LITERAL
         self._database = _NameMatcher(config.database_include_list, config.database_exclude_list, literal)
         self._collection = _NameMatcher(
             config.collection_include_list, config.collection_exclude_list, literal
@@ -108,9 +109,9 @@ class Filters:
 
     def _in_scope(self, database: str, collection: str) -> bool:
         scope, target = self.config.capture_scope, self.config.capture_target
-        if scope == "database":
+        if scope == CaptureScope.DATABASE:
             return database == target
-        if scope == "collection":
+        if scope == CaptureScope.COLLECTION:
             return f"{database}.{collection}" == target
         return True
 
@@ -135,7 +136,7 @@ class Filters:
         """The ``$match`` stage equivalent to the filters (see the module documentation)."""
         conditions: list[dict[str, Any]] = [{"operationType": {"$in": self.operation_types()}}]
         config = self.config
-        literal = config.filters_match_mode == "literal"
+        literal = config.filters_match_mode == MatchMode.LITERAL
         if config.database_include_list:
             conditions.append(
                 {"ns.db": {"$in": list(config.database_include_list)}}
@@ -167,7 +168,9 @@ class Filters:
         options: dict[str, Any] = {"batch_size": config.max_batch_size}
         if config.update_full:
             options["full_document"] = (
-                "updateLookup" if config.capture_mode_full_update_type == "lookup" else "whenAvailable"
+                "updateLookup"
+                if config.capture_mode_full_update_type == FullUpdateType.LOOKUP
+                else "whenAvailable"
             )
         if config.pre_image:
             options["full_document_before_change"] = "whenAvailable"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import ConnectionMode
 from airflow_provider_mongocdc.core.errors import TopologyError
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_IN_PROGRESS,
@@ -35,7 +36,7 @@ class Layout:
         """The connector's offset partitions (as the window and snapshot applications name them)."""
         if self.kind == REPLICA_SET:
             return [self.replica_set]
-        if connection_mode == "replica_set":
+        if connection_mode == ConnectionMode.REPLICA_SET:
             return [shard.replica_set for shard in self.shards]
         return [CLUSTER_PARTITION]
 

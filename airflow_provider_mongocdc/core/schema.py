@@ -30,6 +30,8 @@ import json
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from airflow_provider_mongocdc.core.config_enums import EventFormat, NameAdjustmentMode
+
 SOURCE_SCHEMA_NAME = "io.debezium.connector.mongo.Source"
 JSON_SCHEMA_NAME = "io.debezium.data.Json"
 ENUM_SCHEMA_NAME = "io.debezium.data.Enum"
@@ -59,12 +61,12 @@ def adjust_schema_name(name: str, mode: str = "avro") -> str:
     character must be a Latin letter or ``_``, the others Latin letters, digits, ``_`` or ``.``.
     ``avro`` replaces an invalid character with ``_``; ``avro_unicode`` with ``_uXXXX`` (and
     ``_`` itself with ``_u005f``); ``none`` leaves the name alone."""
-    if mode == "none" or not name:
+    if mode == NameAdjustmentMode.NONE or not name:
         return name
     out = []
     for index, char in enumerate(name):
         valid = _is_first(char) if index == 0 else (char == "." or _is_next(char))
-        if mode == "avro_unicode" and (char == "_" or not valid):
+        if mode == NameAdjustmentMode.AVRO_UNICODE and (char == "_" or not valid):
             out.append(
                 f"_u{ord(char):04x}"
                 if ord(char) <= 0xFFFF
@@ -81,12 +83,12 @@ def adjust_schema_name(name: str, mode: str = "avro") -> str:
 def adjust_field_name(name: str, mode: str = "avro") -> str:
     """Make a document field name Avro-compatible (like :func:`adjust_schema_name` but ``.`` is
     not allowed inside a field name)."""
-    if mode == "none" or not name:
+    if mode == NameAdjustmentMode.NONE or not name:
         return name
     out = []
     for index, char in enumerate(name):
         valid = _is_first(char) if index == 0 else _is_next(char)
-        if mode == "avro_unicode" and (char == "_" or not valid):
+        if mode == NameAdjustmentMode.AVRO_UNICODE and (char == "_" or not valid):
             out.append(
                 f"_u{ord(char):04x}"
                 if ord(char) <= 0xFFFF
@@ -159,7 +161,7 @@ def update_description_schema() -> dict[str, Any]:
 
 def source_schema(event_format: str = "change_streams") -> dict[str, Any]:
     """``io.debezium.connector.mongo.Source``: Debezium 3.x fields, or the 1.x fields."""
-    if event_format == "oplog":
+    if event_format == EventFormat.OPLOG:
         fields = [
             _f("version", "string", False),
             _f("connector", "string", False),
@@ -210,7 +212,7 @@ def envelope_schema(
     adjustment: str = "none",
 ) -> dict[str, Any]:
     """The value schema ``<topic>.Envelope`` of a collection's events."""
-    if event_format == "oplog":
+    if event_format == EventFormat.OPLOG:
         fields = [
             _json_field("after"),
             _json_field("patch"),

@@ -28,6 +28,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.config_enums import ConnectionMode
 from airflow_provider_mongocdc.core.connection import (
     MongoConnectionDetails,
     connect,
@@ -197,9 +198,9 @@ class Topology:
     def partitions(self, connection_mode: str = "sharded") -> list[str]:
         """Offset partition names for ``mongodb.connection.mode``: one change stream for the
         deployment (``sharded``, the default) or one per replica set (``replica_set``)."""
-        if connection_mode == "replica_set" or self.kind == REPLICA_SET:
+        if connection_mode == ConnectionMode.REPLICA_SET or self.kind == REPLICA_SET:
             return self.replica_set_names
-        if connection_mode == "sharded":
+        if connection_mode == ConnectionMode.SHARDED:
             return [CLUSTER_PARTITION]
         raise ConfigError(
             f"Unknown mongodb.connection.mode {connection_mode!r}", fix="use sharded or replica_set"

@@ -43,6 +43,7 @@ from typing import Any
 from bson.binary import Binary
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import EventFormat
 from airflow_provider_mongocdc.core.ejson import JavaJsonWriter
 from airflow_provider_mongocdc.core.schema import (
     Framing,
@@ -109,7 +110,7 @@ def transaction_id(change: Mapping[str, Any], event_format: str = "change_stream
     txn_number = change.get("txnNumber")
     if lsid is None and txn_number is None:
         return None
-    if event_format == "oplog":
+    if event_format == EventFormat.OPLOG:
         head = _lsid_uuid(lsid) if lsid is not None else None
     else:
         head = lsid_text(lsid)

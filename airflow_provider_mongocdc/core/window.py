@@ -146,6 +146,7 @@ from airflow_provider_mongocdc.core.change_stream import (
     watch_target,
 )
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config_enums import ConnectionMode, OversizeMode, SnapshotMode
 from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
 from airflow_provider_mongocdc.core.errors import (
     ConfigError,
@@ -382,7 +383,7 @@ def plan_streams(
     """The change streams of a window: one for the deployment, or one per shard replica set
     (``mongodb.connection.mode=replica_set`` on a sharded cluster)."""
     topology = discover(details, policy=policy or BackoffPolicy.from_config(config))
-    if topology.kind == SHARDED and config.mongodb_connection_mode == "replica_set":
+    if topology.kind == SHARDED and config.mongodb_connection_mode == ConnectionMode.REPLICA_SET:
         return [
             StreamTarget(rs.name, rs.name, details.for_replica_set(rs.name, rs.hosts).to_dict())
             for rs in topology.replica_sets
@@ -427,7 +428,7 @@ def starting_position(
             "again (it skips its finished chunks); then run the window",
         )
     if (
-        config.snapshot_mode == "initial_only"
+        config.snapshot_mode == SnapshotMode.INITIAL_ONLY
         and state is not None
         and state.snapshot.status == SNAPSHOT_COMPLETED
     ):
@@ -495,7 +496,7 @@ def purged_error(
         "stored; the changes in between are lost to streaming (the connector was stopped, or "
         "fell behind, for longer than the oplog window)"
     )
-    if config.snapshot_mode == "when_needed":
+    if config.snapshot_mode == SnapshotMode.WHEN_NEEDED:
         fix = (
             "with snapshot.mode=when_needed a new snapshot must run first: the hourly DAG's "
             "snapshot task takes it before the next window (or run MongoSnapshotOperator); "
@@ -961,7 +962,7 @@ class StreamWindow:
         if (
             not emitted
             and data_topic is not None
-            and self.config.event_oversize_handling_mode == "skip"
+            and self.config.event_oversize_handling_mode == OversizeMode.SKIP
             and OPERATION_CODES[operation] not in self.config.skipped_operations
             and self.builder.filters.collection_included(namespace["db"], namespace["coll"])
         ):
