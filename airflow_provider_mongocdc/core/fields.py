@@ -88,7 +88,7 @@ class FieldTransform:
             return None
         for rule in self.rules:
             doc = self._apply(doc, rule.nodes, rule)
-        if self.adjustment != "none":
+        if self.adjustment != NameAdjustmentMode.NONE:
             doc = _adjust(doc, self.adjustment)
         return doc
 
@@ -154,7 +154,7 @@ class FieldTransform:
                 else:
                     out[key] = value
             result = out
-        if self.adjustment != "none":
+        if self.adjustment != NameAdjustmentMode.NONE:
             result = {
                 self._adjust_path(key): _adjust(value, self.adjustment) for key, value in result.items()
             }
@@ -194,7 +194,7 @@ class FieldTransform:
                     return None
                 parts[positions[len(nodes) - 1]] = rule.new_name
         mapped = ".".join(parts)
-        return self._adjust_path(mapped) if self.adjustment != "none" else mapped
+        return self._adjust_path(mapped) if self.adjustment != NameAdjustmentMode.NONE else mapped
 
     def _adjust_path(self, path: str) -> str:
         return ".".join(
