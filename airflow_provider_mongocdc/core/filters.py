@@ -1,27 +1,12 @@
 """Which databases, collections and documents are captured.
 
-Client side (authoritative): :meth:`Filters.collection_included` applies ``database.include.list``
-/ ``database.exclude.list`` to database names and ``collection.include.list`` /
-``collection.exclude.list`` to ``<db>.<collection>`` namespaces. With ``filters.match.mode=regex``
-(default) each item is a regular expression matched against the *whole* name, case-insensitively,
-as Debezium does; with ``literal`` each item is an exact name. The ``admin``, ``config`` and
-``local`` databases and ``system.*`` collections are never captured.
-
-Server side: :meth:`Filters.change_stream_pipeline` is the equivalent ``$match`` stage for the
-change stream, so MongoDB drops uninteresting events before they cross the network:
-``operationType`` limited to ``insert``, ``update``, ``replace`` and ``delete`` minus
-``skipped.operations`` (so ``drop``, ``rename``, ``dropDatabase`` never reach the connector, as with
-Debezium), database lists on ``ns.db`` with a BSON regular expression (``$not`` of one for an
-exclude list; ``$in``/``$nin`` in literal mode),
-collection lists with ``$regexMatch`` over ``ns.db + "." + ns.coll`` (MongoDB 4.2+). Expressions
-are anchored (``^(?:...)$``) and case-insensitive (``"i"``) like the client side. MongoDB's
-regular expressions are PCRE: use syntax both understand (the common subset: classes, groups,
-alternation, quantifiers, ``\\.``). The connector still applies the client-side filter to every
-event, so a pattern that PCRE reads more broadly can never let an excluded collection through.
-
-Snapshots: :meth:`Filters.snapshot_included` (captured and in
-``snapshot.include.collection.list``) and :meth:`Filters.snapshot_filter` (the
-``snapshot.collection.filter.overrides.<db>.<collection>`` query, or ``{}``).
+:meth:`Filters.collection_included` (client side, authoritative) applies the include/exclude lists
+as Debezium does: with ``filters.match.mode=regex`` each item is a regular expression matched
+against the *whole* name, case-insensitively; with ``literal`` an exact name. ``admin``,
+``config``, ``local`` and ``system.*`` collections are never captured.
+:meth:`Filters.change_stream_pipeline` is the equivalent ``$match`` stage, so MongoDB drops
+uninteresting events before they cross the network; :meth:`Filters.snapshot_included` and
+:meth:`Filters.snapshot_filter` select what a snapshot copies. See docs/design.md, "Filters".
 """
 
 from __future__ import annotations
@@ -133,7 +118,7 @@ class Filters:
         return [op for op in DATA_OPERATION_TYPES if op not in skipped]
 
     def change_stream_match(self) -> dict[str, Any]:
-        """The ``$match`` stage equivalent to the filters (see the module documentation)."""
+        """The ``$match`` stage equivalent to the filters (see docs/design.md, "Filters")."""
         conditions: list[dict[str, Any]] = [{"operationType": {"$in": self.operation_types()}}]
         config = self.config
         literal = config.filters_match_mode == MatchMode.LITERAL
