@@ -27,9 +27,7 @@ from bson.regex import Regex
 from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.errors import (
-    ConfigError,
-)
+from airflow_provider_mongocdc.core.errors import ConfigError
 
 # Types whose values the query operators order within the type: a range bounded on both sides by
 # values of one of these types is read with plain $gte/$lt (an index range on any version).

@@ -15,21 +15,11 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import (
-    ConnectionFailedError,
-    OffsetError,
-)
+from airflow_provider_mongocdc.core.errors import ConnectionFailedError, OffsetError
 from airflow_provider_mongocdc.core.events import EventBuilder, Record
 from airflow_provider_mongocdc.core.filters import Filters
-from airflow_provider_mongocdc.core.id_ranges import (
-    document_codec_options,
-)
-from airflow_provider_mongocdc.core.offsets import (
-    ChunkMarker,
-    OffsetPartition,
-    OffsetStore,
-    Position,
-)
+from airflow_provider_mongocdc.core.id_ranges import document_codec_options
+from airflow_provider_mongocdc.core.offsets import ChunkMarker, OffsetPartition, OffsetStore, Position
 from airflow_provider_mongocdc.core.redaction import error_text
 from airflow_provider_mongocdc.core.snapshot_plan import Chunk, SnapshotPlan, data_chunks_finished
 

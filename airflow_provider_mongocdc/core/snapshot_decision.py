@@ -14,10 +14,7 @@ from pymongo.errors import OperationFailure
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.config_enums import SnapshotMode
-from airflow_provider_mongocdc.core.errors import (
-    ConnectionFailedError,
-    OffsetError,
-)
+from airflow_provider_mongocdc.core.errors import ConnectionFailedError, OffsetError
 from airflow_provider_mongocdc.core.offsets import (
     SNAPSHOT_COMPLETED,
     SNAPSHOT_IN_PROGRESS,

@@ -19,10 +19,7 @@ from pymongo.errors import OperationFailure
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.config_enums import CaptureScope, SnapshotMode
-from airflow_provider_mongocdc.core.errors import (
-    ConfigError,
-    ConnectionFailedError,
-)
+from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError
 from airflow_provider_mongocdc.core.events import Record
 from airflow_provider_mongocdc.core.filters import BUILT_IN_DATABASES, Filters
 from airflow_provider_mongocdc.core.id_ranges import (
@@ -31,11 +28,7 @@ from airflow_provider_mongocdc.core.id_ranges import (
     bound_json,
     range_query,
 )
-from airflow_provider_mongocdc.core.offsets import (
-    ChunkMarker,
-    OffsetPartition,
-    OffsetStore,
-)
+from airflow_provider_mongocdc.core.offsets import ChunkMarker, OffsetPartition, OffsetStore
 from airflow_provider_mongocdc.core.redaction import error_text
 from airflow_provider_mongocdc.core.timefmt import iso_z
 
