@@ -12,7 +12,7 @@ stream's cluster time stalled before a window end in the past, the driver fails 
 then fails with its message, and Airflow's retry continues from the committed offsets).
 
 The job spec's ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``,
-``max_duration_s``, ``poll_ms`` (see :class:`~airflow_provider_mongocdc.core.window.WindowParams`).
+``max_duration_s``, ``poll_ms`` (see :class:`~airflow_provider_mongocdc.core.window_params.WindowParams`).
 Connection details travel to the tasks inside the task closure, never through Spark's
 configuration or environment.
 """
@@ -28,17 +28,11 @@ from typing import Any
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.window import (
-    WindowParams,
-    check_offsets,
-    connection_details,
-    empty_summary,
-    end_not_reached_error,
-    iso,
-    merge_summaries,
-    plan_streams,
-    run_stream_tasks,
-)
+from airflow_provider_mongocdc.core.stream_errors import end_not_reached_error
+from airflow_provider_mongocdc.core.window import run_stream_tasks
+from airflow_provider_mongocdc.core.window_params import WindowParams, iso
+from airflow_provider_mongocdc.core.window_streams import check_offsets, connection_details, plan_streams
+from airflow_provider_mongocdc.core.window_summary import empty_summary, merge_summaries
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 APPLICATION = "stream_window"

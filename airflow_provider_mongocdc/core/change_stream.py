@@ -3,21 +3,11 @@
 The stream's scope follows ``capture.scope`` (the whole deployment by default, or one database or
 one collection given by ``capture.target``); its pipeline and options come from
 :class:`~airflow_provider_mongocdc.core.filters.Filters`, so that the server drops uncaptured
-changes before they cross the network.
+changes before they cross the network. :class:`SplitEventStream` hands over changes split by
+``$changeStreamSplitLargeEvent`` as whole events.
 
-Resume tokens are opaque to users, but MongoDB writes their ``_data`` as a hex KeyString that
-starts with the event's cluster time (type byte ``0x82``, then seconds and increment as two
-big-endian 32-bit integers); :func:`token_cluster_time` reads it, which lets a window compare a
-``postBatchResumeToken`` with its end when no event came.
-
-Refusals of a stored position
-    Only a purged oplog is *history lost* (:func:`is_history_lost`: ``ChangeStreamHistoryLost``
-    286, ``CappedPositionLost`` 136, or the server's "resume point may no longer be in the oplog");
-    it needs a new snapshot. ``InvalidResumeToken`` 260 (a malformed token, or ``resumeAfter`` on
-    an invalidate) and ``ChangeStreamFatalError`` 280 (the token names an event this deployment
-    does not have: a token of another deployment, or edited by hand) say that the stored offset
-    itself is wrong, however long the oplog: :func:`unusable_position_error` names the offset and
-    how to inspect and repair it with ``mongocdc offsets``.
+What the stream's errors mean lives in :mod:`.stream_errors`, the cluster time inside a resume
+token in :mod:`.offset_model` (:func:`token_cluster_time`); both are importable from here too.
 """
 
 from __future__ import annotations
@@ -31,141 +21,44 @@ from pymongo.change_stream import ChangeStream
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig, parse_pipeline
 from airflow_provider_mongocdc.core.config_enums import CaptureScope, OversizeMode, PipelineOrder
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError, OffsetError, OversizeEventError
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
 from airflow_provider_mongocdc.core.filters import Filters
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
+from airflow_provider_mongocdc.core.offset_model import Position, token_cluster_time
+from airflow_provider_mongocdc.core.stream_errors import (
+    BSON_OBJECT_TOO_LARGE,
+    HISTORY_LOST_CODES,
+    HISTORY_LOST_MESSAGES,
+    UNUSABLE_POSITION_CODES,
+    is_history_lost,
+    is_oversize_change,
+    is_unusable_position,
+    offsets_cli,
+    oversize_change_error,
+    unusable_position_error,
+)
 
-_TIMESTAMP_CTYPE = "82"
-
-# Errors that mean the resume point is gone from the oplog (seed 002).
-HISTORY_LOST_CODES = {
-    286: "ChangeStreamHistoryLost",
-    136: "CappedPositionLost",
-}
-# The server's text for a purged resume point (older servers raise it with other codes). Not "resume
-# of change stream was not possible" alone: MongoDB also starts "the resume token was not found"
-# with it, which is not history loss.
-HISTORY_LOST_MESSAGES = ("resume point may no longer be in the oplog",)
-# Errors that mean the stored position is unusable on this deployment, whatever the oplog holds.
-UNUSABLE_POSITION_CODES = {
-    260: "InvalidResumeToken",
-    280: "ChangeStreamFatalError",
-}
-
-
-def _server_error(error: BaseException):
-    from pymongo.errors import ConnectionFailure, OperationFailure
-
-    if isinstance(error, ConnectionFailure) or not isinstance(error, OperationFailure):
-        return None
-    return error
-
-
-def is_history_lost(error: BaseException) -> bool:
-    """Whether a server error says the stream cannot resume because the oplog rolled past it.
-
-    Connection errors, timeouts and stepDowns are not: they are transient and the stream resumes.
-    Nor are 260 and 280 (see :func:`is_unusable_position`).
-    """
-    error = _server_error(error)
-    if error is None:
-        return False
-    if error.code in HISTORY_LOST_CODES:
-        return True
-    message = str(error).lower()
-    return any(text in message for text in HISTORY_LOST_MESSAGES)
-
-
-def is_unusable_position(error: BaseException) -> bool:
-    """Whether a server error says the stored resume token cannot be used on this deployment
-    (``InvalidResumeToken`` 260, ``ChangeStreamFatalError`` 280), which is no purged oplog."""
-    error = _server_error(error)
-    return error is not None and error.code in UNUSABLE_POSITION_CODES and not is_history_lost(error)
-
-
-BSON_OBJECT_TOO_LARGE = 10334
-
-
-def is_oversize_change(error: BaseException) -> bool:
-    """Whether MongoDB could not return a change because it is over its 16 MB limit
-    (``BSONObjectTooLarge`` 10334)."""
-    error = _server_error(error)
-    return error is not None and error.code == BSON_OBJECT_TOO_LARGE
-
-
-def oversize_change_error(
-    config: ConnectorConfig, partition: OffsetPartition | None, error: BaseException
-) -> OversizeEventError:
-    """The error for a change MongoDB cannot return (over 16 MB), with the settings that handle it
-    (Debezium's ``cursor.oversize.handling.mode``)."""
-    where = f" of {partition.describe()}" if partition is not None else ""
-    mode = config.event_oversize_handling_mode
-    return OversizeEventError(
-        f"The change stream{where} stopped at a change larger than MongoDB's 16 MB limit; nothing "
-        "past the last commit is visible",
-        cause=f"MongoDB answered BSONObjectTooLarge ({BSON_OBJECT_TOO_LARGE}): {_server_text(error)} "
-        f"(cursor.oversize.handling.mode={mode})",
-        fix="set cursor.oversize.handling.mode=split to read such changes in fragments and emit them "
-        "whole (MongoDB 6.0.9+/7.0), or cursor.oversize.handling.mode=skip with "
-        "cursor.oversize.skip.threshold=<bytes> to drop changes of larger documents; or leave "
-        "fullDocument/fullDocumentBeforeChange out (capture.mode) or shrink them with cursor.pipeline",
-    )
-
-
-def _server_text(error: BaseException) -> str:
-    details = getattr(error, "details", None) or {}
-    return str(details.get("errmsg") or error).split(", full error:")[0]
-
-
-def offsets_cli(config: ConnectorConfig, partition: OffsetPartition | None) -> str:
-    """The ``mongocdc offsets`` options that select a connector's partition (the Kafka option is
-    the user's: ``--kafka-conn-id``, ``--kafka-config`` or ``--bootstrap-servers``)."""
-    options = f"--topic-prefix {config.topic_prefix}"
-    if config.offsets_topic != f"{config.topic_prefix}.offsets":
-        options += f" --offsets-topic {config.offsets_topic}"
-    if partition is not None and partition.connector_name != partition.server_id:
-        options += f" --connector {partition.connector_name}"
-    return options + f" --partition {partition.rs if partition is not None else '<replica set>'}"
-
-
-def unusable_position_error(
-    config: ConnectorConfig,
-    partition: OffsetPartition | None,
-    position: Position | None,
-    error: BaseException,
-) -> OffsetError:
-    """The error for a stored position MongoDB refuses as invalid (260, 280): it names the offset
-    and how to inspect and repair it. Nothing is lost from the oplog, so it is not a gap."""
-    code = getattr(error, "code", None)
-    name = UNUSABLE_POSITION_CODES.get(code, "an error")
-    where = f"of {partition.describe()} " if partition is not None else ""
-    stored = position.describe() if position is not None else "unknown"
-    cli = offsets_cli(config, partition)
-    return OffsetError(
-        f"MongoDB refuses the stored offset {where}({stored}) as a change stream position; "
-        "no offset was changed",
-        cause=f"MongoDB answered {name} ({code}): {_server_text(error)}. The resume token is "
-        "malformed or names an event this deployment does not have (an offset copied from another "
-        "deployment or edited by hand, or a restored deployment); the oplog was not purged, so "
-        "this is not a gap",
-        fix=f"inspect the offset with 'mongocdc offsets show {cli}' (plus --kafka-conn-id, "
-        "--kafka-config or --bootstrap-servers); move it to a cluster time of this deployment "
-        f"with 'mongocdc offsets set {cli} --cluster-time SEC:INC --yes' (streaming starts there), "
-        f"or delete it with 'mongocdc offsets reset {cli} --yes' and take a new snapshot",
-    )
-
-
-def token_cluster_time(token: Mapping[str, Any] | None) -> Timestamp | None:
-    """The cluster time at the start of a resume token, or None when it cannot be read."""
-    if not token:
-        return None
-    data = token.get("_data")
-    if not isinstance(data, str) or len(data) < 18 or data[:2].upper() != _TIMESTAMP_CTYPE.upper():
-        return None
-    try:
-        return Timestamp(int(data[2:10], 16), int(data[10:18], 16))
-    except ValueError:
-        return None
+__all__ = [
+    "BSON_OBJECT_TOO_LARGE",
+    "HISTORY_LOST_CODES",
+    "HISTORY_LOST_MESSAGES",
+    "UNUSABLE_POSITION_CODES",
+    "SplitEventStream",
+    "current_position",
+    "is_history_lost",
+    "is_oversize_change",
+    "is_unusable_position",
+    "merge_fragments",
+    "no_data_start_position",
+    "offsets_cli",
+    "open_stream",
+    "oversize_change_error",
+    "start_op_time",
+    "stream_pipeline",
+    "token_cluster_time",
+    "unusable_position_error",
+    "watch_options",
+    "watch_target",
+]
 
 
 def watch_target(client: MongoClient, config: ConnectorConfig):

@@ -1,10 +1,11 @@
 """Incremental snapshots: collections copied chunk by chunk at the end of stream windows.
 
 A request (:class:`IncrementalRequest`, one record per connector in the offsets topic) names the
-collections; each window, after streaming to its end, reads the next chunks by ``_id`` with the
-watermark de-duplication of DBLog (see :class:`ChunkReader` and docs/design.md) and commits each
-chunk's read events (``source.snapshot`` ``"incremental"``) together with its progress
-(:class:`IncrementalProgress`, kept in the partition's offset) in one Kafka transaction.
+collections; each window, after streaming to its end (:mod:`.incremental_phase`), reads the next
+chunks by ``_id`` with the watermark de-duplication of DBLog (:class:`ChunkReader`,
+:meth:`Chunk.apply`; docs/design.md, "Incremental snapshots") and commits each chunk's read events
+(``source.snapshot`` ``"incremental"``) together with its progress (:class:`IncrementalProgress`,
+kept in the partition's offset) in one Kafka transaction.
 """
 
 from __future__ import annotations
@@ -26,33 +27,23 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.connection import redact_uri
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, OffsetError
 from airflow_provider_mongocdc.core.filters import Filters
-from airflow_provider_mongocdc.core.offsets import OffsetState
+from airflow_provider_mongocdc.core.offset_model import OffsetState
+from airflow_provider_mongocdc.core.redaction import error_text
 from airflow_provider_mongocdc.core.snapshot import (
     _BOUNDS_JSON,
     bound_codec_options,
     document_codec_options,
     same_type_range,
 )
+from airflow_provider_mongocdc.core.timefmt import iso_z, parse_iso
 
 log = logging.getLogger(__name__)
 
 RUNNING, COMPLETED, STOPPED = "running", "completed", "stopped"
 STATUSES = (RUNNING, COMPLETED, STOPPED)
 SNAPSHOT_MARKER = "incremental"  # source.snapshot of the read events
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _parse_iso(value: Any) -> datetime | None:
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def new_request_id(now: datetime | None = None) -> str:
@@ -104,7 +95,7 @@ class IncrementalRequest:
             "collections": list(self.collections),
             "filters": dict(self.filters),
             "reason": self.reason,
-            "requested_at": _iso(self.requested_at),
+            "requested_at": iso_z(self.requested_at),
             "stop": self.stop,
         }
 
@@ -115,7 +106,7 @@ class IncrementalRequest:
             collections=tuple(data.get("collections") or ()),
             filters=dict(data.get("filters") or {}),
             reason=str(data.get("reason") or ""),
-            requested_at=_parse_iso(data.get("requested_at")),
+            requested_at=parse_iso(data.get("requested_at")),
             stop=bool(data.get("stop")),
         )
 
@@ -186,8 +177,8 @@ class IncrementalProgress:
             "documents": self.documents,
             "dropped": self.dropped,
             "chunks": self.chunks,
-            "started_at": _iso(self.started_at),
-            "completed_at": _iso(self.completed_at),
+            "started_at": iso_z(self.started_at),
+            "completed_at": iso_z(self.completed_at),
             "message": self.message,
         }
 
@@ -207,8 +198,8 @@ class IncrementalProgress:
             documents=int(data.get("documents") or 0),
             dropped=int(data.get("dropped") or 0),
             chunks=int(data.get("chunks") or 0),
-            started_at=_parse_iso(data.get("started_at")),
-            completed_at=_parse_iso(data.get("completed_at")),
+            started_at=parse_iso(data.get("started_at")),
+            completed_at=parse_iso(data.get("completed_at")),
             message=data.get("message"),
         )
 
@@ -327,20 +318,32 @@ class Chunk:
         self.dropped += len(self.rows)
         self.rows.clear()
 
+    def apply(self, change: Mapping[str, Any]) -> None:
+        """A streamed change of the chunk's collection supersedes its row (DBLog's
+        de-duplication); a drop or rename of the collection, or its database's drop, all rows."""
+        namespace = change.get("ns") or {}
+        database, _, collection = self.namespace.partition(".")
+        target = change.get("to") or {}
+        if target.get("db") == database and target.get("coll") == collection:
+            self.clear()  # a rename replaced the collection
+        elif namespace.get("db") != database:
+            return
+        elif namespace.get("coll") == collection:
+            key = change.get("documentKey")
+            if key is not None and "_id" in key:
+                self.drop(key["_id"])
+            elif change.get("operationType") in ("drop", "rename"):
+                self.clear()
+        elif namespace.get("coll") is None and change.get("operationType") == "dropDatabase":
+            self.clear()
+
 
 def key_bytes(value: Any, codec_options: CodecOptions) -> bytes:
     return bson.encode({"_id": value}, codec_options=codec_options)
 
 
-def _error_text(error: PyMongoError) -> str:
-    details = getattr(error, "details", None)
-    if isinstance(details, Mapping) and details.get("errmsg"):
-        return redact_uri(str(details["errmsg"]))
-    return redact_uri(str(error))
-
-
 class ChunkReader:
-    """Reads the next chunk of an incremental snapshot (see the module docstring)."""
+    """Reads the next chunk of an incremental snapshot, between its low and high watermarks."""
 
     def __init__(self, client: MongoClient, config: ConnectorConfig):
         self.client = client
@@ -392,7 +395,7 @@ class ChunkReader:
         except PyMongoError as error:
             raise ConnectionFailedError(
                 f"Reading the next incremental snapshot chunk of {progress.current or 'a collection'} failed",
-                cause=_error_text(error),
+                cause=error_text(error),
                 fix="check that MongoDB is reachable and the user may read the collection; the next "
                 "window continues the incremental snapshot from its last committed chunk",
             ) from None

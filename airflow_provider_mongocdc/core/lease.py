@@ -1,39 +1,14 @@
-"""The connector lease: a snapshot and a window of the same connector never run at the same time.
+"""The connector lease: a snapshot, a window and an offsets change of one connector never run at
+the same time.
 
-Both rewrite the connector's offsets: a window that streamed while a snapshot ran would move the
-offset that the snapshot is about to replace with its recorded start (or the other way round),
-and events would be skipped or reordered. The lease is a record in the connector's offsets topic
-(key :func:`~.offsets.lease_key`) naming its holder (``owner``, e.g. the Airflow task instance),
-what it runs (``kind``: ``snapshot`` or ``window``) and when it expires; a lease past its expiry
-is free, so a holder killed without releasing blocks others for ``ttl`` at most.
-
-Taking a lease is a read-then-write made atomic with Kafka's transactional producer: every change
-goes through the producer ``mongocdc-<topic.prefix>-lease``, whose initialisation fences any
-other producer with that id. The holder initialises, reads the committed lease (read_committed:
-after initialisation every earlier lease transaction is complete), writes its lease and commits.
-When two contenders overlap, the one that initialised first is fenced and its commit fails;
-it then starts over and finds the other's lease. Releasing writes a tombstone the same way, and
-only when the lease is the caller's own.
-
-The same ``owner`` may take its lease again (an Airflow retry of the same task instance takes
-over the lease its killed try left behind); any other owner gets :class:`~.errors.LeaseHeldError`
-naming the holder and when the lease expires.
-
-Renewal
-    A job may run longer than its ``ttl``. ``hold(..., renew=True)`` renews the lease in a
-    background thread (:class:`LeaseKeeper`) every third of the ``ttl`` while the block runs, so
-    the ``ttl`` only bounds how long the lease outlives a holder that died. A renewal succeeds
-    only while the stored lease is still the one taken (same owner, same acquisition time): when
-    it expired and someone else took it, it was released by force, or a later try of the same
-    task took it over, the holder has *lost* it. Renewals that fail for another reason (Kafka
-    unreachable) are retried until the lease is about to expire; then it counts as lost too. On
-    a loss the keeper calls ``on_lost`` (the operators kill their Spark job there) and the block
-    ends with :class:`LeaseLostError`, so that two holders never keep running side by side.
-Offsets changes
-    ``mongocdc offsets set|reset`` and :class:`~airflow_provider_mongocdc.hooks.offsets.
-    OffsetStoreHook` take the lease as kind ``offsets`` for the few seconds of the change (a
-    running window or snapshot would overwrite it when it commits): they are refused while a
-    window or snapshot holds it, and a window or snapshot cannot start meanwhile.
+The lease is a record in the connector's offsets topic (key :func:`~.offset_keys.lease_key`) naming
+its holder (``owner``, e.g. the Airflow task instance), what it runs (``kind``: ``snapshot``,
+``window`` or ``offsets``) and when it expires; a lease past its expiry is free. Taking and
+releasing it go through one transactional producer per connector (``mongocdc-<topic.prefix>-lease``),
+which makes the read-then-write atomic. The same ``owner`` may take its lease again (an Airflow
+retry); any other owner gets :class:`~.errors.LeaseHeldError` naming the holder and the expiry.
+``hold(..., renew=True)`` renews it in the background (:class:`LeaseKeeper`) and ends the block
+with :class:`LeaseLostError` once it is lost. Reasons: docs/design.md, "Connector leases".
 """
 
 from __future__ import annotations
@@ -52,7 +27,9 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.errors import DeliveryError, LeaseHeldError, OffsetError
 from airflow_provider_mongocdc.core.events import Record
-from airflow_provider_mongocdc.core.offsets import OffsetStore, lease_key
+from airflow_provider_mongocdc.core.offset_keys import lease_key
+from airflow_provider_mongocdc.core.offsets import OffsetStore
+from airflow_provider_mongocdc.core.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
@@ -70,15 +47,6 @@ FENCED_ATTEMPTS = 5
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _iso(value: datetime) -> str:
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _parse_iso(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def as_ttl(ttl: timedelta | float | int | str) -> timedelta:
@@ -134,8 +102,8 @@ class Lease:
         return {
             "owner": self.owner,
             "kind": self.kind,
-            "acquired_at": _iso(self.acquired_at),
-            "expires_at": _iso(self.expires_at),
+            "acquired_at": iso_z(self.acquired_at),
+            "expires_at": iso_z(self.expires_at),
             "host": self.host,
             "format": 1,
         }
@@ -145,8 +113,8 @@ class Lease:
         return cls(
             str(data["owner"]),
             str(data["kind"]),
-            _parse_iso(data["acquired_at"]),
-            _parse_iso(data["expires_at"]),
+            parse_iso(data["acquired_at"]),
+            parse_iso(data["expires_at"]),
             data.get("host"),
         )
 
@@ -154,7 +122,7 @@ class Lease:
         return (
             f"{_noun(self.kind)} {self.owner!r}"
             + (f" on {self.host}" if self.host else "")
-            + f", acquired {_iso(self.acquired_at)}, expires {_iso(self.expires_at)}"
+            + f", acquired {iso_z(self.acquired_at)}, expires {iso_z(self.expires_at)}"
         )
 
     def same_as(self, other: Lease | None) -> bool:
@@ -164,11 +132,11 @@ class Lease:
 
 def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseHeldError:
     holder = f"{_noun(lease.kind)} {lease.owner!r}"
-    expiry = f"if it was killed, its lease expires at {_iso(lease.expires_at)}"
+    expiry = f"if it was killed, its lease expires at {iso_z(lease.expires_at)}"
     if kind == OFFSETS:
         return LeaseHeldError(
             f"The offsets of connector {topic_prefix!r} were not changed: the connector is locked by "
-            f"the {holder} until {_iso(lease.expires_at)}",
+            f"the {holder} until {iso_z(lease.expires_at)}",
             cause=f"a running window or snapshot commits offsets of its own and would overwrite the "
             f"change; the lease is held by {lease.describe()}",
             fix=f"wait until that {_noun(lease.kind)} ends, pause the connector's DAGs so that no other "
@@ -183,7 +151,7 @@ def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseH
         )
     return LeaseHeldError(
         f"The {_noun(kind)} {owner!r} cannot start: connector {topic_prefix!r} is locked by the "
-        f"{holder} until {_iso(lease.expires_at)}",
+        f"{holder} until {iso_z(lease.expires_at)}",
         cause=f"a snapshot, a window and an offsets change of the same connector never run at the "
         f"same time; the lease is held by {lease.describe()}",
         fix=fix,
@@ -200,7 +168,7 @@ def lost_error(
     """The error of ``lease``'s holder finding the stored lease to be ``current`` (or unrenewable)."""
     if failure is not None:
         cause = (
-            f"it could not be renewed before it expired at {_iso(lease.expires_at)} (last error: "
+            f"it could not be renewed before it expired at {iso_z(lease.expires_at)} (last error: "
             f"{failure}), so another task may take it"
         )
     elif current is None:
@@ -326,7 +294,7 @@ class ConnectorLease:
             return renewed
 
         renewed = self._exclusively(write)
-        log.debug("Connector %s: lease renewed until %s", self.topic_prefix, _iso(renewed.expires_at))
+        log.debug("Connector %s: lease renewed until %s", self.topic_prefix, iso_z(renewed.expires_at))
         return renewed
 
     def release(self, owner: str | None = None, *, force: bool = False, lease: Lease | None = None) -> bool:
@@ -403,7 +371,7 @@ class ConnectorLease:
                         self.topic_prefix,
                         owner,
                         error,
-                        _iso(lease.expires_at),
+                        iso_z(lease.expires_at),
                     )
             if lost is not None:
                 raise lost
@@ -498,7 +466,7 @@ class LeaseKeeper:
                     self.lease.owner,
                     error,
                     wait,
-                    _iso(self.lease.expires_at),
+                    iso_z(self.lease.expires_at),
                 )
 
     def _lose(self, error: LeaseLostError) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.lease import WINDOW
-from airflow_provider_mongocdc.core.window import WindowParams, iso, parse_time
+from airflow_provider_mongocdc.core.window_params import WindowParams, iso, parse_time
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
