@@ -8,12 +8,11 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_mongocdc.core.booleans import parse_bool
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import MongoCdcError
 from airflow_provider_mongocdc.core.lease import SNAPSHOT
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
-from airflow_provider_mongocdc.core.snapshot_assessment import nothing_to_do
+from airflow_provider_mongocdc.core.snapshot_assessment import bool_param, nothing_to_do
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
@@ -139,12 +138,6 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
 
 
 def _as_bool(value: Any, name: str) -> bool:
-    if value is None or str(value).strip().lower() in ("none", ""):  # an empty templated value
-        return False
-    return parse_bool(
-        value,
-        name,
-        problem=f"The snapshot parameter {name}={value!r} is not a boolean",
-        cause=None,
-        fix=f"pass {name} as true or false",
-    )
+    """A templated boolean parameter; empty (``None``, ``"None"``, ``""``) is false."""
+    empty = value is None or str(value).strip().lower() in ("none", "")
+    return bool_param({name: None if empty else value}, name, default=False)
