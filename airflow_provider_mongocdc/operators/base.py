@@ -33,6 +33,7 @@ from airflow.sdk import Asset, AssetAlias, BaseHook
 
 import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 
@@ -64,20 +65,23 @@ def build_code_archive(directory: str | Path) -> str:
     return str(target)
 
 
+def decode_connector_config(connector_config: Mapping[str, Any] | str) -> Any:
+    """The connector configuration argument as given: a mapping, or the value of its JSON text."""
+    if not isinstance(connector_config, str):
+        return connector_config
+    try:
+        return json.loads(connector_config)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            "The connector configuration is not valid JSON",
+            cause=f"{error.msg} at line {error.lineno} column {error.colno}",
+            fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
+        ) from None
+
+
 def parse_connector_config(connector_config: Mapping[str, Any] | str) -> ConnectorConfig:
     """Validate the connector configuration given as a mapping or a JSON string."""
-    if isinstance(connector_config, str):
-        try:
-            connector_config = json.loads(connector_config)
-        except json.JSONDecodeError as error:
-            from airflow_provider_mongocdc.core.errors import ConfigError
-
-            raise ConfigError(
-                "The connector configuration is not valid JSON",
-                cause=f"{error.msg} at line {error.lineno} column {error.colno}",
-                fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
-            ) from None
-    return ConnectorConfig.from_properties(connector_config)
+    return ConnectorConfig.from_properties(decode_connector_config(connector_config))
 
 
 class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
@@ -121,8 +125,6 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         if spark_log_level is not None and str(spark_log_level).upper() not in SPARK_LOG_LEVELS:
-            from airflow_provider_mongocdc.core.errors import ConfigError
-
             raise ConfigError(
                 f"spark_log_level {spark_log_level!r} is not a log level of Spark",
                 fix=f"use one of {', '.join(SPARK_LOG_LEVELS)}, or None to keep Spark's own configuration",

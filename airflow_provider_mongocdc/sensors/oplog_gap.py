@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -18,20 +17,13 @@ from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
+from airflow_provider_mongocdc.operators.base import decode_connector_config
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
 
 
 def connector_properties(connector_config: Mapping[str, Any] | str) -> dict[str, Any]:
     """The connector configuration as a dict of properties (from a mapping or a JSON string)."""
-    if isinstance(connector_config, str):
-        try:
-            connector_config = json.loads(connector_config)
-        except json.JSONDecodeError as error:
-            raise ConfigError(
-                "The connector configuration is not valid JSON",
-                cause=f"{error.msg} at line {error.lineno} column {error.colno}",
-                fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
-            ) from None
+    connector_config = decode_connector_config(connector_config)
     if not isinstance(connector_config, Mapping):
         raise ConfigError(
             "The connector configuration must be a JSON object",
