@@ -298,16 +298,19 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
 
     ids = connector.dag_ids
     about = connector.describe()
+    common = dict(
+        start_date=connector.start_date,
+        catchup=False,
+        max_active_runs=1,
+        user_defined_macros=connector.macros,
+        tags=connector.tags,
+    )
 
     with DAG(
         dag_id=ids["hourly"],
         schedule=connector.schedule,
-        start_date=connector.start_date,
-        catchup=False,
-        max_active_runs=1,
         doc_md=HOURLY_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
-        user_defined_macros=connector.macros,
-        tags=connector.tags,
+        **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
     ) as hourly:
         snapshot = MongoSnapshotOperator(
@@ -327,13 +330,9 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
     with DAG(
         dag_id=ids["resnapshot"],
         schedule=None,
-        start_date=connector.start_date,
-        catchup=False,
-        max_active_runs=1,
         doc_md=RESNAPSHOT_DOC.format(connector=about, dag_id=ids["resnapshot"], watchdog=ids["watchdog"]),
-        user_defined_macros=connector.macros,
+        **common,
         render_template_as_native_obj=True,  # collections and the gap report stay lists and objects
-        tags=connector.tags,
         params=resnapshot_params(),
     ) as resnapshot:
         MongoResnapshotOperator(
@@ -350,12 +349,8 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
     with DAG(
         dag_id=ids["watchdog"],
         schedule=connector.watchdog_schedule,
-        start_date=connector.start_date,
-        catchup=False,
-        max_active_runs=1,
         doc_md=WATCHDOG_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
-        user_defined_macros=connector.macros,
-        tags=connector.tags,
+        **common,
     ) as watchdog:
         detect_gap = OplogGapSensor(
             task_id="detect_gap",
