@@ -374,11 +374,15 @@ def java_date(millis: int) -> str:
     return text + "Z"
 
 
+_EPOCH = datetime.datetime(1970, 1, 1)
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
 def _epoch_millis(value: Any) -> int:
     if isinstance(value, datetime.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-        return (value - datetime.datetime(1970, 1, 1)) // datetime.timedelta(milliseconds=1)
+        return (value - _EPOCH) // _ONE_MS
     return int(value)
 
 
@@ -580,12 +584,14 @@ _ORJSON_OPTIONS = (
     orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 # In orjson's compact text a '"' is a string's delimiter unless escaped (\"). '":' is then a name's
-# closing quote and its colon, or a string's opening quote before a ':' the string starts with, which
-# follows '{', '[', ',' or ':'. With those four mapped to '#' (and so the colon too), text without
-# '#"#' and without an escaped quote before a colon ('\"#', also a name ending in a backslash: the
-# conservative side) has a name's colon at every '":'.
-_COLONS = bytes.maketrans(b"{[,:", b"####")
+# closing quote and its colon, a string's opening quote before a ':' the string starts with (after
+# '{', '[', ',' or ':'), or an escaped quote before a ':' (after '\\'). With those five characters
+# and the colon mapped to '#', text without '#"#' has a name's colon at every '":'. (The check also
+# refuses, on the safe side, names ending in one of the five and strings starting with '{', '[', ','
+# or an escape.)
+_COLONS = bytes.maketrans(b"{[,:\\", b"#####")
 _ASCII = bytes(range(128))
+_VERBATIM: set[str] = set()  # non-ASCII characters seen that Java writes as they are
 _LOW32, _HIGH32 = _INT32
 # Leaves the exact walk lets orjson and _FastPath._default write (containers are walked).
 _FAST_LEAVES = (_AS_IS - {uuid.UUID}) | {Int64}
@@ -650,10 +656,8 @@ class _FastPath:
             return {"$code": str(value), "$scope": value.scope}
 
         self._types: dict[type, Any] = {
-            ObjectId: lambda value: {"$oid": str(value)},
             datetime.datetime: date,
             DatetimeMS: date,
-            Decimal128: lambda value: {"$numberDecimal": decimal128_text(value)},
             bytes: lambda value: binary(value, 0),
             Binary: lambda value: binary(value, value.subtype),
             Timestamp: lambda value: {"$timestamp": {"t": value.time, "i": value.inc}},
@@ -668,7 +672,12 @@ class _FastPath:
         types = self._types
 
         def default(value: Any) -> Any:
-            writer = types.get(type(value))
+            kind = type(value)
+            if kind is ObjectId:  # the usual ones without a second call
+                return {"$oid": str(value)}
+            if kind is Decimal128:
+                return {"$numberDecimal": decimal128_text(value)}
+            writer = types.get(kind)
             if writer is not None:
                 return writer(value)
             if isinstance(value, Mapping):
@@ -689,17 +698,19 @@ class _FastPath:
         except orjson.JSONEncodeError:
             return None
         if b'":' in data:
-            colons = data.translate(_COLONS)
-            if b'#"#' in colons or b'\\"#' in colons:
+            if b'#"#' in data.translate(_COLONS):
                 return None
             data = data.replace(b'":', b'": ')
         if data.isascii():
             return data.decode() if b"\x7f" not in data else java_escape(data.decode())
         # Only the non-ASCII characters Java does not write as they are need java_escape.
         text = data.decode()
-        wide = data.translate(None, _ASCII).decode()
-        if any(_java_char(char) != char for char in set(wide)):
-            return java_escape(text)
+        wide = set(data.translate(None, _ASCII).decode())
+        if not wide <= _VERBATIM:
+            for char in wide - _VERBATIM:
+                if _java_char(char) != char:
+                    return java_escape(text)
+                _VERBATIM.add(char)
         return text if b"\x7f" not in data else java_escape(text)
 
 
