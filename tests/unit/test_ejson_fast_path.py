@@ -221,6 +221,11 @@ def test_fast_path_text_equals_the_exact_writers_on_generated_documents(name, wr
         assert taken > total // 5, f"the fast path wrote only {taken} of {total} documents"
 
 
+def test_the_compact_strict_and_relaxed_writers_have_the_fast_path():
+    with_fast = {name for name, writer in writers() if writer._fast is not None}
+    assert with_fast == {"document[strict]", "document[relaxed]", "key[strict]", "key[relaxed]"}
+
+
 @pytest.mark.parametrize(("name", "writer"), writers(), ids=[name for name, _ in writers()])
 def test_usual_documents_take_the_fast_path(name, writer):
     rng = random.Random(11)
