@@ -22,6 +22,7 @@ from pymongo.change_stream import ChangeStream
 from airflow_provider_mongocdc.core.config import ConnectorConfig, parse_pipeline
 from airflow_provider_mongocdc.core.config_enums import CaptureScope, OversizeMode, PipelineOrder
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.events import is_invalidate
 from airflow_provider_mongocdc.core.filters import Filters
 from airflow_provider_mongocdc.core.offset_model import Position, token_cluster_time
 from airflow_provider_mongocdc.core.stream_errors import (
@@ -51,6 +52,7 @@ __all__ = [
     "no_data_start_position",
     "offsets_cli",
     "open_stream",
+    "read_invalidate_token",
     "oversize_change_error",
     "start_op_time",
     "stream_pipeline",
@@ -143,11 +145,38 @@ def watch_options(
     if max_await_time_ms is not None:
         options["max_await_time_ms"] = max_await_time_ms
     if position is not None:
-        if position.resume_token is not None:
-            options["start_after"] = dict(position.resume_token)
-        else:
-            options["start_at_operation_time"] = position.cluster_time
+        options.update(_start_options(position))
     return options
+
+
+def _start_options(position: Position) -> dict[str, Any]:
+    """After a position's resume token (``startAfter``), or at its cluster time."""
+    if position.resume_token is not None:
+        return {"start_after": dict(position.resume_token)}
+    return {"start_at_operation_time": position.cluster_time}
+
+
+def read_invalidate_token(
+    client: MongoClient, config: ConnectorConfig, position: Position, *, max_await_time_ms: int
+) -> Mapping[str, Any] | None:
+    """The resume token of the invalidate event after ``position``, read with an invalidate-only
+    stream, or None when none came within three reads. Raises pymongo's errors.
+
+    MongoDB reports that token as the closing batch's PBRT even when ``$match`` filtered the
+    invalidate out; servers without PBRTs (and some test servers) keep the last event's token
+    instead, which would make every later window stop at the same invalidate.
+    """
+    options = {"max_await_time_ms": max_await_time_ms, **_start_options(position)}
+    with watch_target(client, config).watch(
+        [{"$match": {"operationType": "invalidate"}}], **options
+    ) as stream:
+        for _ in range(3):
+            change = stream.try_next()
+            if change is not None and is_invalidate(change):
+                return change["_id"]
+            if not stream.alive:
+                break
+    return None
 
 
 def start_op_time(config: ConnectorConfig) -> Timestamp | None:

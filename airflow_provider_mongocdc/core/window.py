@@ -28,7 +28,7 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duration_ms
-from airflow_provider_mongocdc.core.change_stream import open_stream, watch_target
+from airflow_provider_mongocdc.core.change_stream import open_stream, read_invalidate_token
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.config_enums import OversizeMode
 from airflow_provider_mongocdc.core.connection import connect
@@ -400,35 +400,20 @@ class StreamWindow:
         return self._batch_started is not None and now - self._batch_started >= self.params.commit_interval_s
 
     def _invalidate_token(self, reported: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        """The resume token of the invalidate that closed the stream.
-
-        MongoDB reports it as the closing batch's PBRT even when ``$match`` filtered the
-        invalidate out; servers without PBRTs (and some test servers) keep the last event's token
-        instead, which would make every later window stop at the same invalidate. So the
-        invalidate is read itself, with an invalidate-only stream from the last position read.
-        """
-        options: dict[str, Any] = {"max_await_time_ms": self.params.poll_ms}
-        if self.position.resume_token is not None:
-            options["start_after"] = dict(self.position.resume_token)
-        else:
-            options["start_at_operation_time"] = self.position.cluster_time
+        """The resume token of the invalidate that closed the stream: read itself, from the last
+        position read (see :func:`~.change_stream.read_invalidate_token`), else ``reported``."""
         try:
-            with watch_target(self.client, self.config).watch(
-                [{"$match": {"operationType": "invalidate"}}], **options
-            ) as stream:
-                for _ in range(3):
-                    change = stream.try_next()
-                    if change is not None and is_invalidate(change):
-                        return change["_id"]
-                    if not stream.alive:
-                        break
+            token = read_invalidate_token(
+                self.client, self.config, self.position, max_await_time_ms=self.params.poll_ms
+            )
         except PyMongoError as error:
             log.warning(
                 "Window of %s: could not read the invalidate event (%s); using the server's resume token",
                 self.partition.describe(),
                 error_text(error),
             )
-        return reported
+            return reported
+        return token if token is not None else reported
 
     def _invalidated(self, token: Mapping[str, Any] | None) -> None:
         cluster_time = token_cluster_time(token)
@@ -468,11 +453,7 @@ class StreamWindow:
                     stats.tombstones += 1
                 else:
                     emitted = True
-                    stats.events += 1
-                    op = OPERATION_CODES[operation]
-                    stats.events_by_op[op] = stats.events_by_op.get(op, 0) + 1
-                    collection = f"{namespace['db']}.{namespace['coll']}"
-                    stats.events_by_collection[collection] = stats.events_by_collection.get(collection, 0) + 1
+                    stats.count_event(OPERATION_CODES[operation], f"{namespace['db']}.{namespace['coll']}")
             elif (
                 record.topic == self._transaction_topic
                 and record.value is not None
@@ -610,11 +591,7 @@ class StreamWindow:
                 stats.skipped_oversize += 1
                 continue
             records.extend(built)
-            stats.events += 1
-            stats.events_by_op["r"] = stats.events_by_op.get("r", 0) + 1
-            stats.events_by_collection[chunk.namespace] = (
-                stats.events_by_collection.get(chunk.namespace, 0) + 1
-            )
+            stats.count_event("r", chunk.namespace)
         return records
 
     # -- summary --

@@ -51,6 +51,12 @@ class WindowStats:
     lag_count: int = 0
     lag_max_ms: int | None = None
 
+    def count_event(self, op: str, collection: str) -> None:
+        """One data event of operation ``op`` (``c``, ``u``, ``d``, ``r``) on ``collection``."""
+        self.events += 1
+        self.events_by_op[op] = self.events_by_op.get(op, 0) + 1
+        self.events_by_collection[collection] = self.events_by_collection.get(collection, 0) + 1
+
     def add_lag(self, lag_ms: int, rng: random.Random) -> None:
         self.lag_count += 1
         self.lag_max_ms = lag_ms if self.lag_max_ms is None else max(self.lag_max_ms, lag_ms)
