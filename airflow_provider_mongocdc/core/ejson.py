@@ -650,11 +650,6 @@ class _FastPath:
             def int64(value: Any) -> Any:
                 return int(value)
 
-        def code(value: Code) -> Any:
-            if value.scope is None:
-                return {"$code": str(value)}
-            return {"$code": str(value), "$scope": value.scope}
-
         self._types: dict[type, Any] = {
             datetime.datetime: date,
             DatetimeMS: date,
@@ -666,8 +661,6 @@ class _FastPath:
             MinKey: lambda value: {"$minKey": 1},
             MaxKey: lambda value: {"$maxKey": 1},
             Int64: int64,
-            Code: code,
-            DBRef: lambda value: value.as_doc(),
         }
         types = self._types
 
@@ -678,13 +671,9 @@ class _FastPath:
             if kind is Decimal128:
                 return {"$numberDecimal": decimal128_text(value)}
             writer = types.get(kind)
-            if writer is not None:
-                return writer(value)
-            if isinstance(value, Mapping):
-                return dict(value.items())
-            if isinstance(value, (list, tuple)):
-                return list(value)
-            raise _Slow
+            if writer is None:  # not a leaf _exact lets through
+                raise _Slow
+            return writer(value)
 
         self._default = default
 
