@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_provider_mongocdc.core.errors import (
     ConfigError,
@@ -39,27 +38,27 @@ from airflow_provider_mongocdc.core.errors import (
     MongoCdcError,
     OversizeEventError,
 )
+from airflow_provider_mongocdc.core.kafka_admin import (  # noqa: F401  (re-exported)
+    TopicSpec,
+    admin_client,
+    describe_topic,
+    ensure_topics,
+)
+from airflow_provider_mongocdc.core.kafka_client import (  # noqa: F401  (re-exported)
+    _ACCEPTED_REQUIRED_VALUES,
+    DEFAULT_PRODUCER_CONFIG,
+    REQUIRED_PRODUCER_CONFIG,
+    _kafka_call,
+    _unwrap,
+    is_secret_key,
+    librdkafka_log,
+    producer_config,
+    redact_config,
+)
 
 log = logging.getLogger(__name__)
-librdkafka_log = logging.getLogger("airflow_provider_mongocdc.librdkafka")
 
-# Throughput defaults for CDC batches; the Kafka connection's config and the caller's
-# producer_config override them.
-DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
-    "linger.ms": 20,
-    "batch.size": 1_000_000,
-    "compression.type": "lz4",
-    # A transaction can hold a whole snapshot chunk; the broker caps this with
-    # transaction.max.timeout.ms (default 15 minutes).
-    "transaction.timeout.ms": 600_000,
-    "message.max.bytes": 1_000_000,
-}
-# Settings exactly-once delivery depends on: never overridden.
-REQUIRED_PRODUCER_CONFIG: dict[str, Any] = {"enable.idempotence": True, "acks": "all"}
-
-_ACCEPTED_REQUIRED_VALUES = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-_SECRET_WORDS = ("password", "secret", "token", "jaas", "key.pem", "credentials", "keystore.key")
 OPERATION_RETRIES = 3
 
 
@@ -69,77 +68,6 @@ class RecordLike(Protocol):
     topic: str
     key: bytes | str | None
     value: bytes | str | None
-
-
-# -- configuration ---------------------------------------------------------------------------------
-def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
-
-
-def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a librdkafka configuration that is safe to print or log."""
-    return {
-        key: ("***" if is_secret_key(str(key)) and value not in (None, "") else value)
-        for key, value in config.items()
-        if not callable(value)
-    }
-
-
-def producer_config(
-    kafka_config: Mapping[str, Any], transactional_id: str, overrides: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The configuration of a transactional producer: defaults < connection < overrides < required."""
-    if not transactional_id:
-        raise ConfigError(
-            "The Kafka writer needs a transactional.id",
-            cause="an empty transactional.id was given",
-            fix="pass a stable id, the same for every run of the same connector task",
-        )
-    config: dict[str, Any] = dict(DEFAULT_PRODUCER_CONFIG)
-    config.update(kafka_config)
-    config.update(overrides or {})
-    for key, required in REQUIRED_PRODUCER_CONFIG.items():
-        given = config.get(key)
-        if given is not None and str(given).lower() not in _ACCEPTED_REQUIRED_VALUES[key]:
-            raise ConfigError(
-                f"The Kafka producer setting {key}={given!r} is not allowed",
-                cause=f"exactly-once delivery needs {key}={required}",
-                fix=f"remove {key} from the Kafka connection's config",
-            )
-        config[key] = required
-    config["transactional.id"] = transactional_id
-    if not config.get("bootstrap.servers"):
-        raise ConfigError(
-            "The Kafka configuration has no bootstrap.servers",
-            cause="the Kafka connection's librdkafka config lacks bootstrap.servers",
-            fix='add "bootstrap.servers": "host1:9092,host2:9092" to the Kafka connection',
-        )
-    return config
-
-
-def _unwrap(error: BaseException) -> KafkaError | None:
-    """The KafkaError behind a confluent-kafka exception.
-
-    confluent-kafka raises ``KafkaException(KafkaError)``; when a fatal error occurs while it runs
-    a callback it can surface as ``SystemError`` whose ``__cause__`` is the KafkaException.
-    """
-    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
-        return error.args[0]
-    cause = getattr(error, "__cause__", None)
-    if isinstance(error, SystemError) and cause is not None:
-        return _unwrap(cause)
-    return None
-
-
-def _kafka_call(function, *args, **kwargs):
-    """Call a librdkafka operation; any failure comes out as KafkaException(KafkaError)."""
-    try:
-        return function(*args, **kwargs)
-    except SystemError as error:
-        # confluent-kafka reports some fatal errors raised inside its callbacks this way.
-        kafka_error = _unwrap(error) or KafkaError(KafkaError._FAIL, f"librdkafka call failed: {error}")
-        raise KafkaException(kafka_error) from None
 
 
 def _describe_key(key: bytes | str | None, limit: int = 200) -> str:
@@ -622,125 +550,3 @@ class TransactionalWriter:
             "topic and message.max.bytes on the brokers, or leave the large fields out of the "
             "captured documents (field.exclude.list)",
         )
-
-
-# -- topics ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TopicSpec:
-    """A topic to create when missing. ``-1`` means the broker's default."""
-
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    config: Mapping[str, str] = field(default_factory=dict)
-
-
-def admin_client(kafka_config: Mapping[str, Any]) -> AdminClient:
-    settings = {
-        key: value
-        for key, value in kafka_config.items()
-        if key not in DEFAULT_PRODUCER_CONFIG
-        and key not in REQUIRED_PRODUCER_CONFIG
-        and key
-        not in (
-            "transactional.id",
-            "group.id",
-            "isolation.level",
-            "enable.auto.commit",
-            "auto.offset.reset",
-            "enable.partition.eof",
-        )
-    }
-    settings["logger"] = librdkafka_log
-    return AdminClient(settings)
-
-
-def ensure_topics(
-    kafka_config: Mapping[str, Any], topics: Iterable[TopicSpec], timeout_s: float = 30.0
-) -> dict[str, str]:
-    """Create the topics that do not exist yet; returns ``{name: "created" | "exists"}``.
-
-    Idempotent: a topic created concurrently by someone else counts as existing.
-    """
-    specs = list(topics)
-    if not specs:
-        return {}
-    admin = admin_client(kafka_config)
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as error:
-        raise _admin_unreachable(kafka_config, _unwrap(error)) from None
-    result: dict[str, str] = {}
-    missing = []
-    for spec in specs:
-        if spec.name in metadata.topics and metadata.topics[spec.name].error is None:
-            result[spec.name] = "exists"
-        else:
-            missing.append(spec)
-    if not missing:
-        return result
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                spec.name,
-                num_partitions=spec.num_partitions,
-                replication_factor=spec.replication_factor,
-                config={key: str(value) for key, value in spec.config.items()},
-            )
-            for spec in missing
-        ],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
-    )
-    for name, future in futures.items():
-        try:
-            future.result(timeout=timeout_s)
-            result[name] = "created"
-            log.info("Created Kafka topic %s", name)
-        except KafkaException as error:
-            kafka_error = _unwrap(error)
-            if kafka_error is not None and kafka_error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                result[name] = "exists"
-                continue
-            raise DeliveryError(
-                f"Could not create Kafka topic {name!r}",
-                cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
-                fix="create the topic yourself, or grant the Kafka principal CREATE on the cluster or topic",
-            ) from None
-    return result
-
-
-def describe_topic(
-    kafka_config: Mapping[str, Any], topic: str, timeout_s: float = 30.0
-) -> tuple[int, dict[str, str]] | None:
-    """``(partition count, {config name: value})`` of a topic, or None when it does not exist."""
-    admin = admin_client(kafka_config)
-    try:
-        # All topics: asking for one topic would auto-create it on brokers that allow that.
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as error:
-        raise _admin_unreachable(kafka_config, _unwrap(error)) from None
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None:
-        return None
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
-    try:
-        entries = future.result(timeout=timeout_s)
-    except KafkaException as error:
-        kafka_error = _unwrap(error)
-        raise DeliveryError(
-            f"Could not read the configuration of Kafka topic {topic!r}",
-            cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
-            fix="grant the Kafka principal DESCRIBE_CONFIGS on the topic",
-        ) from None
-    return len(info.partitions), {name: entry.value for name, entry in entries.items()}
-
-
-def _admin_unreachable(kafka_config: Mapping[str, Any], error: KafkaError | None) -> ConnectionFailedError:
-    return ConnectionFailedError(
-        f"Could not reach the Kafka brokers at {kafka_config.get('bootstrap.servers')!r}",
-        cause=f"{error.name()}: {error.str()}" if error else "no answer",
-        fix="check bootstrap.servers and the security settings of the Kafka connection, and that "
-        "the brokers run",
-    )
