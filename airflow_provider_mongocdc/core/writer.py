@@ -254,30 +254,13 @@ class TransactionalWriter:
         self.send(records)
         # commit_transaction flushes by itself; checking deliveries first gives a precise error.
         self.flush(timeout_s=max(1.0, int(self._config["transaction.timeout.ms"]) / 1000.0))
-        attempts = 0
-        while True:
-            try:
-                _kafka_call(self._producer.commit_transaction)
-                break
-            except KafkaException as error:
-                kafka_error = _unwrap(error)
-                if (
-                    kafka_error is not None
-                    and kafka_error.retriable()
-                    and not kafka_error.fatal()
-                    and attempts < OPERATION_RETRIES
-                ):
-                    attempts += 1
-                    log.warning(
-                        "Kafka writer %s: commit failed (%s), retrying",
-                        self.transactional_id,
-                        kafka_error.str(),
-                    )
-                    continue
-                if kafka_error is not None and kafka_error.txn_requires_abort():
-                    self._abort_quietly()
-                self._in_transaction = False
-                raise self._failure("commit the transaction", kafka_error) from None
+
+        def failed(kafka_error: KafkaError | None) -> None:
+            if kafka_error is not None and kafka_error.txn_requires_abort():
+                self._abort_quietly()
+            self._in_transaction = False
+
+        self._retrying("commit the transaction", self._producer.commit_transaction, on_failure=failed)
         self._in_transaction = False
         self._raise_on_failed_deliveries(committed=True)
         return self.stats
@@ -448,11 +431,13 @@ class TransactionalWriter:
         except MongoCdcError as error:  # the error that led here is the one to report
             log.warning("Kafka writer %s: abort failed: %s", self.transactional_id, error)
 
-    def _retrying(self, what: str, function, timeout: float) -> None:
+    def _retrying(self, what: str, function, *args: Any, on_failure=None) -> None:
+        """Call a transactional operation, again after a retriable error (a bounded number of
+        times); ``on_failure(kafka_error)`` runs before the failure is raised."""
         attempts = 0
         while True:
             try:
-                _kafka_call(function, timeout)
+                _kafka_call(function, *args)
                 return
             except KafkaException as error:
                 kafka_error = _unwrap(error)
@@ -470,6 +455,8 @@ class TransactionalWriter:
                         kafka_error.str(),
                     )
                     continue
+                if on_failure is not None:
+                    on_failure(kafka_error)
                 raise self._failure(what, kafka_error) from None
 
     def _failure(self, what: str, error: KafkaError | None):

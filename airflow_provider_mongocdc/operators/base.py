@@ -79,6 +79,22 @@ def decode_connector_config(connector_config: Mapping[str, Any] | str) -> Any:
         ) from None
 
 
+def json_object(value: Mapping[str, Any] | str, what: str, fix: str) -> dict[str, Any]:
+    """A mapping argument, or its JSON text, as a dict; ``what`` names it in the error."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ConfigError(
+                f"{what} is not valid JSON",
+                cause=f"{error.msg} at line {error.lineno} column {error.colno}",
+                fix=fix,
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a JSON object", cause=f"got {type(value).__name__}", fix=fix)
+    return dict(value)
+
+
 def parse_connector_config(connector_config: Mapping[str, Any] | str) -> ConnectorConfig:
     """Validate the connector configuration given as a mapping or a JSON string."""
     return ConnectorConfig.from_properties(decode_connector_config(connector_config))

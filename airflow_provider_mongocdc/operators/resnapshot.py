@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -15,7 +14,7 @@ from airflow_provider_mongocdc.core.incremental import IncrementalProgress, Incr
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
-from airflow_provider_mongocdc.operators.base import parse_connector_config
+from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 
 GAP, MANUAL, INCREMENTAL, STOP = "gap", "manual", "incremental", "stop"
@@ -92,20 +91,7 @@ def _filters(value: Any) -> dict[str, Any]:
     """``filters`` from the form or a DAG run conf: an object (or its JSON) of query per collection."""
     if value in (None, "", "None", {}):
         return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise ConfigError(
-                "Filters is not JSON",
-                fix='give an object such as {"shop.orders": {"status": "open"}}',
-            ) from None
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            "Filters must be an object of <database>.<collection> to a MongoDB query",
-            cause=f"got {type(value).__name__}",
-            fix='give an object such as {"shop.orders": {"status": "open"}}',
-        )
+    value = json_object(value, "Filters", 'give an object such as {"shop.orders": {"status": "open"}}')
     parse_collections(list(value))
     return {str(name): parse_filter(str(name), query) for name, query in value.items()}
 
@@ -142,20 +128,7 @@ def merged_request(
 def _report(value: Any) -> dict[str, Any] | None:
     if value in (None, "", "None"):
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise ConfigError(
-                "The gap report is not JSON", fix="pass the OplogGapSensor's XCom value (a JSON object)"
-            ) from None
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            "The gap report must be a JSON object",
-            cause=f"got {type(value).__name__}",
-            fix="pass the OplogGapSensor's XCom value",
-        )
-    return dict(value)
+    return json_object(value, "The gap report", "pass the OplogGapSensor's XCom value (a JSON object)")
 
 
 class MongoResnapshotOperator(MongoSnapshotOperator):

@@ -12,25 +12,21 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT
-from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
-from airflow_provider_mongocdc.operators.base import decode_connector_config
+from airflow_provider_mongocdc.operators.base import decode_connector_config, json_object
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
 
 
 def connector_properties(connector_config: Mapping[str, Any] | str) -> dict[str, Any]:
     """The connector configuration as a dict of properties (from a mapping or a JSON string)."""
-    connector_config = decode_connector_config(connector_config)
-    if not isinstance(connector_config, Mapping):
-        raise ConfigError(
-            "The connector configuration must be a JSON object",
-            cause=f"got {type(connector_config).__name__}",
-            fix='give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
-        )
-    return dict(connector_config)
+    return json_object(
+        decode_connector_config(connector_config),
+        "The connector configuration",
+        'give a JSON object of Debezium property names, e.g. {"topic.prefix": "shop"}',
+    )
 
 
 class OplogGapSensor(BaseSensorOperator):

@@ -57,8 +57,8 @@ def test_incremental_mode_after_an_oplog_gap_becomes_a_blocking_gap_resnapshot(m
     [
         ({"mode": "manual", "filters": {"shop.orders": {"a": 1}}}, "Filters apply to mode incremental only"),
         ({"mode": "stop", "collections": ["shop.orders"]}, "Mode stop ends the whole running"),
-        ({"mode": "incremental", "filters": "[1, 2]"}, "Filters must be an object"),
-        ({"mode": "incremental", "filters": "{not json"}, "Filters is not JSON"),
+        ({"mode": "incremental", "filters": "[1, 2]"}, "Filters must be a JSON object"),
+        ({"mode": "incremental", "filters": "{not json"}, "Filters is not valid JSON"),
         ({"mode": "incremental", "filters": {"orders": {}}}, "`orders` is not `<database>.<collection>`"),
         ({"mode": "incremental", "filters": {"shop.orders": "{bad"}}, "The filter of shop.orders is not"),
         ({"mode": "incremental", "filters": {"shop.orders": [1]}}, "must be a query document"),
