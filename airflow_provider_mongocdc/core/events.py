@@ -373,26 +373,14 @@ class EventBuilder:
                 + (str(wall_time) if wall_time else "null")
                 + "}"
             )
+            # One f-string: a chain of + copies the growing text (the document's included) each time.
             payload = (
-                '{"before":'
-                + before_text
-                + ',"after":'
-                + after_text
-                + ',"updateDescription":'
-                + description
-                + ',"source":'
-                + source
-                + ',"op":"'
-                + op
-                + '","ts_ms":'
-                + str(self._clock())
-                + ',"transaction":'
-                + block_text
-                + "}"
+                f'{{"before":{before_text},"after":{after_text},"updateDescription":{description},'
+                f'"source":{source},"op":"{op}","ts_ms":{self._clock()},"transaction":{block_text}}}'
             )
 
         key = info.key_head + _quote(self._key_dumps(document_id)).encode() + info.key_tail
-        value = info.value_head + payload.encode() + info.value_tail
+        value = b"".join((info.value_head, payload.encode(), info.value_tail))
         event = Record(info.topic, key, value)
         if not self._fits(event, f"{operation} of {database}.{collection}"):
             if self.transactions is not None and block_text != "null":
@@ -463,11 +451,11 @@ class EventBuilder:
                 + ',"lsid":null,"txnNumber":null,"wallTime":null}'
             )
             payload = (
-                '{"before":null,"after":' + after_text + ',"updateDescription":null,'
-                '"source":' + source + ',"op":"r","ts_ms":' + str(now) + ',"transaction":null}'
+                f'{{"before":null,"after":{after_text},"updateDescription":null,'
+                f'"source":{source},"op":"r","ts_ms":{now},"transaction":null}}'
             )
         key = info.key_head + _quote(self._key_dumps(document["_id"])).encode() + info.key_tail
-        event = Record(info.topic, key, info.value_head + payload.encode() + info.value_tail)
+        event = Record(info.topic, key, b"".join((info.value_head, payload.encode(), info.value_tail)))
         return [event] if self._fits(event, f"snapshot read of {database}.{collection}") else []
 
     def build_heartbeat(self, ts_ms: int | None = None) -> Record:
