@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
@@ -41,7 +42,9 @@ class IncrementalPhase:
     they bring); ``stream_to(chunk)`` streams up to the chunk's high watermark, dropping the rows
     the stream changes, and returns the stop reason and the position to store;
     ``read_events(chunk, position)`` builds the chunk's remaining rows as read events;
-    ``committed()`` is the window's committed position.
+    ``committed()`` is the window's committed position; ``low_watermark()`` the cluster time of
+    the furthest position the stream read (a time the server has reached: a chunk is read after it,
+    and MongoDB refuses an ``afterClusterTime`` past its own cluster time).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class IncrementalPhase:
         stream_to: Callable[[Chunk], tuple[StopReason, Position]],
         read_events: Callable[[Chunk, Position], list[Record]],
         committed: Callable[[], Position],
+        low_watermark: Callable[[], Timestamp],
     ):
         self.config = config
         self.client = client
@@ -64,6 +68,7 @@ class IncrementalPhase:
         self.stream_to = stream_to
         self.read_events = read_events
         self.committed = committed
+        self.low_watermark = low_watermark
 
     def run(
         self, stored_json: Mapping[str, Any] | None, request: IncrementalRequest | None, started: float
@@ -100,7 +105,7 @@ class IncrementalPhase:
             size = config.incremental_snapshot_chunk_size
             if max_documents:
                 size = min(size, max_documents - read)
-            low = self.committed().cluster_time
+            low = self.low_watermark()
             try:
                 moved, chunk = reader.next_chunk(progress, low, size)
             except ConnectionFailedError as error:

@@ -270,6 +270,7 @@ class StreamWindow:
                     stream_to=self._stream_to,
                     read_events=self._chunk_records,
                     committed=lambda: self.committed_position,
+                    low_watermark=lambda: position_time(self.position),
                 ).run(self.state.incremental if self.state else None, self._request, started)
         except BaseException:
             try:

@@ -122,6 +122,7 @@ class Endpoint:
         if handler.admin_only and db != "admin":
             raise CommandError(13, f"{name} may only be run against the admin database.")
         with self.deployment.lock:
+            _check_after_cluster_time(cmd, self.deployment.clock.now)
             reply = self.execute(conn, handler, cmd, db)
         reply = dict(reply)
         reply.setdefault("ok", 1.0)
@@ -299,3 +300,16 @@ def configure_fail_point(call: cmds.Call) -> dict:
         )
     count = call.endpoint.failpoint.configure(mode, data)
     return {"count": count}
+
+
+def _check_after_cluster_time(cmd: dict, current) -> None:
+    """mongod refuses a read whose ``readConcern.afterClusterTime`` lies past its cluster time."""
+    read_concern = cmd.get("readConcern")
+    requested = read_concern.get("afterClusterTime") if isinstance(read_concern, dict) else None
+    if isinstance(requested, Timestamp) and requested > current:
+        raise CommandError(
+            72,
+            "readConcern afterClusterTime value must not be greater than the current clusterTime. "
+            f"Requested clusterTime: {requested}; current clusterTime: {current}",
+            code_name="InvalidOptions",
+        )

@@ -185,3 +185,25 @@ def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection
     stored = IncrementalProgress.from_json(store.read(partition).incremental)
     assert stored.status == "completed" and stored.request_id == request.request_id
     assert stored.done == (f"{db_name}.items",)
+
+
+def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, unique_name):
+    # Nothing is written while the window copies: each chunk's read must still be valid at a
+    # cluster time the server has reached (MongoDB refuses an afterClusterTime past it).
+    db_name = unique_name[:40]
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(prefix, db_name, {"incremental.snapshot.chunk.size": 10})
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    client[db_name]["items"].insert_many([{"_id": number, "v": 0} for number in range(35)])
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    request = IncrementalRequest.new([f"{db_name}.items"])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+
+    summary = _run_window(mongodb_uri, props, kafka, client, f"{db_name}_m")
+
+    incremental = summary["incremental_snapshot"]
+    assert "error" not in incremental, incremental["error"]
+    assert incremental["status"] == "completed" and incremental["chunks"] == 4, incremental
+    reads = [event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items") if event.op == "r"]
+    assert sorted(int(_key(event)) for event in reads) == list(range(35))
