@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from bson import Decimal128, Int64, MaxKey, MinKey, ObjectId
+from bson import Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.read_concern import ReadConcern
 
 pytestmark = pytest.mark.fidelity
 
@@ -189,3 +190,15 @@ def test_bson_type_order_on_id_ranges(db):
     assert db.c.count_documents({"_id": {"$gte": MinKey()}}) == len(ids)
     assert db.c.count_documents({"_id": {"$lt": MaxKey()}}) == len(ids) - 1
     assert db.c.count_documents({"_id": {"$gte": MinKey(), "$lt": 2}}) == 2
+
+
+def test_a_read_after_a_cluster_time_the_server_has_not_reached_is_refused(client, db):
+    db.items.insert_one({"_id": 1})
+    with client.start_session(causal_consistency=True) as session:
+        db.items.find_one({}, session=session)
+        reached = session.cluster_time["clusterTime"]
+        session.advance_operation_time(Timestamp(reached.time + 3600, 0))
+        with pytest.raises(OperationFailure) as raised:
+            db.items.with_options(read_concern=ReadConcern("majority")).find_one({}, session=session)
+    assert raised.value.code == 72
+    assert "afterClusterTime value must not be greater than the current clusterTime" in str(raised.value)
