@@ -8,9 +8,13 @@ Kafka broker.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import threading
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from bson import json_util
@@ -207,3 +211,19 @@ def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, u
     assert incremental["status"] == "completed" and incremental["chunks"] == 4, incremental
     reads = [event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items") if event.op == "r"]
     assert sorted(int(_key(event)) for event in reads) == list(range(35))
+
+    # The progress and the request, as `mongocdc offsets show` prints them.
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "mongocdc"), "offsets", "show"]
+        + ["--bootstrap-servers", kafka_bootstrap, "--topic-prefix", prefix, "--offsets-topic", store.topic],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    offsets = json.loads(shown.stdout)
+    (entry,) = offsets["partitions"]
+    assert entry["offset"]["incremental_snapshot"]["status"] == "completed"
+    assert entry["offset"]["incremental_snapshot"]["documents"] == 35
+    (stored_request,) = offsets["incremental_snapshot_requests"]
+    assert stored_request["request"]["id"] == request.request_id
