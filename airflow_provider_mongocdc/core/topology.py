@@ -36,6 +36,7 @@ from airflow_provider_mongocdc.core.connection import (
     standalone_error,
 )
 from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, TopologyError
+from airflow_provider_mongocdc.core.offset_model import timestamp_datetime
 from airflow_provider_mongocdc.core.timefmt import iso_z
 
 log = logging.getLogger(__name__)
@@ -48,10 +49,6 @@ CLUSTER_PARTITION = "cluster"
 # client_factory(None) -> a client of the configured deployment;
 # client_factory(ShardAddress) -> a client of one shard's replica set.
 ClientFactory = Callable[[Union["ShardAddress", None]], MongoClient]
-
-
-def _ts_datetime(ts: Timestamp | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts.time, timezone.utc)
 
 
 def _ts_dict(ts: Timestamp | None) -> dict[str, int] | None:
@@ -73,11 +70,11 @@ class OplogWindow:
 
     @property
     def oldest_time(self) -> datetime | None:
-        return _ts_datetime(self.oldest)
+        return timestamp_datetime(self.oldest)
 
     @property
     def newest_time(self) -> datetime | None:
-        return _ts_datetime(self.newest)
+        return timestamp_datetime(self.newest)
 
     @property
     def window_seconds(self) -> int | None:
