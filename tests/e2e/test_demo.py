@@ -37,9 +37,10 @@ def demo_env(extra_path: Path | None = None) -> dict[str, str]:
     return env
 
 
-def processes_mentioning(text: str) -> list[str]:
+def processes_mentioning(text: str, width: int | None = 200) -> list[str]:
     """Live processes whose command line or environment mentions ``text`` (the demo's work dir:
-    every process the demo starts carries it in its environment or its arguments)."""
+    every process the demo starts carries it in its environment or its arguments), as
+    ``"<pid>: <command line>"`` cut to ``width`` characters (None: whole)."""
     needle = text.encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -53,7 +54,7 @@ def processes_mentioning(text: str) -> list[str]:
             continue
         if state != "Z" and (needle in cmdline or needle in environ):
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry}: {command[:200]}")
+            found.append(f"{entry}: {command[:width] if width else command}")
     return found
 
 
@@ -196,7 +197,10 @@ def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator(
                 hold_snapshot_reads(uri.group(1))
                 held = True
             if "[3/6]" in output and held:
-                spark = [p for p in processes_mentioning(work_dir_of(output)) if "SparkSubmit" in p]
+                # Whole command lines: the JVM's class path and options come before SparkSubmit.
+                spark = [
+                    p[:200] for p in processes_mentioning(work_dir_of(output), None) if "SparkSubmit" in p
+                ]
                 if spark:
                     break
             time.sleep(0.5)
