@@ -196,6 +196,14 @@ class _Collection:
             + ',"h":null}'
         )
 
+    def source(self, ts_ms: int, snapshot: str, increment: int, session: str) -> str:
+        """The 3.x source block: ``snapshot`` its value (``false``, ``true``, ``last``,
+        ``incremental``), ``session`` the text of its ``lsid``, ``txnNumber`` and ``wallTime``."""
+        return (
+            f'{self.source_head}{ts_ms},"snapshot":"{snapshot}"{self.db_part},"sequence":null,'
+            f'"ts_us":{ts_ms * 1000},"ts_ns":{ts_ms * 1_000_000}{self.collection_part}{increment}{session}}}'
+        )
+
     def rs_part(self, replica_set: str) -> str:
         part = self.rs_parts.get(replica_set)
         if part is None:
@@ -354,24 +362,16 @@ class EventBuilder:
             )
             # MongoDbSourceInfoStructMaker: lsid and txnNumber only together, wallTime only when set.
             session = lsid is not None and txn_number is not None
-            source = (
-                info.source_head
-                + str(source_ms)
-                + ',"snapshot":"false"'
-                + info.db_part
-                + ',"sequence":null,"ts_us":'
-                + str(source_ms * 1000)
-                + ',"ts_ns":'
-                + str(source_ms * 1_000_000)
-                + info.collection_part
-                + str(increment)
-                + ',"lsid":'
+            source = info.source(
+                source_ms,
+                "false",
+                increment,
+                ',"lsid":'
                 + (_quote(lsid_text(lsid) or "") if session else "null")
                 + ',"txnNumber":'
                 + (str(int(txn_number)) if session else "null")
                 + ',"wallTime":'
-                + (str(wall_time) if wall_time else "null")
-                + "}"
+                + (str(wall_time) if wall_time else "null"),
             )
             # One f-string: a chain of + copies the growing text (the document's included) each time.
             payload = (
@@ -435,20 +435,11 @@ class EventBuilder:
                 + (',"transaction":null}' if self.config.provide_transaction_metadata else "}")
             )
         else:
-            source = (
-                info.source_head
-                + str(source_ms)
-                + ',"snapshot":"'
-                + ("incremental" if incremental else "last" if last else "true")
-                + '"'
-                + info.db_part
-                + ',"sequence":null,"ts_us":'
-                + str(source_ms * 1000)
-                + ',"ts_ns":'
-                + str(source_ms * 1_000_000)
-                + info.collection_part
-                + str(increment)
-                + ',"lsid":null,"txnNumber":null,"wallTime":null}'
+            source = info.source(
+                source_ms,
+                "incremental" if incremental else "last" if last else "true",
+                increment,
+                ',"lsid":null,"txnNumber":null,"wallTime":null',
             )
             payload = (
                 f'{{"before":null,"after":{after_text},"updateDescription":null,'

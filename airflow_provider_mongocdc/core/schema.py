@@ -137,14 +137,18 @@ def transaction_block_schema() -> dict[str, Any]:
     )
 
 
+def _struct(name: str, fields: Any, *, optional: bool = False, version: int | None = 1) -> dict[str, Any]:
+    """A Kafka Connect struct schema, its keys in JsonConverter's order."""
+    schema = {"type": "struct", "fields": fields, "optional": optional, "name": name}
+    if version is not None:
+        schema["version"] = version
+    return schema
+
+
 def update_description_schema() -> dict[str, Any]:
-    truncated = {
-        "type": "struct",
-        "fields": [_f("field", "string", False), _f("size", "int32", False)],
-        "optional": False,
-        "name": TRUNCATED_ARRAY_SCHEMA_NAME,
-        "version": 1,
-    }
+    truncated = _struct(
+        TRUNCATED_ARRAY_SCHEMA_NAME, [_f("field", "string", False), _f("size", "int32", False)]
+    )
     return _f(
         "updateDescription",
         "struct",
@@ -233,75 +237,42 @@ def envelope_schema(
             _f("ts_ms", "int64", True),
             transaction_block_schema(),
         ]
-    return {
-        "type": "struct",
-        "fields": fields,
-        "optional": False,
-        "name": adjust_schema_name(f"{topic}.Envelope", adjustment),
-    }
+    return _struct(adjust_schema_name(f"{topic}.Envelope", adjustment), fields, version=None)
 
 
 def key_schema(topic: str, *, adjustment: str = "none") -> dict[str, Any]:
     """The key schema ``<topic>.Key``: ``{id: string}``."""
-    return {
-        "type": "struct",
-        "fields": [_f("id", "string", False)],
-        "optional": False,
-        "name": adjust_schema_name(f"{topic}.Key", adjustment),
-    }
+    return _struct(adjust_schema_name(f"{topic}.Key", adjustment), [_f("id", "string", False)], version=None)
 
 
 def transaction_key_schema() -> dict[str, Any]:
-    return {
-        "type": "struct",
-        "fields": [_f("id", "string", False)],
-        "optional": False,
-        "name": TRANSACTION_KEY_SCHEMA_NAME,
-        "version": 1,
-    }
+    return _struct(TRANSACTION_KEY_SCHEMA_NAME, [_f("id", "string", False)])
 
 
 def transaction_value_schema() -> dict[str, Any]:
-    collection = {
-        "type": "struct",
-        "fields": [_f("data_collection", "string", False), _f("event_count", "int64", False)],
-        "optional": True,
-        "name": TRANSACTION_COLLECTION_SCHEMA_NAME,
-        "version": 1,
-    }
-    return {
-        "type": "struct",
-        "fields": [
+    collection = _struct(
+        TRANSACTION_COLLECTION_SCHEMA_NAME,
+        [_f("data_collection", "string", False), _f("event_count", "int64", False)],
+        optional=True,
+    )
+    return _struct(
+        TRANSACTION_VALUE_SCHEMA_NAME,
+        [
             _f("status", "string", False),
             _f("id", "string", False),
             _f("event_count", "int64", True),
             _f("data_collections", "array", True, items=collection),
             _f("ts_ms", "int64", False),
         ],
-        "optional": False,
-        "name": TRANSACTION_VALUE_SCHEMA_NAME,
-        "version": 1,
-    }
+    )
 
 
 def heartbeat_key_schema() -> dict[str, Any]:
-    return {
-        "type": "struct",
-        "fields": [_f("serverName", "string", False)],
-        "optional": False,
-        "name": HEARTBEAT_KEY_SCHEMA_NAME,
-        "version": 1,
-    }
+    return _struct(HEARTBEAT_KEY_SCHEMA_NAME, [_f("serverName", "string", False)])
 
 
 def heartbeat_value_schema() -> dict[str, Any]:
-    return {
-        "type": "struct",
-        "fields": [_f("ts_ms", "int64", False)],
-        "optional": False,
-        "name": HEARTBEAT_VALUE_SCHEMA_NAME,
-        "version": 1,
-    }
+    return _struct(HEARTBEAT_VALUE_SCHEMA_NAME, [_f("ts_ms", "int64", False)])
 
 
 # -- serialisation ---------------------------------------------------------------------------------
