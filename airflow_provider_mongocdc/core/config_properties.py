@@ -466,21 +466,16 @@ PROPERTIES: tuple[Property, ...] = (
         parse_boolean,
         origin="kafka-connect",
     ),
-    _p(
-        "key.converter",
-        "string",
-        JSON_CONVERTER,
-        "Accepted for compatibility; only the JSON converter is available.",
-        parse_converter,
-        origin="kafka-connect",
-    ),
-    _p(
-        "value.converter",
-        "string",
-        JSON_CONVERTER,
-        "Accepted for compatibility; only the JSON converter is available.",
-        parse_converter,
-        origin="kafka-connect",
+    *(
+        _p(
+            name,
+            "string",
+            JSON_CONVERTER,
+            "Accepted for compatibility; only the JSON converter is available.",
+            parse_converter,
+            origin="kafka-connect",
+        )
+        for name in ("key.converter", "value.converter")
     ),
     _p(
         "event.max.bytes",

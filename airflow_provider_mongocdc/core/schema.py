@@ -61,33 +61,22 @@ def adjust_schema_name(name: str, mode: str = "avro") -> str:
     character must be a Latin letter or ``_``, the others Latin letters, digits, ``_`` or ``.``.
     ``avro`` replaces an invalid character with ``_``; ``avro_unicode`` with ``_uXXXX`` (and
     ``_`` itself with ``_u005f``); ``none`` leaves the name alone."""
-    if mode == NameAdjustmentMode.NONE or not name:
-        return name
-    out = []
-    for index, char in enumerate(name):
-        valid = _is_first(char) if index == 0 else (char == "." or _is_next(char))
-        if mode == NameAdjustmentMode.AVRO_UNICODE and (char == "_" or not valid):
-            out.append(
-                f"_u{ord(char):04x}"
-                if ord(char) <= 0xFFFF
-                else "".join(f"_u{unit:04x}" for unit in _utf16_units(char))
-            )
-        elif valid:
-            out.append(char)
-        else:
-            out.append("_")
-    return "".join(out)
+    return _adjusted(name, mode, dots=True)
 
 
 @lru_cache(maxsize=65536)
 def adjust_field_name(name: str, mode: str = "avro") -> str:
     """Make a document field name Avro-compatible (like :func:`adjust_schema_name` but ``.`` is
     not allowed inside a field name)."""
+    return _adjusted(name, mode, dots=False)
+
+
+def _adjusted(name: str, mode: str, *, dots: bool) -> str:
     if mode == NameAdjustmentMode.NONE or not name:
         return name
     out = []
     for index, char in enumerate(name):
-        valid = _is_first(char) if index == 0 else _is_next(char)
+        valid = _is_first(char) if index == 0 else ((dots and char == ".") or _is_next(char))
         if mode == NameAdjustmentMode.AVRO_UNICODE and (char == "_" or not valid):
             out.append(
                 f"_u{ord(char):04x}"
