@@ -423,7 +423,8 @@ class ChunkReader:
         # A causally consistent session reading after the low watermark: the chunk reflects at
         # least every change the stream has already delivered.
         with self.client.start_session(causal_consistency=True) as session:
-            session.advance_operation_time(low_watermark)
+            if low_watermark is not None:
+                session.advance_operation_time(low_watermark)
             collection = self._collection(namespace, self.documents_options)
             cursor = collection.find(ranged, sort=[("_id", 1)], limit=size + 1, session=session)
             if self.config.snapshot_fetch_size:
@@ -448,7 +449,7 @@ class ChunkReader:
             rows,
             _exact(exact_last),
             exhausted=not more,
-            high_watermark=max(high, low_watermark),
+            high_watermark=max(time for time in (high, low_watermark) if time is not None),
             codec_options=self.documents_options,
         )
 
