@@ -175,6 +175,19 @@ def test_pool_deleted_during_a_run_is_created_again_when_another_run_starts(
                 )
                 patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
                 assert patched.status_code == 200, patched.text
+            # The snapshot's reads of shop.orders are held (20 s each, the simulator's failCommand fail
+            # point) until the pool is deleted, so the snapshot cannot end before that.
+            stack.client.admin.command(
+                "configureFailPoint",
+                "failCommand",
+                mode="alwaysOn",
+                data={
+                    "failCommands": ["find"],
+                    "namespace": "shop.orders",
+                    "blockConnection": True,
+                    "blockTimeMS": 20_000,
+                },
+            )
             run_id = trigger(api, "mongocdc_again_hourly", datetime.now(timezone.utc).isoformat())
 
             def state(task_id: str) -> str | None:
@@ -188,8 +201,16 @@ def test_pool_deleted_during_a_run_is_created_again_when_another_run_starts(
                 timeout=QUEUE_TIMEOUT_S,
             )
             assert state("snapshot") != "success", "the snapshot ended before the pool could be deleted"
-            deleted = api.call("DELETE", "/api/v2/pools/mongocdc_again")
-            assert deleted.status_code == 204, deleted.text
+
+            def delete_pool() -> bool:
+                deleted = api.call("DELETE", "/api/v2/pools/mongocdc_again")
+                # 500 "Database error": the API server's SQLite database was busy (the scheduler
+                # writes to it); the deletion is asked again.
+                assert deleted.status_code in (204, 500), deleted.text
+                return deleted.status_code == 204
+
+            wait_for("the pool was not deleted", delete_pool, timeout=120)
+            stack.client.admin.command("configureFailPoint", "failCommand", mode="off")
             # The window becomes scheduled in a pool that does not exist; nothing starts a run.
             wait_for(
                 "the window did not become scheduled after the snapshot",

@@ -17,6 +17,7 @@ import json
 import uuid
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from bson import json_util
@@ -30,7 +31,7 @@ from tests.e2e.test_mongocdc_dags import (
     stop,
     topic_events,
 )
-from tests.e2e.test_readme_setup import assert_all_tasks_succeed, wait_for
+from tests.e2e.test_readme_setup import assert_all_tasks_succeed, own_airflow, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
@@ -45,9 +46,9 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
     """The repository's DAG file with the ``default`` connector unscheduled (triggered runs only),
     its configuration in the Variable; no pool set up (the scheduler's pool plugin creates it)."""
     home = tmp_path_factory.mktemp("e2e-incremental")
-    spark_conf = home / "spark-conf"
-    spark_conf.mkdir()
-    (spark_conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    # An Airflow home and database of its own: the runs of these DAG ids stay out of the other
+    # modules' (they count the re-snapshot runs of the shared database).
+    env = own_airflow(airflow_env, home, Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"]))
     connectors = home / "connectors.json"
     connectors.write_text(
         json.dumps(
@@ -75,7 +76,6 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
         "incremental.snapshot.window.budget.ms": 1,
     }
     with MongoSim(mode="replset") as sim:
-        env = dict(airflow_env)
         env.update(
             {
                 "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
@@ -86,7 +86,6 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
                 "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(props),
                 "MONGOCDC_POOL": f"mongocdc_{prefix}",
                 "MONGOCDC_CONNECTORS_FILE": str(connectors),
-                "SPARK_CONF_DIR": str(spark_conf),
             }
         )
         stack = Stack(sim, prefix, kafka_bootstrap, env, home)
