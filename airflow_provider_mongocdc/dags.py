@@ -4,19 +4,13 @@ A DAG file (see ``dags/mongocdc_connectors.py``) calls::
 
     globals().update(connector_dags(path=Path(__file__).with_name("mongocdc_connectors.json")))
 
-The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries). An entry's
-keys: ``name`` (required; letters, digits and ``_``), ``config`` (the properties inline) or
-``config_variable`` (an Airflow Variable holding them, read when a task runs through the macro
-``mongocdc_connector_config()``, never while the DAG files are parsed), ``conn_ids``, ``pool``,
-``schedule``, ``watchdog_schedule``, ``start_date``, ``tags``; the README ("The example DAGs") gives
-each one's default. The DAG ids are ``mongocdc_<name>_hourly``, ``_resnapshot``, ``_watchdog``;
-the connector ``default`` keeps ``mongocdc_hourly``, ``mongocdc_resnapshot``, ``mongocdc_watchdog``
-(:mod:`.core.dag_ids`). A missing pool is created when a run starts by the scheduler plugin
-(:mod:`airflow_provider_mongocdc.plugins.pools`); an existing one is never changed.
-
-An entry that is not valid yields no DAGs but one import error of the DAG file naming the entry
-(the other connectors' DAGs still load): the factory returns a placeholder DAG for it that fails
-Airflow's DAG validation with the message.
+The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries); an entry's
+keys, their defaults and the DAG ids (:mod:`.core.dag_ids`): README, "The example DAGs". A
+``config_variable`` is read when a task runs (macro ``mongocdc_connector_config()``), never while
+the DAG files are parsed. An entry that is not valid yields no DAGs but one import error of the DAG
+file naming the entry (the other connectors' DAGs still load): the factory returns a placeholder
+DAG for it that fails Airflow's DAG validation with the message. Missing pools are created by the
+scheduler plugin :mod:`airflow_provider_mongocdc.plugins.pools`.
 """
 
 from __future__ import annotations

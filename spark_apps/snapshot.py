@@ -1,25 +1,15 @@
 """spark-submit entry point of the snapshot: ``snapshot.py --job-spec PATH [--result PATH]``.
 
 The job spec (written by ``MongoSnapshotOperator``) holds the connector configuration, the MongoDB
-connection details, the Kafka configuration and these parameters:
-
-``collections``
-    list of ``"<db>.<collection>"`` to copy (a re-snapshot of chosen collections); default: every
-    captured collection (``snapshot.include.collection.list`` applies then).
-``force``
-    run a new snapshot even when ``snapshot.mode`` finds nothing to do (a completed snapshot or a
-    stored offset exists). A snapshot found in progress is resumed in any case.
-``reset_offset``
-    whether completion moves the streaming offset to the position recorded before copying
-    (default true: a full or gap-filling snapshot). False for a re-snapshot of chosen collections
-    while streaming continues without a gap: the offset keeps its position. ``snapshot.mode=
-    always`` decides it itself (without ``force``): a stored offset still in the oplog is kept, so
-    the next window streams every change since the previous one; a purged one is reset.
-
-Steps (``core.snapshot_assessment``, then ``core.snapshot_plan`` and ``core.snapshot_copy``):
-decide per ``snapshot.mode``; record the stream position, plan the chunks and commit "snapshot
-started" with the plan; copy the chunks in Spark tasks (``snapshot.max.threads`` at a time), the
-final chunk last; commit the completed snapshot.
+connection details, the Kafka configuration and the operator's parameters: ``collections``
+(``"<db>.<collection>"`` to copy; default every captured collection), ``force`` (snapshot even when
+``snapshot.mode`` finds nothing to do; a snapshot in progress is resumed in any case) and
+``reset_offset`` (whether completion moves the streaming offset to the position recorded before
+copying; default true; ``snapshot.mode=always`` decides it itself without ``force``). Steps
+(``core.snapshot_assessment``, then ``core.snapshot_plan`` and ``core.snapshot_copy``): decide per
+``snapshot.mode``; record the stream position, plan the chunks and commit "snapshot started" with
+the plan; copy the chunks in Spark tasks (``snapshot.max.threads`` at a time), the final chunk
+last; commit the completed snapshot. Reasons: docs/design.md, "Snapshots".
 """
 
 from __future__ import annotations

@@ -2,19 +2,15 @@
 
     spark-submit stream_window.py --job-spec PATH [--result PATH]
 
-The driver discovers the deployment's change streams (one for the deployment, or one per shard
-replica set with ``mongodb.connection.mode=replica_set``), checks that each can start from its
-stored offset (clear errors before any task runs), then runs one Spark task per stream: each task
-reads its stream up to the window end and commits events and offsets exactly once
-(``airflow_provider_mongocdc.core.window``). The summary merges the streams' summaries. When a
-stream's cluster time stalled before a window end in the past, the driver fails the run with
-``WindowEndNotReachedError`` once every stream has committed what it read (the operator's task
-then fails with its message, and Airflow's retry continues from the committed offsets).
-
-The job spec's ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``,
-``max_duration_s``, ``poll_ms`` (see :class:`~airflow_provider_mongocdc.core.window_params.WindowParams`).
-Connection details travel to the tasks inside the task closure, never through Spark's
-configuration or environment.
+The driver lists the deployment's change streams (one, or one per shard replica set with
+``mongodb.connection.mode=replica_set``), checks that each can start from its stored offset (clear
+errors before any task runs), runs one Spark task per stream (``core.window.run_window``) and
+merges their summaries. A cluster time that stalled before a window end in the past fails the run
+with ``WindowEndNotReachedError`` once every stream has committed what it read. The job spec's
+``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``, ``max_duration_s``,
+``poll_ms`` (:class:`~airflow_provider_mongocdc.core.window_params.WindowParams`). Connection
+details travel to the tasks inside the task closure, never through Spark's configuration or
+environment. Reasons: docs/design.md, "Stream windows".
 """
 
 from __future__ import annotations

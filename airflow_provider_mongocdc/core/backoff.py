@@ -1,18 +1,10 @@
 """Exponential backoff for reconnecting, as Debezium's ``connect.*`` properties describe it.
 
-Debezium's MongoDB connector documents three properties (seed 000, "MongoDB becomes unavailable"):
-
-``connect.backoff.initial.delay.ms`` (default 1000)
-    the delay before the first reconnection attempt;
-``connect.backoff.max.delay.ms`` (default 120000)
-    the longest delay between two attempts;
-``connect.max.attempts`` (default 16)
-    the number of reconnection attempts before an error is produced.
-
-"Each delay is double that of the prior delay, up to the maximum delay": with the defaults the
-delays are 1, 2, 4, 8, 16, 32, 64, 120, 120, ... seconds and the sixteenth reconnection attempt
-starts 20 min 07 s after the first failure, as in Debezium's table. The first contact is not a
-reconnection: it happens at once, so an operation runs at most ``1 + max_attempts`` times.
+The first reconnection attempt waits ``connect.backoff.initial.delay.ms``, each next one twice as
+long, up to ``connect.backoff.max.delay.ms``; the error is raised after ``connect.max.attempts``
+reconnection attempts. The first contact is not a reconnection: it happens at once, so an
+operation runs at most ``1 + max_attempts`` times. :class:`BackoffPolicy` computes the delays; only
+:meth:`BackoffPolicy.call` sleeps. The delays with the defaults: docs/design.md, "Reconnecting".
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """MongoDB extended JSON for event payloads.
 
-Two writers:
-
-:class:`JavaJsonWriter`
-    What the events carry by default: the text the MongoDB Java driver's ``JsonWriter`` writes
-    with the settings Debezium 3.x's ``JsonSerialization`` uses (see :func:`document_writer`,
-    :func:`updated_fields_writer`, :func:`key_writer`): ``JsonMode.STRICT`` / ``RELAXED`` /
-    ``EXTENDED`` converters, ``Double.toString`` numbers (:func:`java_double`), Java's string
-    escaping (:func:`java_escape`), ISO dates as ``DateTimeFormatter.ISO_OFFSET_DATE_TIME`` writes
-    them (:func:`java_date`), and the compact layout (``indent(true)`` with empty indent and
-    newline characters: ``{"a": 1,"b": [1,2]}``) or the driver's default one
-    (``{"a": 1, "b": [1, 2]}``). The compact strict and relaxed writers (documents and keys) have
-    orjson write a whole value and add the space after each name's colon; values where that text
-    could differ (doubles outside [1e-3, 1e7) other than zero, strict ints beyond int32, UUIDs,
-    Code with scope, DBRef, mapping subclasses, strings such as ``'":'``) are written value by value
-    (see ``_FastPath``); tests/unit/test_ejson_fast_path.py compares both texts. Value by value,
-    containers of plain values (strings, booleans, null, 32-bit integers) are written by the
-    C-accelerated :mod:`json` encoder, whose output is the same for them; the non-ASCII characters
-    Java escapes are rewritten afterwards.
-
-:class:`~.extended_json.Encoder`
-    ``bson.json_util``'s text, for ``extended.json.mode=legacy`` (see :mod:`.extended_json`).
-
-UUIDs: a pymongo client with the default ``uuidRepresentation`` (unspecified) returns BSON binary
-subtype 3/4 values as :class:`bson.binary.Binary`; a client decoding with
-``uuidRepresentation=standard`` returns :class:`uuid.UUID`, which :class:`JavaJsonWriter` writes
-as the binary subtype 4 it was read from.
+:class:`JavaJsonWriter` writes what events carry by default: the text the MongoDB Java driver's
+``JsonWriter`` writes with the settings of Debezium 3.x's ``JsonSerialization``.
+:func:`document_writer`, :func:`updated_fields_writer` and :func:`key_writer` choose the writer for
+``extended.json.mode`` / ``key.json.mode``; documents with ``extended.json.mode=legacy`` get
+``bson.json_util``'s text (:class:`~.extended_json.Encoder`). The compact writers let orjson write
+whole values whose text cannot differ from the value-by-value one (``_FastPath``;
+tests/unit/test_ejson_fast_path.py compares both texts). A :class:`uuid.UUID` (a client with
+``uuidRepresentation=standard``) is written as the binary subtype 4 it was read from. Details and
+reasons: docs/design.md, "Events", "JSON text".
 """
 
 from __future__ import annotations

@@ -2,70 +2,16 @@
 
 :class:`EventBuilder` turns one change stream document (as pymongo returns it) or one snapshot
 document into the :class:`Record` objects to send to Kafka: the event on
-``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone; plus transaction BEGIN/END
-records when ``provide.transaction.metadata`` is on.
-
-The bytes are Debezium 3.x's (debezium-connector-mongodb: ``JsonSerialization``,
-``MongoDbCollectionSchema``, ``SourceInfo``, ``MongoDbSourceInfoStructMaker``, the record
-emitters); every JSON text inside an event is written as the MongoDB Java driver writes it
-(:class:`.ejson.JavaJsonWriter`).
-
-Key: ``{"id": "<_id as extended JSON>"}``, relaxed mode (``JsonSerialization.getDocumentId``), e.g.
-``"1234"``, ``"12.34"``, ``"\\"1234\\""``, ``"{\\"$oid\\": \\"596e...\\"}"``, a 64-bit integer ``"1234"``,
-``"{\\"$binary\\": {\\"base64\\": \\"a2Fma2E=\\",\\"subType\\": \\"00\\"}}"``;
-``key.json.mode=strict`` (the default with ``event.format=oplog``) writes Debezium 1.x's strict
-keys. Only ``documentKey._id`` is used (shard key fields are not part of the key), so all events
-of a document share one key and one partition.
-
-Value (``event.format=change_streams``, Debezium 3.x):
-
-=====================  ==========================================================================
-``before``             pre-image (``*_with_pre_image`` capture modes, updates/replaces/deletes)
-``after``              inserted document, replacement, full document of an update
-                       (``*_update_full*`` modes; null when the lookup found nothing), snapshot
-                       document
-``updateDescription``  updates only: ``updatedFields`` (JSON text, ``BsonDocument.toJson()``),
-                       ``removedFields``, ``truncatedArrays`` [{``field``, ``size``}]; empty lists
-                       are null
-``source``             ``version`` (this connector's), ``connector`` ("mongodb"), ``name``
-                       (topic.prefix), ``ts_ms`` (the change's wallTime, else clusterTime seconds
-                       in ms; snapshot reads: the recorded start position), ``snapshot`` ("true",
-                       "last", "false"), ``db``, ``sequence``, ``ts_us``, ``ts_ns`` (``ts_ms``'s
-                       instant), ``collection``, ``ord`` (clusterTime increment), ``lsid`` and
-                       ``txnNumber`` (both or neither), ``wallTime`` (null for snapshot reads)
-``op``                 ``c`` insert, ``u`` update and replace, ``d`` delete, ``r`` snapshot read
-``ts_ms``              when the connector built the event (no top-level ``ts_us``/``ts_ns``: the
-                       MongoDB connector's envelope has none)
-``transaction``        {``id``, ``total_order``, ``data_collection_order``} or null
-=====================  ==========================================================================
-
-Value (``event.format=oplog``, Debezium 1.x documentation): ``after`` (inserts and snapshot reads),
-``patch`` (updates: ``{"$set": updatedFields, "$unset": {removed: true}}``; replaces: the
-replacement document), ``filter`` (updates and deletes: ``documentKey``), ``source`` with ``rs``, the clusterTime as
-``ts_ms``, boolean ``snapshot`` and ``h`` (null: change streams have no operation hash), ``op``, ``ts_ms``, and
-``transaction`` only when transaction metadata is on.
-
-Operations other than inserts, updates, replaces and deletes (handling chosen to match Debezium,
-which never emits events for them; the change stream ``$match`` of :mod:`.filters` keeps them
-from reaching the connector at all):
-
-``drop``
-    No event. The collection's documents get no delete events or tombstones; consumers that need
-    to forget a dropped collection must do so themselves (e.g. delete its topic).
-``rename``
-    No event. Later changes arrive under the new name and go to the new name's topic (if the new
-    name is captured); the old topic keeps its events.
-``dropDatabase``
-    No event (MongoDB reports a ``drop`` per collection first; those produce no event either).
-``invalidate``
-    No event. It means the change stream closed (a collection- or database-scoped stream whose
-    target was dropped or renamed). :func:`is_invalidate` lets the reader notice it, record the
-    invalidate's resume token with ``startAfter`` semantics, and end the window.
-
-Operations skipped by ``skipped.operations`` and collections not captured by the filters produce
-no records (and do not count in transaction metadata). An event larger than ``event.max.bytes``
-raises :class:`OversizeEventError` (``cursor.oversize.handling.mode=fail``) or is dropped with a
-warning naming its topic and key (``skip``).
+``<topic.prefix>.<db>.<collection>`` and, for deletes, a tombstone (``tombstones.on.delete``); plus
+transaction BEGIN/END records when ``provide.transaction.metadata`` is on. The bytes are Debezium
+3.x's (``event.format=change_streams``) or the Debezium 1.x shape (``event.format=oplog``). The key
+holds ``documentKey._id`` only, so all events of a document share one key and one partition.
+Operations other than inserts, updates, replaces and deletes (``drop``, ``rename``,
+``dropDatabase``, ``invalidate``), skipped operations and uncaptured collections produce no
+records; :func:`is_invalidate` lets the reader notice a closed stream. An event larger than
+``event.max.bytes`` raises :class:`OversizeEventError` or is dropped with a warning, per
+``cursor.oversize.handling.mode``. The fields: docs/configuration.md, "Events"; the decisions:
+docs/design.md, "Events".
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """bson.json_util's extended JSON text, as events carry it with ``extended.json.mode=legacy``.
 
-:class:`Encoder`
-    ``bson.json_util``'s text, used for ``extended.json.mode=legacy`` (strict without
-    ``$numberLong``). Its modes are those of ``json_util`` (``strict``: ``JSONMode.LEGACY`` with
-    ``strict_number_long``; ``relaxed``; ``canonical``; ``legacy``); the output is exactly
-    ``json_util.dumps(value, json_options=...)``'s with ``","`` between members and ``": "`` after
-    names, except that non-finite doubles, written as the bare words ``NaN``/``Infinity`` by
-    ``json_util`` in the strict and legacy modes, are written ``{"$numberDouble": "NaN"}``.
-    ``json_util.dumps`` first copies the whole document in Python; here one reused
-    ``json.JSONEncoder`` (C accelerated) writes the document directly and calls
-    ``json_util.default`` only for the BSON values it cannot write itself; values the C encoder
-    would write differently (``Int64`` in strict mode, every number in canonical mode, ``Code``,
-    tuples, other mappings, subclasses) are converted first by ``json_util._json_convert``.
-    ``Decimal128`` text comes from its public ``bid`` bytes with the IEEE 754 decimal128 context
-    (:func:`bson.decimal128.create_decimal128_context`), the text ``str(Decimal128)`` gives.
+:class:`Encoder` writes exactly ``json_util.dumps(value, json_options=...)``'s text for its mode
+(``strict``: ``JSONMode.LEGACY`` with ``strict_number_long``; ``relaxed``; ``canonical``;
+``legacy``), with ``","`` between members and ``": "`` after names, except that non-finite doubles
+are written ``{"$numberDouble": "NaN"}`` (``json_util`` writes the bare ``NaN``/``Infinity`` in the
+strict and legacy modes). It is faster: one reused C-accelerated ``json.JSONEncoder`` writes the
+document without copying it first. How the text stays the same: docs/design.md, "Events", "JSON
+text".
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Field exclusion, renaming and name adjustment inside event values.
 
 ``field.exclude.list`` and ``field.renames`` entries are ``<db>.<collection>.<field>[.<nested>...]``
-(``*`` in the database or collection part matches any characters; names match
-case-insensitively, as in Debezium). Exclusions apply first, then renames in the order given.
-They act on every document an event carries:
-
-* full documents (``after``, ``before``, snapshot documents, the oplog format's ``filter`` and a
-  replacement ``patch``): nested documents are followed, and documents inside an array at any
-  step of the path are modified one by one (arrays of arrays are not entered, as in Debezium);
-* ``updateDescription.updatedFields``, whose names are dotted paths (``a.b``, ``items.0.price``):
-  array indexes are skipped when a path is compared, a field at or below an excluded path is
-  dropped, a renamed path is renamed where it appears, and a value that *contains* the path (the
-  update set ``a`` and the rule names ``a.b``) is modified inside;
-* ``updateDescription.removedFields`` and ``truncatedArrays[].field`` (paths, handled alike).
-
-A rename whose new name already exists next to the renamed field is an error naming the document
-rather than a silent overwrite.
-
-``field.name.adjustment.mode`` (``avro``/``avro_unicode``; ``sanitize.field.names=true``) then
-adjusts every field name to Avro rules (see :func:`.schema.adjust_field_name`); in dotted paths each
-segment is adjusted except array indexes.
-
-Documents are never modified in place: only the containers on a changed path are copied.
+(``*`` in the database or collection part matches any characters; names match case-insensitively,
+as in Debezium). Exclusions apply first, then renames in the order given, then
+``field.name.adjustment.mode`` (see :func:`.schema.adjust_field_name`). They act on every document
+an event carries and on the dotted paths of ``updateDescription`` (``updatedFields``,
+``removedFields``, ``truncatedArrays[].field``). A rename whose new name already exists next to the
+renamed field is an error naming the document rather than a silent overwrite. Documents are never
+modified in place: only the containers on a changed path are copied. The rules for arrays and
+dotted paths: docs/design.md, "Events", "Field exclusions and renames".
 """
 
 from __future__ import annotations

@@ -2,26 +2,13 @@
 
 With ``key.converter.schemas.enable`` / ``value.converter.schemas.enable`` (the defaults) every
 record is ``{"schema": <schema>, "payload": <payload>}`` exactly as Kafka Connect's JsonConverter
-writes it; otherwise only the payload. The schemas are Debezium's:
-
-* key ``<topic>.Key``: ``{id: string}`` (Debezium documentation, "Change event keys");
-* value ``<topic>.Envelope`` (``event.format=change_streams``, Debezium 3.x ``MongoDbSchema``):
-  ``before``, ``after`` (``io.debezium.data.Json``), ``updateDescription``
-  (``io.debezium.connector.mongodb.changestream.updatedescription``), ``source``
-  (``io.debezium.connector.mongo.Source`` version 1, ``MongoDbSourceInfoStructMaker``: no ``rs``;
-  ``snapshot`` an ``io.debezium.data.Enum`` of every ``SnapshotRecord``), ``op``, ``ts_ms``,
-  ``transaction`` (``event.block``). Unlike Debezium's relational connectors, the MongoDB
-  connector's envelope has no top-level ``ts_us``/``ts_ns`` (its value schema does not declare
-  them and its record emitters set only ``ts_ms``);
-* value ``<topic>.Envelope`` (``event.format=oplog``, as Debezium 1.x documents it): ``after``,
-  ``patch``, ``filter``, ``source`` (boolean ``snapshot``, ``h``), ``op``, ``ts_ms``, and
-  ``transaction`` when transaction metadata is on;
-* transaction topic: ``io.debezium.connector.common.TransactionMetadataKey`` / ``...Value``;
-* heartbeat topic: ``io.debezium.connector.common.ServerNameKey`` / ``...Heartbeat``.
-
-Field order and the order of each schema's attributes (``type``, ``items``/``fields``,
-``optional``, ``name``, ``version``, ``parameters``, ``default``, ``field``) follow
-JsonConverter's output. Serialised schemas are cached per topic: an event costs only its payload.
+writes it; otherwise only the payload. The schemas are Debezium's: ``<topic>.Key``,
+``<topic>.Envelope`` (Debezium 3.x's ``MongoDbSchema``, or the Debezium 1.x shape with
+``event.format=oplog``) and those of the transaction and heartbeat topics. Field order and each
+schema's attribute order follow JsonConverter's output. Serialised schemas are cached per topic:
+an event costs only its payload. :func:`adjust_schema_name` and :func:`adjust_field_name` apply
+``schema.name.adjustment.mode`` and ``field.name.adjustment.mode``. Each schema's fields:
+docs/design.md, "Events", "Schemas".
 """
 
 from __future__ import annotations

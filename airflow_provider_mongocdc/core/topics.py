@@ -1,19 +1,12 @@
 """Topic names, as Debezium's default topic naming strategy builds them.
 
-* data: ``<topic.prefix>.<database>.<collection>`` (Debezium documentation, "Topic names");
-* transaction metadata: ``<topic.prefix>.<topic.transaction>`` (``<prefix>.transaction``);
-* heartbeats: ``<topic.heartbeat.prefix>.<topic.prefix>`` (``__debezium-heartbeat.<prefix>``), or
-  ``topic.heartbeat.name`` when set;
-* offsets: ``offset.storage.topic`` (``<prefix>.offsets``).
-
+Data: ``<topic.prefix>.<database>.<collection>``; transaction metadata:
+``<topic.prefix>.<topic.transaction>``; heartbeats: ``<topic.heartbeat.prefix>.<topic.prefix>``,
+or ``topic.heartbeat.name`` when set; offsets: ``offset.storage.topic`` (``<prefix>.offsets``).
 The parts are joined with ``topic.delimiter`` (``.``). A character Kafka does not allow in a topic
-name (anything but ASCII letters, digits, ``.``, ``_`` and ``-``; MongoDB allows spaces, ``$``,
-non-ASCII letters... in collection names) is replaced with ``_``, as Debezium does, and the name
-is cut to Kafka's 249 characters. Kafka Connect *schema* names derived from a topic name
-(``<topic>.Key``, ``<topic>.Envelope``) are further adjusted to Avro rules
-(``schema.name.adjustment.mode``, see :mod:`.schema`), as the Debezium documentation warns:
-``-`` and any other non-Avro character become ``_`` there, so two collections whose names differ
-only in such characters share a schema name.
+name becomes ``_``, as in Debezium, and the name is cut to Kafka's 249 characters. Schema names
+derived from a topic name are adjusted further (:mod:`.schema`), so two collections may share one:
+docs/design.md, "Events", "Topic and schema names".
 """
 
 from __future__ import annotations

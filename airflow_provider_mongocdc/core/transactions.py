@@ -1,37 +1,14 @@
 """Transaction metadata (``provide.transaction.metadata=true``), as Debezium emits it.
 
-For every MongoDB multi-document transaction the connector writes a ``BEGIN`` event before the
-transaction's first change event and an ``END`` event after its last one to
-``<topic.prefix>.transaction`` (key ``{"id": <transaction id>}``; value ``status``, ``id``,
-``event_count``, ``data_collections`` [{``data_collection``, ``event_count``}], ``ts_ms``), and
-each change event of the transaction carries ``transaction`` {``id``, ``total_order``,
-``data_collection_order``}.
-
-Transaction id: change events of a transaction carry the session id ``lsid`` and ``txnNumber``.
-As Debezium 2.x/3.x does, the id is ``<lsid as compact strict extended JSON>:<txnNumber>``, e.g.
-``{"id": {"$binary": "FA7YEzXgQXSX9OxmzllH2w==","$type": "04"},"uid": {...}}:1``, the same
-``lsid`` text as ``source.lsid``. With ``event.format=oplog`` it is Debezium 1.x's
-``<lsid.id as UUID>:<txnNumber>`` and ``data_collection`` names carry the replica set
-(``rs0.db.collection``), as in the Debezium 1.x documentation's example; otherwise they are
-``db.collection``.
-
-Boundaries: the change stream returns a committed transaction's events consecutively and they
-share ``lsid``, ``txnNumber`` (and ``clusterTime``). A transaction therefore ends when the next
-captured event is not part of it, or when the window ends (:meth:`TransactionTracker.finish`).
-
-Times and order, as Debezium 3.x's ``TransactionMonitor`` and ``AbstractTransactionStructMaker``
-write them: BEGIN's ``ts_ms`` is the ``source.ts_ms`` of the transaction's first event, END's that
-of the event that closes the transaction (at the end of a window, the transaction's last event's).
-END lists ``data_collections`` in the iteration order of the ``java.util.HashMap`` of
-``TransactionContext`` (:func:`java_hash_map_order`).
-Only captured events count (as in Debezium): events of filtered-out collections or skipped
-operations are neither counted nor delimit transactions, and a transaction that touched only
-uncaptured collections produces no BEGIN/END. With ``mongodb.connection.mode=replica_set`` a
-transaction spanning shards is seen once per shard stream, each with its own BEGIN/END carrying
-that shard's share of the events.
-
-:meth:`TransactionTracker.state` / ``TransactionTracker(config, state=...)`` carry an open
-transaction across windows when a reader chooses not to end it at a window boundary.
+:class:`TransactionTracker` frames every MongoDB multi-document transaction with a ``BEGIN`` record
+before its first change event and an ``END`` record after its last one, on
+``<topic.prefix>.transaction``, and gives each of its change events a ``transaction`` block
+{``id``, ``total_order``, ``data_collection_order``}. A change belongs to a transaction by its
+``lsid`` and ``txnNumber`` (:func:`transaction_id`); a transaction ends when the next captured event
+is not part of it, or when the window ends (:meth:`TransactionTracker.finish`). Only captured
+events count. :meth:`TransactionTracker.state` / ``TransactionTracker(config, state=...)`` carry an
+open transaction across windows. The records: docs/configuration.md, "Transaction metadata"; ids,
+boundaries and per-shard streams: docs/design.md, "Events", "Transaction metadata".
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The Kafka writer: a transactional producer that commits events and their offsets atomically.
 
 A transaction holds a batch of change events AND the offset record(s) that cover them, so a
-read_committed consumer sees both or neither. The rules, as librdkafka documents them for
-``rd_kafka_init_transactions``/``commit_transaction``/``abort_transaction``:
-
-* a *retriable* error (``KafkaError.retriable()``, e.g. a timeout) leaves the operation safe to
-  call again: the writer retries a bounded number of times;
-* an *abortable* error (``KafkaError.txn_requires_abort()``, e.g. a message the broker rejected)
-  means the current transaction must be aborted; the producer stays usable;
-* a *fatal* error (``KafkaError.fatal()``, e.g. ``_FENCED`` when a newer producer with the same
-  ``transactional.id`` called ``init_transactions``) makes the producer unusable.
-
-Whatever happens, an offset is never committed past an undelivered event: any failed delivery
-aborts the transaction and raises :class:`DeliveryError` (or :class:`OversizeEventError`).
-
-The producer configuration is the Kafka connection's librdkafka configuration (bootstrap.servers,
-security.protocol, sasl.*, ssl.* ...) plus the writer's own settings. Secrets are never logged:
-use :func:`redact_config` to show a configuration.
+read_committed consumer sees both or neither. Whatever happens, an offset is never committed past
+an undelivered event: any failed delivery aborts the transaction and raises
+:class:`DeliveryError` (or :class:`OversizeEventError`). Retriable errors are retried a bounded
+number of times; a fatal one (``_FENCED``: a newer producer took the same ``transactional.id``)
+leaves the producer unusable. The producer configuration is the Kafka connection's librdkafka
+configuration plus the writer's own settings. Secrets are never logged: use :func:`redact_config`
+to show a configuration. librdkafka's error kinds: docs/design.md, "Writing to Kafka".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Airflow hook for the Kafka cluster the events and offsets go to.
 
-It follows the convention of apache-airflow-providers-apache-kafka: the connection's extra IS the
-librdkafka configuration (``{"bootstrap.servers": "...", "security.protocol": "SASL_SSL",
-"sasl.mechanism": "PLAIN", ...}``), so one connection serves both providers. Connections of that
-provider's type ``kafka`` are read as they are; that provider is not required.
-
-This provider registers its own type, ``mongocdc_kafka``, rather than ``kafka``: a connection type
-belongs to one provider, and registering ``kafka`` twice would make Airflow pick one of the two
-hooks when both providers are installed. The ``mongocdc_kafka`` form also offers the SASL user
-name and password as the connection's login and password fields, which Airflow stores encrypted
-and masks in logs; they are used when the extra does not set ``sasl.username``/``sasl.password``.
-
-The form's fields ``bootstrap.servers``, ``security.protocol`` and ``sasl.mechanism`` are named
-after the librdkafka keys, and Airflow stores a form field in the extra under its name: a field
-filled in the form and the same key written in the extra JSON are one and the same value. A field
-left empty is stored as null (or an empty string) and means "not set": it is dropped, and the
-value falls back to ``extra__mongocdc_kafka__<key>`` (forms of older Airflow versions), then, for
-``bootstrap.servers`` only, to the connection's host (and port), e.g. from a connection URI
-``mongocdc-kafka://broker1:9092``. ``sasl.mechanism`` (the form's field) takes precedence over
-librdkafka's alias ``sasl.mechanisms``; the configuration carries one of them, as
-``sasl.mechanism``.
+As in apache-airflow-providers-apache-kafka, the connection's extra IS the librdkafka configuration
+(``{"bootstrap.servers": "...", "security.protocol": "SASL_SSL", ...}``); that provider's ``kafka``
+connections are read as they are (it is not required). This provider's own type is
+``mongocdc_kafka``, whose form fields ``bootstrap.servers``, ``security.protocol`` and
+``sasl.mechanism`` Airflow stores in the extra under those keys. A key left empty (null or blank)
+is not set and falls back to ``extra__<connection type>__<key>``, then, for ``bootstrap.servers``
+only, to the host (and port); ``sasl.mechanism`` wins over librdkafka's alias ``sasl.mechanisms``;
+the login and password fill ``sasl.username``/``sasl.password`` when the extra does not. Why a type
+of its own: docs/design.md, "Kafka connections".
 """
 
 from __future__ import annotations

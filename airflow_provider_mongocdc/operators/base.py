@@ -4,15 +4,9 @@ It resolves the MongoDB and Kafka connections on the Airflow worker, validates t
 configuration before anything is submitted, writes the job spec to an owner-only temporary file
 (its path is the only argument on the spark-submit command line), ships the provider's code to
 the executors as a zip (``py_files``), and turns the application's result file into the task's
-return value (pushed to XCom) or into one clear error.
-
-Spark's own logging is kept at ``spark_log_level`` (default WARN) so that the task log holds the
-provider's progress lines rather than Spark's INFO chatter. The level travels as the Spark property
-``spark.mongocdc.log.level``: the application sets it on its SparkContext, which, with
-``spark.executor.syncLogLevel.enabled``, passes it on to every executor (any master, any deploy
-mode). In client deploy mode the driver JVM also starts with the packaged
-``spark-log4j2.properties`` (through ``SPARK_SUBMIT_OPTS``) at that level, which quiets Spark's
-start-up lines too, unless a log4j configuration of the user's is found.
+return value (pushed to XCom) or into one clear error. Spark's own logging is kept at
+``spark_log_level`` (default WARN) so that the task log holds the provider's progress lines; how
+the level reaches the driver and the executors: docs/design.md, "Spark applications".
 """
 
 from __future__ import annotations

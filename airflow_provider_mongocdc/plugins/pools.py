@@ -1,35 +1,15 @@
 """The scheduler creates a missing connector pool with one slot, so no task of the provider waits for it.
 
-Airflow 3.3 never queues a task whose pool does not exist: the task stays *scheduled*, with one
-scheduler log line ("Tasks using non-existent pool ... will not be scheduled") and no DAG warning.
-A task cannot create its pool (Airflow 3 task processes have no metadata database and the Task SDK
-has no pool calls), but the scheduler can: this plugin's listener runs in the scheduler process
-(``airflow scheduler``, also under ``airflow standalone``) and, each time a DAG run starts
-(``on_dag_run_running``, called by the scheduler in the transaction that moves queued runs to
-running, before it queues their tasks), creates the pool of every waiting task of the provider's
-operators (:data:`OPERATORS`, by ``TaskInstance.operator``) whose pool does not exist:
-
-* with **1 slot** (one snapshot or window of a connector at a time) and the description
-  ``MongoDB CDC connector <name>: one snapshot or window at a time`` (the connector is read from the
-  DAG id of :func:`airflow_provider_mongocdc.dags.dag_ids`; other DAGs are named instead);
-* a pool that exists is never changed: its size is the user's (``airflow pools set <pool> <slots>``);
-* one INFO line in the scheduler log per pool created.
-
-"Waiting" means not started yet (no state, *scheduled*, *up_for_retry*, *up_for_reschedule*) in a
-queued or running DAG run, of any DAG: so the start of any run also recreates the pool of a task
-whose pool was deleted while its own run was already running (a task cleared or retried in a
-running run: the scheduler reports no event for it), for example at the connector's watchdog run
-every 10 minutes. Limit: until some DAG run starts, such a task waits.
-
-The insert ignores a pool created meanwhile by someone else (another scheduler, ``airflow pools
-set``), so it cannot fail the scheduler's transaction; any other error is logged (the scheduler
-goes on; Airflow also catches listener errors) and the run's tasks wait for the pool as before.
-Task processes load the plugin too (Airflow loads plugins everywhere) but never call the listener;
-nothing here is imported at module level beyond the plugin base class.
-
-The plugin is registered twice, as OpenLineage's is: through the ``airflow.plugins`` entry point
-(always loaded) and in ``get_provider_info()["plugins"]`` (loaded only with
-``[core] lazy_discover_providers = False``, where Airflow skips the second registration by name).
+Airflow never queues a task whose pool does not exist, and a task cannot create one; the scheduler
+can. Each time a DAG run starts, this plugin's listener (:func:`on_dag_run_running`) creates the
+missing pool of every waiting task of :data:`OPERATORS` (by ``TaskInstance.operator``) with one
+slot and the description ``MongoDB CDC connector <name>: one snapshot or window at a time``, and
+logs one INFO line per pool created. A pool that exists is never changed. A pool created meanwhile
+by someone else is ignored and any other error is logged, so the scheduler goes on. Task processes
+load the plugin too but never call the listener: nothing is imported at module level beyond the
+plugin base class and ``hookimpl``. Registered through the ``airflow.plugins`` entry point and
+``get_provider_info()["plugins"]``. Why, what "waiting" means, limits: docs/design.md, "Connector
+pools".
 """
 
 from __future__ import annotations
