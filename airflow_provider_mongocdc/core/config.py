@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_mongocdc.core import config_enums
 from airflow_provider_mongocdc.core.config_compat import (
     ALIASES,
     IGNORED,
@@ -29,21 +30,9 @@ from airflow_provider_mongocdc.core.config_compat import (
     UNSUPPORTED_PREFIXES,
 )
 from airflow_provider_mongocdc.core.config_docs import main, render_property_table, sync_docs
+from airflow_provider_mongocdc.core.config_enums import *  # noqa: F403 (re-exported, see __all__)
 from airflow_provider_mongocdc.core.config_enums import (
-    CAPTURE_MODES,
-    CAPTURE_SCOPES,
-    CONNECTION_MODES,
-    EVENT_FORMATS,
-    FULL_UPDATE_TYPES,
-    JSON_MODES,
-    JSON_SERIALIZATION_MODES,
     JSON_SERIALIZATION_TO_EXTENDED,
-    KEY_JSON_MODES,
-    MATCH_MODES,
-    NAME_ADJUSTMENT_MODES,
-    OVERSIZE_MODES,
-    PIPELINE_ORDERS,
-    SNAPSHOT_MODES,
     CaptureMode,
     CaptureScope,
     EventFormat,
@@ -448,20 +437,7 @@ __all__ = [
     "JSON_CONVERTER",
     "MONGODB_CONNECTOR_CLASS",
     "SKIPPABLE_OPERATIONS",
-    "CAPTURE_MODES",
-    "CAPTURE_SCOPES",
-    "CONNECTION_MODES",
-    "EVENT_FORMATS",
-    "FULL_UPDATE_TYPES",
-    "JSON_MODES",
-    "JSON_SERIALIZATION_MODES",
-    "JSON_SERIALIZATION_TO_EXTENDED",
-    "KEY_JSON_MODES",
-    "MATCH_MODES",
-    "NAME_ADJUSTMENT_MODES",
-    "OVERSIZE_MODES",
-    "PIPELINE_ORDERS",
-    "SNAPSHOT_MODES",
+    *config_enums.__all__,
     "render_property_table",
     "sync_docs",
     "split_list",

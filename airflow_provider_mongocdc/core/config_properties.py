@@ -52,10 +52,11 @@ FILTER_OVERRIDES = "snapshot.collection.filter.overrides"
 @dataclass(frozen=True)
 class Property:
     """One connector property. ``origin`` is ``debezium`` (a Debezium MongoDB connector or Kafka
-    Connect JsonConverter property, same meaning) or ``product`` (this connector's own)."""
+    Connect JsonConverter property, same meaning) or ``product`` (this connector's own).
+    ``attribute`` is the :class:`ConnectorConfig` field holding its value: by default the name with
+    ``_`` for ``.``."""
 
     name: str
-    attribute: str
     type: str
     default: Any
     description: str
@@ -64,6 +65,11 @@ class Property:
     origin: str = "debezium"  # "debezium", "kafka-connect" or "product"
     required: bool = False
     default_text: str | None = None  # how the default reads in docs, when not the value itself
+    attribute: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.attribute:
+            object.__setattr__(self, "attribute", self.name.replace(".", "_"))
 
     def default_for_docs(self) -> str:
         if self.default_text is not None:
@@ -77,39 +83,12 @@ class Property:
         return str(self.default)
 
 
-def _p(
-    name: str,
-    type_: str,
-    default: Any,
-    description: str,
-    parse: Callable[[Any], Any],
-    *,
-    allowed: tuple[str, ...] = (),
-    origin: str = "debezium",
-    required: bool = False,
-    default_text: str | None = None,
-    attribute: str | None = None,
-) -> Property:
-    return Property(
-        name=name,
-        attribute=attribute or name.replace(".", "_"),
-        type=type_,
-        default=default,
-        description=description,
-        parse=parse,
-        allowed=allowed,
-        origin=origin,
-        required=required,
-        default_text=default_text,
-    )
-
-
 _nonneg = int_parser(0)
 _positive = int_parser(1)
 
 PROPERTIES: tuple[Property, ...] = (
     # naming
-    _p(
+    Property(
         "topic.prefix",
         "string",
         None,
@@ -121,15 +100,15 @@ PROPERTIES: tuple[Property, ...] = (
         parse_topic_prefix,
         required=True,
     ),
-    _p("topic.delimiter", "string", ".", "Delimiter between the parts of topic names.", parse_str),
-    _p(
+    Property("topic.delimiter", "string", ".", "Delimiter between the parts of topic names.", parse_str),
+    Property(
         "topic.transaction",
         "string",
         "transaction",
         "Suffix of the transaction metadata topic `<topic.prefix><delimiter><topic.transaction>`.",
         parse_topic_name,
     ),
-    _p(
+    Property(
         "topic.heartbeat.prefix",
         "string",
         "__debezium-heartbeat",
@@ -137,7 +116,7 @@ PROPERTIES: tuple[Property, ...] = (
         "Deprecated alias: `heartbeat.topics.prefix`.",
         parse_topic_name,
     ),
-    _p(
+    Property(
         "topic.heartbeat.name",
         "string",
         None,
@@ -145,7 +124,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_optional_topic_name,
     ),
     # filters
-    _p(
+    Property(
         "filters.match.mode",
         "enum",
         "regex",
@@ -154,7 +133,7 @@ PROPERTIES: tuple[Property, ...] = (
         enum_parser(MATCH_MODES),
         allowed=MATCH_MODES,
     ),
-    _p(
+    Property(
         "database.include.list",
         "list",
         None,
@@ -163,7 +142,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_regex_list,
         default_text="all databases",
     ),
-    _p(
+    Property(
         "database.exclude.list",
         "list",
         None,
@@ -171,7 +150,7 @@ PROPERTIES: tuple[Property, ...] = (
         "`database.include.list`.",
         parse_regex_list,
     ),
-    _p(
+    Property(
         "collection.include.list",
         "list",
         None,
@@ -182,7 +161,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_regex_list,
         default_text="all collections",
     ),
-    _p(
+    Property(
         "collection.exclude.list",
         "list",
         None,
@@ -191,7 +170,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_regex_list,
     ),
     # capture
-    _p(
+    Property(
         "capture.mode",
         "enum",
         "change_streams_update_full",
@@ -202,7 +181,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_capture_mode,
         allowed=CAPTURE_MODES,
     ),
-    _p(
+    Property(
         "capture.mode.full.update.type",
         "enum",
         "lookup",
@@ -212,7 +191,7 @@ PROPERTIES: tuple[Property, ...] = (
         enum_parser(FULL_UPDATE_TYPES),
         allowed=FULL_UPDATE_TYPES,
     ),
-    _p(
+    Property(
         "capture.scope",
         "enum",
         "deployment",
@@ -221,7 +200,7 @@ PROPERTIES: tuple[Property, ...] = (
         enum_parser(CAPTURE_SCOPES),
         allowed=CAPTURE_SCOPES,
     ),
-    _p(
+    Property(
         "capture.target",
         "string",
         None,
@@ -229,7 +208,7 @@ PROPERTIES: tuple[Property, ...] = (
         "(`capture.scope=collection`) to watch.",
         parse_capture_target,
     ),
-    _p(
+    Property(
         "skipped.operations",
         "list",
         frozenset({"t"}),
@@ -239,7 +218,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=SKIPPABLE_OPERATIONS + ("none",),
         default_text="t",
     ),
-    _p(
+    Property(
         "cursor.max.await.time.ms",
         "int",
         0,
@@ -248,7 +227,7 @@ PROPERTIES: tuple[Property, ...] = (
         _nonneg,
     ),
     # snapshot
-    _p(
+    Property(
         "snapshot.mode",
         "enum",
         "initial",
@@ -259,21 +238,21 @@ PROPERTIES: tuple[Property, ...] = (
         parse_snapshot_mode,
         allowed=SNAPSHOT_MODES + ("never",),
     ),
-    _p(
+    Property(
         "snapshot.max.threads",
         "int",
         1,
         "Most collections copied in parallel during a snapshot (Spark tasks).",
         _positive,
     ),
-    _p(
+    Property(
         "snapshot.fetch.size",
         "int",
         0,
         "Documents per cursor batch while copying; 0 lets the server choose.",
         _nonneg,
     ),
-    _p(
+    Property(
         "snapshot.include.collection.list",
         "list",
         None,
@@ -282,7 +261,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_regex_list,
         default_text="all captured collections",
     ),
-    _p(
+    Property(
         FILTER_OVERRIDES,
         "list",
         None,
@@ -291,7 +270,7 @@ PROPERTIES: tuple[Property, ...] = (
         "`snapshot.collection.filter.overrides.<db>.<collection>`.",
         parse_list,
     ),
-    _p(
+    Property(
         FILTER_OVERRIDES + ".<db>.<collection>",
         "json",
         None,
@@ -300,7 +279,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_str,
         attribute="snapshot_collection_filter_overrides_by_namespace",
     ),
-    _p(
+    Property(
         "snapshot.chunk.size",
         "int",
         10000,
@@ -309,7 +288,7 @@ PROPERTIES: tuple[Property, ...] = (
         _positive,
         origin="product",
     ),
-    _p(
+    Property(
         "incremental.snapshot.chunk.size",
         "int",
         1024,
@@ -318,7 +297,7 @@ PROPERTIES: tuple[Property, ...] = (
         "progress.",
         _positive,
     ),
-    _p(
+    Property(
         "incremental.snapshot.window.budget.ms",
         "int",
         300000,
@@ -327,7 +306,7 @@ PROPERTIES: tuple[Property, ...] = (
         _nonneg,
         origin="product",
     ),
-    _p(
+    Property(
         "incremental.snapshot.window.max.documents",
         "int",
         0,
@@ -337,7 +316,7 @@ PROPERTIES: tuple[Property, ...] = (
         origin="product",
     ),
     # event content
-    _p(
+    Property(
         "field.exclude.list",
         "list",
         None,
@@ -346,7 +325,7 @@ PROPERTIES: tuple[Property, ...] = (
         "collection name.",
         parse_field_paths,
     ),
-    _p(
+    Property(
         "field.renames",
         "list",
         None,
@@ -354,7 +333,7 @@ PROPERTIES: tuple[Property, ...] = (
         "event values in order; `*` matches any database or collection name.",
         parse_field_renames,
     ),
-    _p(
+    Property(
         "field.name.adjustment.mode",
         "enum",
         "none",
@@ -364,7 +343,7 @@ PROPERTIES: tuple[Property, ...] = (
         enum_parser(NAME_ADJUSTMENT_MODES),
         allowed=NAME_ADJUSTMENT_MODES,
     ),
-    _p(
+    Property(
         "schema.name.adjustment.mode",
         "enum",
         "none",
@@ -374,7 +353,7 @@ PROPERTIES: tuple[Property, ...] = (
         enum_parser(NAME_ADJUSTMENT_MODES),
         allowed=NAME_ADJUSTMENT_MODES,
     ),
-    _p(
+    Property(
         "tombstones.on.delete",
         "bool",
         True,
@@ -382,22 +361,22 @@ PROPERTIES: tuple[Property, ...] = (
         "compaction can drop the document's events.",
         parse_boolean,
     ),
-    _p(
+    Property(
         "provide.transaction.metadata",
         "bool",
         False,
         "Whether BEGIN/END events go to the transaction topic and data events carry a `transaction` block.",
         parse_boolean,
     ),
-    _p(
+    Property(
         "heartbeat.interval.ms",
         "int",
         0,
         "Interval (ms) between heartbeat events on the heartbeat topic; 0 disables them.",
         _nonneg,
     ),
-    _p("max.batch.size", "int", 2048, "Most change events read and sent per batch.", _positive),
-    _p(
+    Property("max.batch.size", "int", 2048, "Most change events read and sent per batch.", _positive),
+    Property(
         "event.format",
         "enum",
         "change_streams",
@@ -408,7 +387,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=EVENT_FORMATS,
         origin="product",
     ),
-    _p(
+    Property(
         "extended.json.mode",
         "enum",
         "strict",
@@ -422,7 +401,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=JSON_MODES,
         origin="product",
     ),
-    _p(
+    Property(
         "json.serialization.mode",
         "enum",
         None,
@@ -435,7 +414,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=JSON_SERIALIZATION_MODES,
         default_text="unset (`extended.json.mode` applies)",
     ),
-    _p(
+    Property(
         "key.json.mode",
         "enum",
         None,
@@ -448,7 +427,7 @@ PROPERTIES: tuple[Property, ...] = (
         origin="product",
         default_text="relaxed (strict with event.format=oplog)",
     ),
-    _p(
+    Property(
         "key.converter.schemas.enable",
         "bool",
         True,
@@ -457,7 +436,7 @@ PROPERTIES: tuple[Property, ...] = (
         parse_boolean,
         origin="kafka-connect",
     ),
-    _p(
+    Property(
         "value.converter.schemas.enable",
         "bool",
         True,
@@ -467,7 +446,7 @@ PROPERTIES: tuple[Property, ...] = (
         origin="kafka-connect",
     ),
     *(
-        _p(
+        Property(
             name,
             "string",
             JSON_CONVERTER,
@@ -477,7 +456,7 @@ PROPERTIES: tuple[Property, ...] = (
         )
         for name in ("key.converter", "value.converter")
     ),
-    _p(
+    Property(
         "event.max.bytes",
         "int",
         1_000_000,
@@ -486,7 +465,7 @@ PROPERTIES: tuple[Property, ...] = (
         int_parser(1024),
         origin="product",
     ),
-    _p(
+    Property(
         "cursor.oversize.handling.mode",
         "enum",
         "fail",
@@ -502,7 +481,7 @@ PROPERTIES: tuple[Property, ...] = (
         origin="debezium",
         attribute="event_oversize_handling_mode",
     ),
-    _p(
+    Property(
         "cursor.oversize.skip.threshold",
         "int",
         0,
@@ -514,7 +493,7 @@ PROPERTIES: tuple[Property, ...] = (
         int_parser(0),
         origin="debezium",
     ),
-    _p(
+    Property(
         "cursor.pipeline",
         "string",
         None,
@@ -524,7 +503,7 @@ PROPERTIES: tuple[Property, ...] = (
         lambda raw: parse_pipeline_property(raw),
         origin="debezium",
     ),
-    _p(
+    Property(
         "cursor.pipeline.order",
         "enum",
         "internal_first",
@@ -535,7 +514,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=PIPELINE_ORDERS,
         origin="debezium",
     ),
-    _p(
+    Property(
         "capture.start.op.time",
         "int",
         -1,
@@ -547,7 +526,7 @@ PROPERTIES: tuple[Property, ...] = (
         origin="debezium",
     ),
     # offsets
-    _p(
+    Property(
         "offset.storage.topic",
         "string",
         None,
@@ -558,7 +537,7 @@ PROPERTIES: tuple[Property, ...] = (
         default_text="`<topic.prefix>.offsets`",
     ),
     # connection behaviour (no addresses or credentials: those come from the Airflow connection)
-    _p(
+    Property(
         "mongodb.connection.mode",
         "enum",
         "sharded",
@@ -570,7 +549,7 @@ PROPERTIES: tuple[Property, ...] = (
         allowed=CONNECTION_MODES,
         origin="product",
     ),
-    _p(
+    Property(
         "mongodb.members.auto.discover",
         "bool",
         True,
@@ -578,45 +557,47 @@ PROPERTIES: tuple[Property, ...] = (
         "(false, e.g. behind a proxy).",
         parse_boolean,
     ),
-    _p(
+    Property(
         "connect.backoff.initial.delay.ms",
         "int",
         1000,
         "Delay (ms) before the first reconnection attempt; each next delay doubles.",
         _nonneg,
     ),
-    _p(
+    Property(
         "connect.backoff.max.delay.ms",
         "int",
         120000,
         "Longest delay (ms) between reconnection attempts.",
         _nonneg,
     ),
-    _p(
+    Property(
         "connect.max.attempts",
         "int",
         16,
         "Reconnection attempts before the run fails with an error.",
         _nonneg,
     ),
-    _p("mongodb.connect.timeout.ms", "int", 10000, "Driver connect timeout (ms).", _nonneg),
-    _p("mongodb.socket.timeout.ms", "int", 0, "Driver socket timeout (ms); 0 disables it.", _nonneg),
-    _p("mongodb.server.selection.timeout.ms", "int", 30000, "Driver server selection timeout (ms).", _nonneg),
-    _p(
+    Property("mongodb.connect.timeout.ms", "int", 10000, "Driver connect timeout (ms).", _nonneg),
+    Property("mongodb.socket.timeout.ms", "int", 0, "Driver socket timeout (ms); 0 disables it.", _nonneg),
+    Property(
+        "mongodb.server.selection.timeout.ms", "int", 30000, "Driver server selection timeout (ms).", _nonneg
+    ),
+    Property(
         "mongodb.heartbeat.frequency.ms",
         "int",
         10000,
         "How often (ms) the driver checks each server.",
         int_parser(500),
     ),
-    _p(
+    Property(
         "mongodb.poll.interval.ms",
         "int",
         30000,
         "How often (ms) the topology (shards, replica set members) is checked for changes.",
         _positive,
     ),
-    _p(
+    Property(
         "connector.class",
         "string",
         MONGODB_CONNECTOR_CLASS,

@@ -26,15 +26,18 @@ from airflow_provider_mongocdc.core.snapshot_plan import Chunk, SnapshotPlan, da
 
 @dataclass
 class ChunkResult:
+    """What copying one chunk did: nothing when an earlier run had committed it, else the counts
+    that its marker stores (:meth:`stats`), in the marker's order."""
+
     chunk_id: str
     namespace: str
+    already_committed: bool = False
     documents: int = 0
     events: int = 0
-    skipped_oversize: int = 0
-    bytes: int = 0
+    bytes: int = 0  # key + value bytes of the events
+    skipped_oversize: int = 0  # documents whose read event was larger than event.max.bytes
     seconds: float = 0.0
-    last: bool = False
-    already_committed: bool = False
+    last: bool = False  # the chunk holds the snapshot's last event
 
     def stats(self) -> dict[str, Any]:
         return {
