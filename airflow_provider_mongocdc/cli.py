@@ -40,10 +40,22 @@ from typing import Any
 from bson import json_util
 from bson.timestamp import Timestamp
 
+from airflow_provider_mongocdc.core.config_parsing import load_json
 from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
 from airflow_provider_mongocdc.core.timefmt import parse_iso
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# The ways to reach Kafka (one of them): option, metavar, help.
+_KAFKA_OPTIONS = (
+    (
+        "--kafka-config",
+        "FILE",
+        "librdkafka configuration as a JSON file (bootstrap.servers, security.*, sasl.* ...)",
+    ),
+    ("--kafka-conn-id", "ID", "Airflow connection (type mongocdc_kafka or kafka) holding that configuration"),
+    ("--bootstrap-servers", "HOSTS", "host1:9092,host2:9092 (no authentication)"),
+)
+_KAFKA_OBJECT_FIX = 'write a JSON object such as {"bootstrap.servers": "host:9092"}'
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,19 +73,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(sub: argparse.ArgumentParser, partition_required: bool) -> None:
         kafka = sub.add_mutually_exclusive_group(required=True)
-        kafka.add_argument(
-            "--kafka-config",
-            metavar="FILE",
-            help="librdkafka configuration as a JSON file (bootstrap.servers, security.*, sasl.* ...)",
-        )
-        kafka.add_argument(
-            "--kafka-conn-id",
-            metavar="ID",
-            help="Airflow connection (type mongocdc_kafka or kafka) holding that configuration",
-        )
-        kafka.add_argument(
-            "--bootstrap-servers", metavar="HOSTS", help="host1:9092,host2:9092 (no authentication)"
-        )
+        for option, metavar, help_text in _KAFKA_OPTIONS:
+            kafka.add_argument(option, metavar=metavar, help=help_text)
         sub.add_argument("--topic-prefix", required=True, help="the connector's topic.prefix")
         sub.add_argument(
             "--offsets-topic", help="the connector's offset.storage.topic (default <topic prefix>.offsets)"
@@ -138,32 +139,30 @@ def _parser() -> argparse.ArgumentParser:
 
 def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.kafka_config:
-        path = Path(args.kafka_config)
-        try:
-            config = json.loads(path.read_text())
-        except OSError as error:
-            raise ConfigError(
-                f"Cannot read the Kafka configuration file {str(path)!r}",
-                cause=str(error),
-                fix="give the path of a readable JSON file",
-            ) from None
-        except ValueError as error:
-            raise ConfigError(
-                f"The Kafka configuration file {str(path)!r} is not JSON",
-                cause=str(error),
-                fix='write a JSON object such as {"bootstrap.servers": "host:9092"}',
-            ) from None
-        if not isinstance(config, dict):
-            raise ConfigError(
-                f"The Kafka configuration file {str(path)!r} does not hold a JSON object",
-                fix='write a JSON object such as {"bootstrap.servers": "host:9092"}',
-            )
-        return config
+        return _kafka_config_file(Path(args.kafka_config))
     if args.kafka_conn_id:
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
         return KafkaConfigHook(args.kafka_conn_id).get_kafka_config()
     return {"bootstrap.servers": args.bootstrap_servers}
+
+
+def _kafka_config_file(path: Path) -> dict[str, Any]:
+    name = repr(str(path))
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(
+            f"Cannot read the Kafka configuration file {name}",
+            cause=str(error),
+            fix="give the path of a readable JSON file",
+        ) from None
+    config = load_json(text, f"The Kafka configuration file {name} is not JSON", _KAFKA_OBJECT_FIX)
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"The Kafka configuration file {name} does not hold a JSON object", fix=_KAFKA_OBJECT_FIX
+        )
+    return config
 
 
 def parse_cluster_time(text: str) -> Timestamp:
@@ -195,14 +194,12 @@ def parse_resume_token(text: str) -> dict[str, Any]:
                 fix='give the token as JSON ({"_data": "8263..."}) or its hexadecimal _data string',
             )
         return {"_data": value}
-    try:
-        token = json_util.loads(value)
-    except ValueError as error:
-        raise ConfigError(
-            "The resume token is not valid JSON",
-            cause=str(error),
-            fix='give the token as JSON, e.g. {"_data": "8263..."}',
-        ) from None
+    token = load_json(
+        value,
+        "The resume token is not valid JSON",
+        fix='give the token as JSON, e.g. {"_data": "8263..."}',
+        loads=json_util.loads,
+    )
     if not isinstance(token, dict) or "_data" not in token:
         raise ConfigError(
             "The resume token has no _data field",
@@ -263,68 +260,32 @@ def _change(args: argparse.Namespace, store, target) -> int:
     from airflow_provider_mongocdc.core.offsets import OffsetPartition
 
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
-    if args.action == "import-debezium":
-        entry, before, after = store.import_debezium(
-            partition, args.connect_offsets_topic, args.debezium_connector
-        )
-        _print(
-            {
-                "action": "import-debezium",
-                "topic": store.topic,
-                "partition": partition.to_dict(),
-                "debezium": {
-                    "topic": args.connect_offsets_topic,
-                    "connector": entry.connector,
-                    "partition": dict(entry.source_partition),
-                    "offset": dict(entry.value),
-                    "resume_token_format": entry.token_format,
-                },
-                "before": _state(before),
-                "after": _state(after),
-                "changed": True,
-            }
-        )
-        return EXIT_OK
+    change: dict[str, Any] = {"action": args.action, "topic": store.topic, "partition": partition.to_dict()}
     if args.action == "export-debezium":
         state, key, value = store.export_debezium(
             partition, args.connect_offsets_topic, args.debezium_connector
         )
-        _print(
-            {
-                "action": "export-debezium",
-                "topic": args.connect_offsets_topic,
-                "partition": partition.to_dict(),
-                "offset": _state(state),
-                "key": json.loads(key),
-                "value": json.loads(value),
-                "changed": True,
-            }
-        )
-        return EXIT_OK
-    if args.action == "reset":
+        change["topic"] = args.connect_offsets_topic  # the topic written to
+        change.update(offset=_state(state), key=json.loads(key), value=json.loads(value), changed=True)
+    elif args.action == "reset":
         before = store.reset(partition)
-        _print(
-            {
-                "action": "reset",
-                "topic": store.topic,
-                "partition": partition.to_dict(),
-                "before": _state(before),
-                "after": None,
-                "changed": before is not None,
-            }
+        change.update(before=_state(before), after=None, changed=before is not None)
+    elif args.action == "import-debezium":
+        entry, before, after = store.import_debezium(
+            partition, args.connect_offsets_topic, args.debezium_connector
         )
-        return EXIT_OK
-    before, after = store.set_position(partition, target)
-    _print(
-        {
-            "action": "set",
-            "topic": store.topic,
-            "partition": partition.to_dict(),
-            "before": _state(before),
-            "after": _state(after),
-            "changed": True,
+        change["debezium"] = {
+            "topic": args.connect_offsets_topic,
+            "connector": entry.connector,
+            "partition": dict(entry.source_partition),
+            "offset": dict(entry.value),
+            "resume_token_format": entry.token_format,
         }
-    )
+        change.update(before=_state(before), after=_state(after), changed=True)
+    else:
+        before, after = store.set_position(partition, target)
+        change.update(before=_state(before), after=_state(after), changed=True)
+    _print(change)
     return EXIT_OK
 
 

@@ -1,6 +1,6 @@
 """How one property value is read: a parser per kind of value, each raising :class:`InvalidValue`
-with what is wrong and what would be accepted; and how a value may appear in a message (secrets
-never do)."""
+with what is wrong and what would be accepted; JSON text read with a :class:`ConfigError` that says
+what the text was (:func:`load_json`); and how a value may appear in a message (secrets never do)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mongocdc.core.config_enums import CAPTURE_MODES, SNAPSHOT_MODES
+from airflow_provider_mongocdc.core.errors import ConfigError
 
 SKIPPABLE_OPERATIONS = ("c", "u", "d", "t")
 
@@ -306,6 +307,16 @@ def parse_filter_json(text: Any) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise InvalidValue("is not a JSON object", "a MongoDB query filter as a JSON object")
     return parsed
+
+
+def load_json(text: str, problem: str, fix: str, loads: Callable[[str], Any] = json.loads) -> Any:
+    """``text`` read by ``loads`` (``json.loads``, or bson's ``json_util.loads`` for extended JSON);
+    text it cannot read raises a :class:`ConfigError` with ``problem``, the parser's message as the
+    cause, and ``fix``."""
+    try:
+        return loads(text)
+    except (ValueError, TypeError) as error:  # bson raises TypeError for a malformed $-value
+        raise ConfigError(problem, cause=str(error), fix=fix) from None
 
 
 def is_secret_property(name: str) -> bool:

@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,9 +27,10 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, OffsetError
+from airflow_provider_mongocdc.core.config_parsing import load_json
+from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError
 from airflow_provider_mongocdc.core.filters import Filters
-from airflow_provider_mongocdc.core.offset_model import OffsetState
+from airflow_provider_mongocdc.core.offset_model import OffsetState, check_status
 from airflow_provider_mongocdc.core.redaction import error_text
 from airflow_provider_mongocdc.core.snapshot import (
     _BOUNDS_JSON,
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 RUNNING, COMPLETED, STOPPED = "running", "completed", "stopped"
 STATUSES = (RUNNING, COMPLETED, STOPPED)
 SNAPSHOT_MARKER = "incremental"  # source.snapshot of the read events
+_FILTER_FIX = 'write a MongoDB query in (extended) JSON, e.g. {"status": "open"}'
 
 
 def new_request_id(now: datetime | None = None) -> str:
@@ -56,25 +58,39 @@ def parse_filter(namespace: str, value: Any) -> dict[str, Any]:
     if value in (None, "", {}):
         return {}
     if isinstance(value, str):
-        try:
-            value = json_util.loads(value, json_options=_BOUNDS_JSON)
-        except (ValueError, TypeError) as error:
-            raise ConfigError(
-                f"The filter of {namespace} is not a JSON query",
-                cause=str(error),
-                fix='write a MongoDB query in (extended) JSON, e.g. {"status": "open"}',
-            ) from None
+        value = load_json(value, f"The filter of {namespace} is not a JSON query", _FILTER_FIX, _filter_query)
     if not isinstance(value, Mapping):
         raise ConfigError(
             f"The filter of {namespace} must be a query document",
             cause=f"got {type(value).__name__}",
-            fix='write a MongoDB query in (extended) JSON, e.g. {"status": "open"}',
+            fix=_FILTER_FIX,
         )
     return dict(value)
 
 
+def _filter_query(text: str) -> Any:
+    return json_util.loads(text, json_options=_BOUNDS_JSON)
+
+
 def _filter_text(query: Mapping[str, Any]) -> str:
     return json_util.dumps(dict(query), json_options=_BOUNDS_JSON)
+
+
+def _stored_json(record: IncrementalRequest | IncrementalProgress) -> dict[str, Any]:
+    """A request's or progress's stored layout: its fields in order, ``request_id`` as ``id``,
+    tuples as lists, mappings as dicts and times as ISO text."""
+    return {
+        "id" if item.name == "request_id" else item.name: _json_value(getattr(record, item.name))
+        for item in fields(record)
+    }
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return iso_z(value) if isinstance(value, datetime) else value
 
 
 # -- the request ------------------------------------------------------------------------------------
@@ -90,14 +106,7 @@ class IncrementalRequest:
     stop: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.request_id,
-            "collections": list(self.collections),
-            "filters": dict(self.filters),
-            "reason": self.reason,
-            "requested_at": iso_z(self.requested_at),
-            "stop": self.stop,
-        }
+        return _stored_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IncrementalRequest:
@@ -154,33 +163,14 @@ class IncrementalProgress:
     message: str | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise OffsetError(
-                f"Unknown incremental snapshot status {self.status!r}",
-                fix=f"use one of {', '.join(STATUSES)}",
-            )
+        check_status(self.status, STATUSES, "incremental snapshot")
 
     @property
     def running(self) -> bool:
         return self.status == RUNNING
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.request_id,
-            "status": self.status,
-            "pending": list(self.pending),
-            "current": self.current,
-            "last_key": self.last_key,
-            "max_key": self.max_key,
-            "filters": dict(self.filters),
-            "done": list(self.done),
-            "documents": self.documents,
-            "dropped": self.dropped,
-            "chunks": self.chunks,
-            "started_at": iso_z(self.started_at),
-            "completed_at": iso_z(self.completed_at),
-            "message": self.message,
-        }
+        return _stored_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> IncrementalProgress | None:

@@ -41,6 +41,13 @@ def timestamp_datetime(ts: Timestamp | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts.time, timezone.utc)
 
 
+# -- validation -------------------------------------------------------------------------------------
+def check_status(status: str, known: tuple[str, ...], what: str) -> None:
+    """A stored ``what``'s ``status`` must be one of ``known`` (else an :class:`OffsetError`)."""
+    if status not in known:
+        raise OffsetError(f"Unknown {what} status {status!r}", fix=f"use one of {', '.join(known)}")
+
+
 # -- the model --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OffsetPartition:
@@ -159,10 +166,7 @@ class SnapshotState:
     completed_at: datetime | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in SNAPSHOT_STATUSES:
-            raise OffsetError(
-                f"Unknown snapshot status {self.status!r}", fix=f"use one of {', '.join(SNAPSHOT_STATUSES)}"
-            )
+        check_status(self.status, SNAPSHOT_STATUSES, "snapshot")
         if self.status != SNAPSHOT_NONE and not self.snapshot_id:
             raise OffsetError(
                 f"A snapshot {self.status.replace('_', ' ')} needs its id", fix="pass snapshot_id"

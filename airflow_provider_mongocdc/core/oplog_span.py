@@ -1,15 +1,17 @@
 """One replica set's oplog as the gap check sees it: its oldest and newest entries, how full it is,
-and MongoDB's rule for whether a change stream can still start at a cluster time on it."""
+and MongoDB's rule for whether a change stream can still start at a cluster time on it. Discovery
+reports the same span with wall-clock times (:class:`~.topology.OplogWindow`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.offsets import timestamp_datetime
+from airflow_provider_mongocdc.core.offset_model import timestamp_datetime
 from airflow_provider_mongocdc.core.timefmt import iso_z
 
 INITIATING_SET = "initiating set"  # o.msg of the no-op that starts a new replica set's oplog
@@ -60,6 +62,14 @@ class OplogSpan:
         return self.oldest is not None
 
     @property
+    def oldest_time(self) -> datetime | None:
+        return timestamp_datetime(self.oldest)
+
+    @property
+    def newest_time(self) -> datetime | None:
+        return timestamp_datetime(self.newest)
+
+    @property
     def window_seconds(self) -> int | None:
         """Seconds of history the oplog holds now (newest - oldest)."""
         if self.oldest is None or self.newest is None:
@@ -107,9 +117,9 @@ class OplogSpan:
         return {
             "replica_set": self.replica_set,
             "oldest": ts_json(self.oldest),
-            "oldest_time": iso_z(timestamp_datetime(self.oldest)),
+            "oldest_time": iso_z(self.oldest_time),
             "newest": ts_json(self.newest),
-            "newest_time": iso_z(timestamp_datetime(self.newest)),
+            "newest_time": iso_z(self.newest_time),
             "window_seconds": self.window_seconds,
             "size_bytes": self.size_bytes,
             "max_size_bytes": self.max_size_bytes,

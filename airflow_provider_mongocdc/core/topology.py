@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Union
 
-from bson.timestamp import Timestamp
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
@@ -35,8 +34,13 @@ from airflow_provider_mongocdc.core.connection import (
     not_initiated_error,
     standalone_error,
 )
-from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, TopologyError
-from airflow_provider_mongocdc.core.offset_model import timestamp_datetime
+from airflow_provider_mongocdc.core.errors import (
+    ConfigError,
+    ConnectionFailedError,
+    MongoCdcError,
+    TopologyError,
+)
+from airflow_provider_mongocdc.core.oplog_span import OplogSpan, ts_json
 from airflow_provider_mongocdc.core.timefmt import iso_z
 
 log = logging.getLogger(__name__)
@@ -51,52 +55,23 @@ CLUSTER_PARTITION = "cluster"
 ClientFactory = Callable[[Union["ShardAddress", None]], MongoClient]
 
 
-def _ts_dict(ts: Timestamp | None) -> dict[str, int] | None:
-    return None if ts is None else {"t": ts.time, "i": ts.inc}
-
-
 # -- the model --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class OplogWindow:
-    """The oldest and newest entries of a replica set's oplog; None where not readable (the user
-    may lack the privilege to read ``local.oplog.rs`` or run ``collStats`` on it)."""
+class OplogWindow(OplogSpan):
+    """A replica set's :class:`OplogSpan` as discovery reports it: with the wall-clock times of its
+    oldest and newest entries, in discovery's JSON layout. Its ends are None where the oplog is not
+    readable (the user may lack the privilege to read ``local.oplog.rs`` or run ``collStats`` on
+    it); discovery does not look for the replica set's initiation entry (``starts_at_initiation``
+    stays False)."""
 
-    oldest: Timestamp | None = None
-    newest: Timestamp | None = None
-    size_bytes: int | None = None
-    max_size_bytes: int | None = None
     oldest_wall: datetime | None = None
     newest_wall: datetime | None = None
 
-    @property
-    def oldest_time(self) -> datetime | None:
-        return timestamp_datetime(self.oldest)
-
-    @property
-    def newest_time(self) -> datetime | None:
-        return timestamp_datetime(self.newest)
-
-    @property
-    def window_seconds(self) -> int | None:
-        if self.oldest is None or self.newest is None:
-            return None
-        return self.newest.time - self.oldest.time
-
-    @property
-    def readable(self) -> bool:
-        return self.oldest is not None
-
-    def covers(self, cluster_time: Timestamp) -> bool | None:
-        """Whether an operation at ``cluster_time`` is still in the oplog (None: unknown)."""
-        if self.oldest is None:
-            return None
-        return cluster_time >= self.oldest
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "oldest": _ts_dict(self.oldest),
+            "oldest": ts_json(self.oldest),
             "oldest_time": iso_z(self.oldest_time),
-            "newest": _ts_dict(self.newest),
+            "newest": ts_json(self.newest),
             "newest_time": iso_z(self.newest_time),
             "oldest_wall": iso_z(self.oldest_wall),
             "newest_wall": iso_z(self.newest_wall),
@@ -121,7 +96,7 @@ class ReplicaSet:
     name: str
     members: tuple[Member, ...]
     primary: str | None
-    oplog: OplogWindow = field(default_factory=OplogWindow)
+    oplog: OplogWindow
 
     @property
     def hosts(self) -> list[str]:
@@ -272,18 +247,23 @@ def _address(client: MongoClient, fallback: str) -> str:
 def _command(client: MongoClient, name: str, where: str, db: str = "admin") -> dict[str, Any]:
     try:
         return client[db].command(name)
-    except OperationFailure as error:
-        raise TopologyError(
-            f"MongoDB at {where} refused {name!r}",
+    except PyMongoError as error:
+        raise _discovery_error(error, name, where) from None
+
+
+def _discovery_error(error: PyMongoError, command: str, where: str) -> MongoCdcError:
+    """A command the server refused (a missing privilege), or a connection lost."""
+    if isinstance(error, OperationFailure):
+        return TopologyError(
+            f"MongoDB at {where} refused {command!r}",
             cause=str(error.details or error),
             fix="grant the connector's user the clusterMonitor role",
-        ) from None
-    except PyMongoError as error:
-        raise ConnectionFailedError(
-            f"Lost the connection to MongoDB at {where} during discovery",
-            cause=str(error),
-            fix="check the servers and retry",
-        ) from None
+        )
+    return ConnectionFailedError(
+        f"Lost the connection to MongoDB at {where} during discovery",
+        cause=str(error),
+        fix="check the servers and retry",
+    )
 
 
 def _server_version(client: MongoClient) -> str | None:
@@ -354,17 +334,17 @@ def _replica_set(client: MongoClient, hello: dict[str, Any], where: str) -> Repl
             + [Member(host, "PASSIVE") for host in hello.get("passives", [])]
             + [Member(host, "ARBITER") for host in hello.get("arbiters", [])]
         )
-    return ReplicaSet(name, members, primary, _oplog_window(client, where))
+    return ReplicaSet(name, members, primary, _oplog_window(client, name, where))
 
 
-def _oplog_window(client: MongoClient, where: str) -> OplogWindow:
+def _oplog_window(client: MongoClient, name: str, where: str) -> OplogWindow:
     oplog = client["local"]["oplog.rs"]
     try:
         first = oplog.find_one({}, {"ts": 1, "wall": 1}, sort=[("$natural", 1)])
         last = oplog.find_one({}, {"ts": 1, "wall": 1}, sort=[("$natural", -1)])
     except OperationFailure as error:
         log.info("Cannot read the oplog of %s (%s)", where, error.code)
-        return OplogWindow()
+        return OplogWindow(name)
     size = max_size = None
     try:
         stats = client["local"].command("collStats", "oplog.rs")
@@ -376,6 +356,7 @@ def _oplog_window(client: MongoClient, where: str) -> OplogWindow:
         except (OperationFailure, StopIteration):
             pass
     return OplogWindow(
+        name,
         oldest=first["ts"] if first else None,
         newest=last["ts"] if last else None,
         size_bytes=int(size) if size is not None else None,
