@@ -5,6 +5,18 @@ from __future__ import annotations
 from airflow_provider_mongocdc import __version__
 
 
+def _field(label: str, description: str, schema: dict) -> dict:
+    """A field of a connection form (``conn-fields``): its label, its description and the JSON
+    schema of its value."""
+    return {"label": label, "description": description, "schema": schema}
+
+
+def _optional(kind: str, **schema) -> dict:
+    """The JSON schema of a field that may stay empty: a ``kind`` value or null, then ``schema``'s
+    keywords (enum, default, values_display)."""
+    return {"type": [kind, "null"], **schema}
+
+
 def get_provider_info() -> dict:
     return {
         "package-name": "airflow-provider-mongocdc",
@@ -65,39 +77,37 @@ def get_provider_info() -> dict:
                     },
                 },
                 "conn-fields": {
-                    "replica_set": {
-                        "label": "Replica set name",
-                        "description": "Name of the replica set (not for mongos or mongodb+srv:// "
-                        "strings that name it).",
-                        "schema": {"type": ["string", "null"]},
-                    },
-                    "auth_source": {
-                        "label": "Authentication database",
-                        "description": "Database where the user is defined (mongodb.authsource); "
-                        "default admin.",
-                        "schema": {"type": ["string", "null"]},
-                    },
-                    "tls": {
-                        "label": "Use TLS",
-                        "description": "Connect with TLS (mongodb.ssl.enabled). Unset: as the host says "
+                    "replica_set": _field(
+                        "Replica set name",
+                        "Name of the replica set (not for mongos or mongodb+srv:// strings that name it).",
+                        _optional("string"),
+                    ),
+                    "auth_source": _field(
+                        "Authentication database",
+                        "Database where the user is defined (mongodb.authsource); default admin.",
+                        _optional("string"),
+                    ),
+                    "tls": _field(
+                        "Use TLS",
+                        "Connect with TLS (mongodb.ssl.enabled). Unset: as the host says "
                         "(on for mongodb+srv:// and tls=true strings, off otherwise).",
                         # No default: the form saves a default in the extra, and a tls value there
                         # overrides the connection string's (mongodb+srv:// turns TLS on).
-                        "schema": {"type": ["boolean", "null"]},
-                    },
-                    "tls_allow_invalid_hostnames": {
-                        "label": "Allow invalid host names",
-                        "description": "Skip the TLS host name check (mongodb.ssl.invalid.hostname.allowed); "
+                        _optional("boolean"),
+                    ),
+                    "tls_allow_invalid_hostnames": _field(
+                        "Allow invalid host names",
+                        "Skip the TLS host name check (mongodb.ssl.invalid.hostname.allowed); "
                         "test servers only.",
-                        "schema": {"type": ["boolean", "null"], "default": False},
-                    },
-                    "auth_mechanism": {
-                        "label": "Authentication mechanism",
-                        "description": "How the user name and password authenticate (pymongo authMechanism). "
+                        _optional("boolean", default=False),
+                    ),
+                    "auth_mechanism": _field(
+                        "Authentication mechanism",
+                        "How the user name and password authenticate (pymongo authMechanism). "
                         "Unset: negotiated with the server (SCRAM), or as the connection string says.",
-                        "schema": {
-                            "type": ["string", "null"],
-                            "enum": [
+                        _optional(
+                            "string",
+                            enum=[
                                 None,
                                 "SCRAM-SHA-256",
                                 "SCRAM-SHA-1",
@@ -107,21 +117,21 @@ def get_provider_info() -> dict:
                                 "GSSAPI",
                                 "PLAIN",
                             ],
-                            "values_display": {"null": "Not set (negotiated)"},
-                        },
-                    },
-                    "options": {
-                        "label": "More client options",
-                        "description": 'Further pymongo MongoClient options as JSON, e.g. {"tlsCAFile": '
+                            values_display={"null": "Not set (negotiated)"},
+                        ),
+                    ),
+                    "options": _field(
+                        "More client options",
+                        'Further pymongo MongoClient options as JSON, e.g. {"tlsCAFile": '
                         '"/etc/ssl/mongo-ca.pem", "readPreference": "secondaryPreferred"}.',
-                        "schema": {"type": ["object", "null"]},
-                    },
-                    "members_auto_discover": {
-                        "label": "Discover members",
-                        "description": "Use the seeds to discover all members (mongodb.members.auto.discover); "
+                        _optional("object"),
+                    ),
+                    "members_auto_discover": _field(
+                        "Discover members",
+                        "Use the seeds to discover all members (mongodb.members.auto.discover); "
                         "turn off behind a proxy to talk to the first seed only.",
-                        "schema": {"type": ["boolean", "null"], "default": True},
-                    },
+                        _optional("boolean", default=True),
+                    ),
                 },
             },
             {
@@ -141,42 +151,35 @@ def get_provider_info() -> dict:
                     "placeholders": {"login": "with SASL only", "password": "with SASL only"},
                 },
                 "conn-fields": {
-                    "bootstrap.servers": {
-                        "label": "Bootstrap servers",
-                        "description": "The Kafka brokers to contact first, host:port separated by commas, "
+                    "bootstrap.servers": _field(
+                        "Bootstrap servers",
+                        "The Kafka brokers to contact first, host:port separated by commas, "
                         "e.g. broker1:9092,broker2:9092 (librdkafka bootstrap.servers).",
                         # Not nullable: the form marks it required.
-                        "schema": {"type": "string", "minLength": 1},
-                    },
-                    "security.protocol": {
-                        "label": "Security protocol",
-                        "description": "How to talk to the brokers: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or "
+                        {"type": "string", "minLength": 1},
+                    ),
+                    "security.protocol": _field(
+                        "Security protocol",
+                        "How to talk to the brokers: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or "
                         "SASL_SSL (SASL over TLS) (librdkafka security.protocol). Not set: PLAINTEXT.",
-                        "schema": {
-                            "type": ["string", "null"],
-                            "enum": [None, "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
-                            "default": None,
-                            "values_display": {"null": "Not set (PLAINTEXT)"},
-                        },
-                    },
-                    "sasl.mechanism": {
-                        "label": "SASL mechanism",
-                        "description": "With SASL_PLAINTEXT or SASL_SSL: how the SASL user name and password "
+                        _optional(
+                            "string",
+                            enum=[None, "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+                            default=None,
+                            values_display={"null": "Not set (PLAINTEXT)"},
+                        ),
+                    ),
+                    "sasl.mechanism": _field(
+                        "SASL mechanism",
+                        "With SASL_PLAINTEXT or SASL_SSL: how the SASL user name and password "
                         "authenticate (librdkafka sasl.mechanism). Not set: GSSAPI (Kerberos).",
-                        "schema": {
-                            "type": ["string", "null"],
-                            "enum": [
-                                None,
-                                "PLAIN",
-                                "SCRAM-SHA-256",
-                                "SCRAM-SHA-512",
-                                "GSSAPI",
-                                "OAUTHBEARER",
-                            ],
-                            "default": None,
-                            "values_display": {"null": "Not set (GSSAPI)"},
-                        },
-                    },
+                        _optional(
+                            "string",
+                            enum=[None, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"],
+                            default=None,
+                            values_display={"null": "Not set (GSSAPI)"},
+                        ),
+                    ),
                 },
             },
         ],

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.config import ConnectorConfig
@@ -30,6 +32,15 @@ from airflow_provider_mongocdc.core.snapshot_assessment import (
     offsets_summary,
 )
 from airflow_provider_mongocdc.spark_apps.runtime import main
+
+if TYPE_CHECKING:
+    from airflow_provider_mongocdc.core.offsets import (
+        OffsetPartition,
+        OffsetState,
+        OffsetStore,
+        OffsetTopicContents,
+    )
+    from airflow_provider_mongocdc.core.writer import TransactionalWriter
 
 log = logging.getLogger("airflow_provider_mongocdc")
 
@@ -120,42 +131,34 @@ def job(spark, spec: JobSpec) -> dict[str, Any]:
         assessment.close()
 
 
+@dataclass
 class SnapshotRun:
-    """One run of the snapshot application after the decision."""
+    """One run of the snapshot application after the decision: what the assessment found, the
+    Spark session and the writer of the control transactions (``control``)."""
 
-    def __init__(
-        self,
-        spark,
-        spec,
-        config,
-        store,
-        control,
-        partitions,
-        states,
-        everything,
-        replica_set,
-        client_for,
-        collections,
-        reset_offset,
-        started,
-    ):
-        self.spark = spark
-        self.spec = spec
-        self.config = config
-        self.store = store
-        self.control = control
-        self.partitions = partitions
-        self.plan_partition = partitions[0]  # holds the plan and the chunk markers
-        self.states = states
-        self.everything = everything
-        self.replica_set = replica_set
-        self.client_for = client_for
-        self.collections = collections
-        self.reset_offset = reset_offset
-        self.started = started
-        # Wall seconds by phase (summary "phases_s"): plan (assessment, plan, topics), spark_start
-        # (the JVM and SparkContext), copy (the chunk tasks), complete (offsets and markers).
-        self.phases = {"plan": 0.0, "spark_start": 0.0, "copy": 0.0, "complete": 0.0}
+    spark: Any
+    spec: JobSpec
+    config: ConnectorConfig
+    store: OffsetStore
+    control: TransactionalWriter
+    partitions: list[OffsetPartition]
+    states: dict[OffsetPartition, OffsetState | None]
+    everything: OffsetTopicContents
+    replica_set: str
+    client_for: Callable[[str | None], Any]
+    collections: list[tuple[str, str]] | None
+    reset_offset: bool
+    started: float  # time.monotonic() at the job's start
+    # Wall seconds by phase (summary "phases_s"): plan (assessment, plan, topics), spark_start
+    # (the JVM and SparkContext), copy (the chunk tasks), complete (offsets and markers).
+    phases: dict[str, float] = field(
+        default_factory=lambda: {"plan": 0.0, "spark_start": 0.0, "copy": 0.0, "complete": 0.0}
+    )
+
+    @property
+    def plan_partition(self) -> OffsetPartition:
+        """The partition that holds the plan and the chunk markers."""
+        return self.partitions[0]
 
     # -- outcomes --
     def execute(self, decision) -> dict[str, Any]:

@@ -17,6 +17,7 @@ docs/design.md, "Oplog gap detection".
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from airflow_provider_mongocdc.core.backoff import BackoffPolicy
@@ -91,21 +92,15 @@ __all__ = [
 ]
 
 
+@dataclass
 class _Driver:
     """What both drivers hold: the connector, how to reach its deployment, the check to run."""
 
-    def __init__(
-        self,
-        config: ConnectorConfig,
-        details: MongoConnectionDetails,
-        *,
-        connector: str | None = None,
-        shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS,
-    ):
-        self.config = config
-        self.details = details
-        self.connector = connector
-        self.shard_timeout_ms = shard_timeout_ms
+    config: ConnectorConfig
+    details: MongoConnectionDetails
+    _: KW_ONLY
+    connector: str | None = None
+    shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS
 
     def _exchange(self, states: Mapping[OffsetPartition, OffsetState], offsets_topic: str | None):
         return check_gaps(
@@ -118,6 +113,7 @@ class _Driver:
         )
 
 
+@dataclass(kw_only=True)
 class GapChecker(_Driver):
     """Check a connector's partitions with pymongo's synchronous API.
 
@@ -128,17 +124,10 @@ class GapChecker(_Driver):
         read only for its oplog is tried once.
     """
 
-    def __init__(
-        self,
-        config: ConnectorConfig,
-        details: MongoConnectionDetails,
-        *,
-        policy: BackoffPolicy | None = None,
-        connector: str | None = None,
-        shard_timeout_ms: int = SHARD_PROBE_TIMEOUT_MS,
-    ):
-        super().__init__(config, details, connector=connector, shard_timeout_ms=shard_timeout_ms)
-        self.policy = policy or BackoffPolicy.from_config(config)
+    policy: BackoffPolicy | None = None
+
+    def __post_init__(self) -> None:
+        self.policy = self.policy or BackoffPolicy.from_config(self.config)
 
     def check(
         self, states: Mapping[OffsetPartition, OffsetState], *, offsets_topic: str | None = None

@@ -39,6 +39,8 @@ DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 # The AssetAlias of the tasks whose topic.prefix is templated: each run adds its connector's Asset.
 CONNECTOR_ASSET_ALIAS = "mongocdc"
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+# The templated parameters of every task of a connector (the Spark operators and OplogGapSensor).
+CONNECTOR_TEMPLATE_FIELDS = ("connector_config", "mongo_conn_id", "kafka_conn_id")
 
 
 def application_path(name: str) -> str:
@@ -95,7 +97,8 @@ def parse_connector_config(connector_config: Mapping[str, Any] | str) -> Connect
 
 
 class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
-    """Run one of the provider's Spark applications. Subclasses set ``application_name``.
+    """Run one of the provider's Spark applications while holding the connector's lease.
+    Subclasses set ``application_name`` and ``lease_kind``.
 
     :param connector_config: the connector configuration (Debezium property names), a mapping or
         a JSON string. (templated)
@@ -110,14 +113,14 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     """
 
     application_name: str = ""
+    # What the run holds the connector's lease for (core/lease.py: SNAPSHOT or WINDOW).
+    lease_kind: str = ""
     # Whether every successful run updates the connector's Asset (a window always moves the
     # connector on); False: only runs that wrote data (see wrote_data).
     asset_event_on_every_run: bool = True
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "connector_config",
-        "mongo_conn_id",
-        "kafka_conn_id",
+        *CONNECTOR_TEMPLATE_FIELDS,
         "spark_conn_id",
     )
     template_fields_renderers = {"connector_config": "json", "conf": "json"}
@@ -319,7 +322,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
-        return self.submit(context, config, self.build_spec(context, config))
+        with self.hold_lease(context, config, self.lease_kind):
+            return self.submit(context, config, self.build_spec(context, config))
 
     def build_spec(self, context, config: ConnectorConfig) -> JobSpec:
         """The job spec of this run: configuration, connection details and run parameters."""

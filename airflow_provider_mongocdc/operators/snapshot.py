@@ -10,10 +10,11 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.lease import SNAPSHOT
 from airflow_provider_mongocdc.core.snapshot import parse_namespaces
 from airflow_provider_mongocdc.core.snapshot_assessment import bool_param, nothing_to_do
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
 class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
@@ -58,6 +59,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     """
 
     application_name = "snapshot"
+    lease_kind = SNAPSHOT
     # A run with nothing to do (snapshot.mode found a completed snapshot) is no update of the
     # connector's Asset: the outlet is the AssetAlias, given the Asset only when data was copied.
     asset_event_on_every_run = False
@@ -83,20 +85,18 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         self.reset_offset = reset_offset
         self.lease_ttl = lease_ttl
 
-    def execute(self, context) -> dict[str, Any]:
-        config = parse_connector_config(self.connector_config)
-        with self.hold_lease(context, config, SNAPSHOT):
-            spec = self.build_spec(context, config)
-            if not spec.params.get("force"):
-                # Most scheduled runs find nothing to do: decide here, without a spark-submit.
-                try:
-                    summary = nothing_to_do(spec)
-                except MongoCdcError as error:  # the same one-line error the application gives
-                    raise AirflowException(str(error)) from None
-                if summary is not None:
-                    summary = self.summarize(context, summary | {"submitted": False})
-                    return self.report_run(context, config, summary)
-            return self.submit(context, config, spec)
+    def submit(self, context, config: ConnectorConfig, spec: JobSpec) -> dict[str, Any]:
+        """Submit the snapshot application, unless ``snapshot.mode`` finds nothing to do (without
+        ``force``): most scheduled runs are decided here, without a spark-submit."""
+        if not spec.params.get("force"):
+            try:
+                summary = nothing_to_do(spec)
+            except MongoCdcError as error:  # the same one-line error the application gives
+                raise AirflowException(str(error)) from None
+            if summary is not None:
+                summary = self.summarize(context, summary | {"submitted": False})
+                return self.report_run(context, config, summary)
+        return super().submit(context, config, spec)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         namespaces = parse_namespaces(self.collections)  # validated before anything is submitted

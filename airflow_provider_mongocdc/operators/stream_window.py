@@ -9,7 +9,7 @@ from typing import Any
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.lease import WINDOW
 from airflow_provider_mongocdc.core.window_params import WindowParams, iso, parse_time
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
 def window_end_for(context: Any, now: datetime | None = None) -> datetime:
@@ -48,6 +48,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
     """
 
     application_name = "stream_window"
+    lease_kind = WINDOW
     template_fields: Sequence[str] = (
         *MongoCdcSparkSubmitOperator.template_fields,
         "idle_timeout",
@@ -66,11 +67,6 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
         self.lease_ttl = lease_ttl
-
-    def execute(self, context) -> dict[str, Any]:
-        config = parse_connector_config(self.connector_config)
-        with self.hold_lease(context, config, WINDOW):
-            return super().execute(context)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         params = {"window_end": iso(window_end_for(context))}

@@ -16,7 +16,11 @@ from airflow_provider_mongocdc.core.offsets import OffsetStore
 from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
-from airflow_provider_mongocdc.operators.base import decode_connector_config, json_object
+from airflow_provider_mongocdc.operators.base import (
+    CONNECTOR_TEMPLATE_FIELDS,
+    decode_connector_config,
+    json_object,
+)
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
 
 
@@ -63,10 +67,10 @@ class OplogGapSensor(BaseSensorOperator):
     :param resnapshot_dag_id: the DAG the extra link opens (default ``mongocdc_resnapshot``).
     """
 
-    template_fields: Sequence[str] = ("connector_config", "mongo_conn_id", "kafka_conn_id")
+    template_fields: Sequence[str] = CONNECTOR_TEMPLATE_FIELDS
     template_fields_renderers = {"connector_config": "json"}
-    operator_extra_links = (ResnapshotTriggerLink(),)
     ui_color = "#f0e4d0"
+    operator_extra_links = (ResnapshotTriggerLink(),)
 
     def __init__(
         self,
