@@ -33,7 +33,8 @@ from airflow_provider_mongocdc.core.window_summary import StopReason, describe_p
 
 RESNAPSHOT_DAG = RESNAPSHOT  # the re-snapshot DAG a purged resume point names
 
-# Errors that mean the resume point is gone from the oplog (seed 002).
+# Errors that mean the resume point is gone from the oplog (Debezium's documentation: how the
+# MongoDB connector handles failures and problems).
 HISTORY_LOST_CODES = {
     286: "ChangeStreamHistoryLost",
     136: "CappedPositionLost",

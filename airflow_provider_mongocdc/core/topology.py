@@ -1,7 +1,7 @@
 """The deployment to capture: a replica set, or a sharded cluster and its shard replica sets.
 
-Discovery asks the server what it is (``hello``), as mongo-connector did with ``isdbgrid`` (seed
-003) and Debezium does with its seed addresses (seed 000):
+Discovery asks the server what it is (``hello``), as mongo-connector did with ``isdbgrid`` and
+Debezium's MongoDB connector does with its seed addresses:
 
 * ``msg: "isdbgrid"``: a mongos router. Its shards come from ``listShards`` (``_id`` and
   ``host: "rs/host1,host2"``); each shard's replica set is discovered by connecting to it with the

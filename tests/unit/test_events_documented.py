@@ -1,6 +1,7 @@
-"""Debezium's documented MongoDB events (seed 000) reproduced from MongoDB change events (seed 001).
+"""Debezium's documented MongoDB events (its MongoDB connector documentation) reproduced from
+MongoDB change events (the MongoDB Kafka connector's documented change stream shapes).
 
-Seed 000 documents Debezium 1.x events (``event.format=oplog``): its create, update and delete
+That documentation shows Debezium 1.x events (``event.format=oplog``): its create, update and delete
 examples and its key table are checked field by field, schema included. The Debezium 2.x layout
 (the default) is checked against a real Debezium 2.7 event.
 """
@@ -18,13 +19,13 @@ from airflow_provider_mongocdc.core.events import EventBuilder
 
 pytestmark = pytest.mark.unit
 
-PROCESSED_MS = 1558965515240  # seed 000's envelope ts_ms: when the connector processed the event
+PROCESSED_MS = 1558965515240  # the documented envelope's ts_ms: when the connector processed the event
 
-# Seed 000, "create events": the value schema (transcribed; the seed names the envelope
+# Debezium's documentation, "create events": the value schema (transcribed; it names the envelope
 # "dbserver1.inventory.customers.Envelope" while its payload's source.name is "fulfillment": the
 # schema name is <connector name>.<db>.<collection>.Envelope, so with topic.prefix=fulfillment it
 # is "fulfillment.inventory.customers.Envelope").
-SEED_VALUE_SCHEMA = {
+DOCUMENTED_VALUE_SCHEMA = {
     "type": "struct",
     "fields": [
         {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1, "field": "after"},
@@ -61,7 +62,7 @@ SEED_VALUE_SCHEMA = {
     "name": "fulfillment.inventory.customers.Envelope",
 }
 
-SEED_CREATE_PAYLOAD = {
+DOCUMENTED_CREATE_PAYLOAD = {
     "after": '{"_id" : {"$numberLong" : "1004"},"first_name" : "Anne","last_name" : '
     '"Kretchmar","email" : "annek@noanswer.org"}',
     "patch": None,
@@ -80,7 +81,7 @@ SEED_CREATE_PAYLOAD = {
     "op": "c",
     "ts_ms": 1558965515240,
 }
-SEED_UPDATE_PAYLOAD = {
+DOCUMENTED_UPDATE_PAYLOAD = {
     "op": "u",
     "ts_ms": 1465491461815,
     "patch": '{"$set":{"first_name":"Anne Marie"}}',
@@ -98,7 +99,7 @@ SEED_UPDATE_PAYLOAD = {
         "h": 1546547425148721999,
     },
 }
-SEED_DELETE_PAYLOAD = {
+DOCUMENTED_DELETE_PAYLOAD = {
     "op": "d",
     "ts_ms": 1465495462115,
     "filter": '{"_id" : {"$numberLong" : "1004"}}',
@@ -115,7 +116,7 @@ SEED_DELETE_PAYLOAD = {
         "h": 1546547425148721999,
     },
 }
-SEED_KEY_SCHEMA = {
+DOCUMENTED_KEY_SCHEMA = {
     "type": "struct",
     "name": "fulfillment.inventory.customers.Key",
     "optional": False,
@@ -136,7 +137,7 @@ def _ejson(text: str):
 
 
 def _check_source(source: dict, expected: dict, *, snapshot: bool) -> None:
-    """Every source field of the seed, with two documented exceptions: ``version`` is this
+    """Every source field of the documentation, with two documented exceptions: ``version`` is this
     connector's version, and ``h`` (the oplog entry's hash, absent from change streams and from
     MongoDB 4.2+ oplogs) is null. ``snapshot`` is the event's real flag."""
     assert list(source) == list(expected)
@@ -151,8 +152,8 @@ def _check_source(source: dict, expected: dict, *, snapshot: bool) -> None:
             assert source[name] == value, name
 
 
-def test_create_event_matches_seed_000_field_by_field():
-    # Seed 001 insert event shape, for seed 000's document.
+def test_create_event_matches_debezium_docs_field_by_field():
+    # MongoDB's insert change event shape, for the documented document.
     change = {
         "_id": {"_data": "825CEBE0E4000000012B"},
         "operationType": "insert",
@@ -165,24 +166,24 @@ def test_create_event_matches_seed_000_field_by_field():
 
     assert event.topic == "fulfillment.inventory.customers"
     value = json.loads(event.value)
-    assert value["schema"] == SEED_VALUE_SCHEMA
+    assert value["schema"] == DOCUMENTED_VALUE_SCHEMA
     payload = value["payload"]
-    assert set(SEED_CREATE_PAYLOAD) <= set(payload)
-    assert _ejson(payload["after"]) == _ejson(SEED_CREATE_PAYLOAD["after"])
+    assert set(DOCUMENTED_CREATE_PAYLOAD) <= set(payload)
+    assert _ejson(payload["after"]) == _ejson(DOCUMENTED_CREATE_PAYLOAD["after"])
     assert '"$numberLong"' in payload["after"]  # 1004 keeps its 64-bit integer type
     assert payload["patch"] is None and payload["filter"] is None
-    _check_source(payload["source"], SEED_CREATE_PAYLOAD["source"], snapshot=False)
+    _check_source(payload["source"], DOCUMENTED_CREATE_PAYLOAD["source"], snapshot=False)
     assert payload["op"] == "c"
-    assert payload["ts_ms"] == SEED_CREATE_PAYLOAD["ts_ms"]
+    assert payload["ts_ms"] == DOCUMENTED_CREATE_PAYLOAD["ts_ms"]
     assert list(payload) == ["after", "patch", "filter", "source", "op", "ts_ms"]
 
     key = json.loads(event.key)
-    assert key["schema"] == SEED_KEY_SCHEMA
+    assert key["schema"] == DOCUMENTED_KEY_SCHEMA
     assert json.loads(key["payload"]["id"]) == {"$numberLong": "1004"}
 
 
-def test_update_event_matches_seed_000_field_by_field():
-    # Seed 001 update event shape (no fullDocument: capture.mode=change_streams).
+def test_update_event_matches_debezium_docs_field_by_field():
+    # MongoDB's update change event shape (no fullDocument: capture.mode=change_streams).
     change = {
         "_id": {"_data": "825CEBE0E4000000062B"},
         "operationType": "update",
@@ -200,18 +201,18 @@ def test_update_event_matches_seed_000_field_by_field():
     ).build_change(change)
 
     value = json.loads(event.value)
-    assert value["schema"] == SEED_VALUE_SCHEMA  # "the same schema as a create event"
+    assert value["schema"] == DOCUMENTED_VALUE_SCHEMA  # "the same schema as a create event"
     payload = value["payload"]
     assert payload["op"] == "u"
-    assert payload["ts_ms"] == SEED_UPDATE_PAYLOAD["ts_ms"]
-    assert _ejson(payload["patch"]) == _ejson(SEED_UPDATE_PAYLOAD["patch"])
-    assert _ejson(payload["filter"]) == _ejson(SEED_UPDATE_PAYLOAD["filter"])
+    assert payload["ts_ms"] == DOCUMENTED_UPDATE_PAYLOAD["ts_ms"]
+    assert _ejson(payload["patch"]) == _ejson(DOCUMENTED_UPDATE_PAYLOAD["patch"])
+    assert _ejson(payload["filter"]) == _ejson(DOCUMENTED_UPDATE_PAYLOAD["filter"])
     assert payload["after"] is None  # "An update event does not contain an after field"
-    # The seed's example says snapshot=true, which a streamed update cannot be: it is false here.
-    _check_source(payload["source"], SEED_UPDATE_PAYLOAD["source"], snapshot=False)
+    # The documentation's example says snapshot=true, which a streamed update cannot be: it is false here.
+    _check_source(payload["source"], DOCUMENTED_UPDATE_PAYLOAD["source"], snapshot=False)
 
 
-def test_delete_event_and_tombstone_match_seed_000():
+def test_delete_event_and_tombstone_match_debezium_docs():
     change = {
         "_id": {"_data": "825CEBE0E4000000062B"},
         "operationType": "delete",
@@ -223,10 +224,10 @@ def test_delete_event_and_tombstone_match_seed_000():
 
     payload = json.loads(event.value)["payload"]
     assert payload["op"] == "d"
-    assert payload["ts_ms"] == SEED_DELETE_PAYLOAD["ts_ms"]
-    assert _ejson(payload["filter"]) == _ejson(SEED_DELETE_PAYLOAD["filter"])
+    assert payload["ts_ms"] == DOCUMENTED_DELETE_PAYLOAD["ts_ms"]
+    assert _ejson(payload["filter"]) == _ejson(DOCUMENTED_DELETE_PAYLOAD["filter"])
     assert payload["after"] is None and payload["patch"] is None
-    _check_source(payload["source"], SEED_DELETE_PAYLOAD["source"], snapshot=False)
+    _check_source(payload["source"], DOCUMENTED_DELETE_PAYLOAD["source"], snapshot=False)
     # "the connector emits a special tombstone event that has the same key but a null value"
     assert tombstone.topic == event.topic
     assert tombstone.key == event.key
@@ -249,7 +250,7 @@ def test_delete_event_and_tombstone_match_seed_000():
     ],
     ids=["integer", "float", "string", "document", "objectid", "binary"],
 )
-def test_key_table_of_seed_000(document_id, expected_id, exact):
+def test_key_table_of_debezium_docs(document_id, expected_id, exact):
     change = {
         "operationType": "insert",
         "clusterTime": Timestamp(1558965508, 1),
@@ -257,12 +258,12 @@ def test_key_table_of_seed_000(document_id, expected_id, exact):
         "documentKey": {"_id": document_id},
         "fullDocument": {"_id": document_id, "first_name": "Anne"},
     }
-    # The seed's key table is Debezium 1.x's strict mode: event.format=oplog keys, or any format
+    # The documentation's key table is Debezium 1.x's strict mode: event.format=oplog keys, or any format
     # with key.json.mode=strict (Debezium 2.x/3.x keys are relaxed, see test_debezium3_format).
     for props in ({"event.format": "oplog"}, {"key.json.mode": "strict"}):
         [event] = _builder(PROCESSED_MS, **props).build_change(change)
         key = json.loads(event.key)
-        assert key["schema"] == SEED_KEY_SCHEMA
+        assert key["schema"] == DOCUMENTED_KEY_SCHEMA
         assert list(key["payload"]) == ["id"]
         produced = key["payload"]["id"]
         if exact:
