@@ -1,4 +1,27 @@
-"""``mongocdc``: operator commands.
+"""``mongocdc``: the operator commands (offsets show, reset, set, import-debezium, export-debezium).
+
+Entry point :func:`main`; its help text (:data:`HELP`) says what each command does. A command
+prints JSON on stdout; a refusal goes to stderr with its cause and fix (exit status 1, usage 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bson import json_util
+from bson.timestamp import Timestamp
+
+from airflow_provider_mongocdc.core.config_parsing import load_json
+from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.timefmt import parse_iso
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# What `mongocdc --help` prints before its usage lines.
+HELP = """``mongocdc``: operator commands.
 
     mongocdc offsets show  --topic-prefix P [--partition RS]            (JSON on stdout)
     mongocdc offsets reset --topic-prefix P --partition RS --yes
@@ -28,23 +51,6 @@ change when it commits, so they are refused while one holds the lease (the error
 when and until when it holds it), and no window or snapshot starts meanwhile. Pause the connector's DAGs first so that none is due. ``show``
 only reads.
 """
-
-from __future__ import annotations
-
-import argparse
-import json
-import sys
-from pathlib import Path
-from typing import Any
-
-from bson import json_util
-from bson.timestamp import Timestamp
-
-from airflow_provider_mongocdc.core.config_parsing import load_json
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
-from airflow_provider_mongocdc.core.timefmt import parse_iso
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 # The ways to reach Kafka (one of them): option, metavar, help.
 _KAFKA_OPTIONS = (
     (
@@ -66,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     offsets = commands.add_parser(
         "offsets",
         help="show, reset or move a connector's offsets",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = offsets.add_subparsers(dest="action", required=True)
