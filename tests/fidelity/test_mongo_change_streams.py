@@ -4,28 +4,19 @@ server-side pipelines, postBatchResumeToken, resuming and ChangeStreamHistoryLos
 from __future__ import annotations
 
 import datetime
-import time
 
 import pytest
 from bson import Timestamp
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
+from tests.fidelity.streams import next_event
+
 pytestmark = pytest.mark.fidelity
 
 
-def _next(stream, timeout: float = 120):
-    """The next change event, waiting for it at most ``timeout`` seconds (a bound only)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = stream.try_next()
-        if event is not None:
-            return event
-    raise AssertionError(f"no change event arrived within {timeout:.0f} s")
-
-
 def _drain(stream, count: int) -> list:
-    return [_next(stream) for _ in range(count)]
+    return [next_event(stream) for _ in range(count)]
 
 
 def test_crud_events_have_mongodb_shape(db):
@@ -101,13 +92,13 @@ def test_pre_images_when_not_enabled(db):
         full_document_before_change="whenAvailable", full_document="whenAvailable", max_await_time_ms=200
     ) as stream:
         db.c.update_one({"_id": 1}, {"$set": {"v": 2}})
-        event = _next(stream)
+        event = next_event(stream)
     assert event["fullDocumentBeforeChange"] is None
     assert event["fullDocument"] is None
     with db.c.watch(full_document_before_change="required", max_await_time_ms=200) as stream:
         db.c.update_one({"_id": 1}, {"$set": {"v": 3}})
         with pytest.raises(OperationFailure) as error:
-            _next(stream)
+            next_event(stream)
     assert error.value.code == 47
     assert "pre-image" in error.value.details["errmsg"]
 
@@ -148,7 +139,7 @@ def test_resume_after_start_after_and_invalidate_rules(db):
     db.c.insert_one({"_id": 0})
     with db.c.watch(max_await_time_ms=200) as stream:
         db.c.insert_many([{"_id": 1}, {"_id": 2}, {"_id": 3}])
-        first = _next(stream)
+        first = next_event(stream)
     with db.c.watch(resume_after=first["_id"], max_await_time_ms=200) as resumed:
         assert [e["documentKey"]["_id"] for e in _drain(resumed, 2)] == [2, 3]
     with db.c.watch(max_await_time_ms=200) as stream:
@@ -159,7 +150,7 @@ def test_resume_after_start_after_and_invalidate_rules(db):
     assert error.value.code == 260
     with db.c.watch(start_after=invalidate["_id"], max_await_time_ms=200) as after:
         db.c.insert_one({"_id": "new"})
-        event = _next(after)
+        event = next_event(after)
     assert event["operationType"] == "insert" and event["documentKey"] == {"_id": "new"}
 
 
@@ -180,13 +171,13 @@ def test_server_side_match_and_project(db):
     with db.c.watch(pipeline, max_await_time_ms=200) as stream:
         db.c.insert_many([{"_id": 1, "keep": False}, {"_id": 2, "keep": True, "secret": "s"}])
         db.c.delete_one({"_id": 2})
-        event = _next(stream)
+        event = next_event(stream)
         assert stream.try_next() is None
     assert event["fullDocument"] == {"_id": 2, "keep": True}
     with db.c.watch([{"$project": {"_id": 0}}], max_await_time_ms=200) as stream:
         db.c.insert_one({"_id": 3})
         with pytest.raises(OperationFailure) as error:
-            _next(stream)
+            next_event(stream)
     assert error.value.code == 280
 
 
@@ -195,7 +186,7 @@ def test_add_fields_in_pipeline(db):
         [{"$addFields": {"flag": "seen"}}, {"$unset": "wallTime"}], max_await_time_ms=200
     ) as stream:
         db.c.insert_one({"_id": 1})
-        event = _next(stream)
+        event = next_event(stream)
     assert event["flag"] == "seen" and "wallTime" not in event
 
 
@@ -246,7 +237,7 @@ def test_post_batch_resume_token_advances_without_matching_events(db):
     # Resuming from the advanced token sees the next change of the quiet collection.
     with db.quiet.watch(resume_after=second, max_await_time_ms=200) as resumed:
         db.quiet.insert_one({"_id": "q"})
-        assert _next(resumed)["documentKey"] == {"_id": "q"}
+        assert next_event(resumed)["documentKey"] == {"_id": "q"}
 
 
 def test_post_batch_resume_token_is_on_every_reply(mongodb_uri, db, recorder):
@@ -272,7 +263,7 @@ def test_post_batch_resume_token_is_on_every_reply(mongodb_uri, db, recorder):
         with coll.watch(max_await_time_ms=100) as stream:
             stream.try_next()
             coll.insert_one({"_id": 1})
-            _next(stream)
+            next_event(stream)
             stream.try_next()
     assert len(replies.cursors) >= 3
     assert all("postBatchResumeToken" in cursor for cursor in replies.cursors)
@@ -285,7 +276,7 @@ def test_history_lost_when_retention_dropped_the_resume_point(mongosim):
         coll = mongo.db.c
         with coll.watch(max_await_time_ms=200) as stream:
             coll.insert_one({"_id": 0})
-            token = _next(stream)["_id"]
+            token = next_event(stream)["_id"]
         coll.insert_many([{"_id": i} for i in range(1, 100)])
         sim.set_oplog_retention(max_entries=10)
         with pytest.raises(OperationFailure) as error:
@@ -306,11 +297,11 @@ def test_open_stream_that_falls_off_the_oplog_fails_without_resuming(mongosim, r
         coll = mongo.db.c
         stream = coll.watch(max_await_time_ms=100)
         coll.insert_one({"_id": 0})
-        _next(stream)
+        next_event(stream)
         coll.insert_many([{"_id": i} for i in range(1, 50)])
         sim.set_oplog_retention(max_entries=5)
         with pytest.raises(OperationFailure) as error:
-            _next(stream)
+            next_event(stream)
         stream.close()
     assert error.value.code == 286
     # pymongo did not try to resume: the only aggregate is the one that opened the stream.

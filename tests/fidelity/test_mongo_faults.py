@@ -4,12 +4,13 @@ pymongo's retryable writes and automatic change-stream resume running for real."
 from __future__ import annotations
 
 import os
-import time
 from contextlib import contextmanager
 
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import AutoReconnect, NotPrimaryError, OperationFailure
+
+from tests.fidelity.streams import next_event
 
 pytestmark = [pytest.mark.fidelity, pytest.mark.faults]
 
@@ -107,11 +108,11 @@ def test_change_stream_resumes_and_writes_retry_after_step_down(stepdown_uri, db
         try:
             with coll.watch(max_await_time_ms=200) as stream:
                 coll.insert_one({"_id": 1})
-                assert _next(stream)["documentKey"] == {"_id": 1}
+                assert next_event(stream)["documentKey"] == {"_id": 1}
                 old_primary = mongo.admin.command("hello")["primary"]
                 _step_down(mongo, 10)
                 coll.insert_one({"_id": 2})  # retried on the newly elected primary
-                assert _next(stream)["documentKey"] == {"_id": 2}
+                assert next_event(stream)["documentKey"] == {"_id": 2}
                 new_primary = mongo.admin.command("hello")["primary"]
             assert coll.count_documents({}) == 2
             streams = [
@@ -138,7 +139,7 @@ def test_single_member_is_primary_again_after_the_step_down_period(mongosim):
             assert status["members"][0]["stateStr"] == "SECONDARY"
             # Waits for the re-election (within the client's server selection timeout), then succeeds.
             mongo.db.c.insert_one({"_id": 2})
-            assert _next(stream)["documentKey"] == {"_id": 2}
+            assert next_event(stream)["documentKey"] == {"_id": 2}
         assert mongo.admin.command("replSetGetStatus")["members"][0]["stateStr"] == "PRIMARY"
 
 
@@ -161,7 +162,7 @@ def test_step_down_interrupts_open_cursors_with_resumable_label(mongosim, record
             stream.try_next()
             _step_down(mongo, 10)
             coll.insert_one({"_id": 1})
-            assert _next(stream)["documentKey"] == {"_id": 1}
+            assert next_event(stream)["documentKey"] == {"_id": 1}
     get_more_failures = [f for name, f in recorder.failures if name == "getMore"]
     assert get_more_failures, "the interrupted getMore should have failed"
     assert get_more_failures[0]["code"] == 11602
@@ -172,13 +173,3 @@ def _secondary_preferred():
     from pymongo import ReadPreference
 
     return ReadPreference.SECONDARY_PREFERRED
-
-
-def _next(stream, timeout: float = 120):
-    """The next change event, waiting for it at most ``timeout`` seconds (a bound only)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = stream.try_next()
-        if event is not None:
-            return event
-    raise AssertionError(f"no change event arrived within {timeout:.0f} s")

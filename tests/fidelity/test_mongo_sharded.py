@@ -8,22 +8,14 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
+from tests.fidelity.streams import next_event
+
 pytestmark = [pytest.mark.fidelity, pytest.mark.simulator_only]
 
 
 @pytest.fixture
 def cluster(mongosim):
     return mongosim(mode="sharded", shards=2)
-
-
-def _next(stream, timeout: float = 120):
-    """The next change event, waiting for it at most ``timeout`` seconds (a bound only)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = stream.try_next()
-        if event is not None:
-            return event
-    raise AssertionError(f"no change event arrived within {timeout:.0f} s")
 
 
 def test_mongos_identifies_itself(cluster):
@@ -72,7 +64,7 @@ def test_change_stream_through_mongos_merges_shards_in_cluster_time_order(cluste
         with orders.watch(max_await_time_ms=200) as stream:
             orders.insert_many([{"_id": i, "customer": f"c{i}"} for i in range(20)])
             orders.update_one({"customer": "c3", "_id": 3}, {"$set": {"x": 1}})
-            events = [_next(stream) for _ in range(21)]
+            events = [next_event(stream) for _ in range(21)]
         assert [e["documentKey"] for e in events[:3]] == [
             {"customer": "c0", "_id": 0},
             {"customer": "c1", "_id": 1},
@@ -119,7 +111,7 @@ def test_transaction_through_mongos(cluster):
                         orders.insert_one({"_id": i, "customer": f"t{i}"}, session=s) for i in range(6)
                     ]
                 )
-            events = [_next(stream) for _ in range(6)]
+            events = [next_event(stream) for _ in range(6)]
         assert sorted(e["documentKey"]["_id"] for e in events) == list(range(6))
         assert len({e["clusterTime"] for e in events}) == 1
         assert all("lsid" in e and "txnNumber" in e for e in events)
@@ -133,5 +125,5 @@ def test_unsharded_collection_lives_on_the_primary_shard(cluster):
             assert other.app.things.count_documents({}) == 0
         with mongo.app.things.watch(max_await_time_ms=200) as stream:
             mongo.app.things.drop()
-            assert _next(stream)["operationType"] == "drop"
-            assert _next(stream)["operationType"] == "invalidate"
+            assert next_event(stream)["operationType"] == "drop"
+            assert next_event(stream)["operationType"] == "invalidate"

@@ -5,25 +5,16 @@ next event."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from bson import encode
 from pymongo.errors import OperationFailure
+
+from tests.fidelity.streams import next_event
 
 pytestmark = pytest.mark.fidelity
 
 SPLIT = {"$changeStreamSplitLargeEvent": {}}
 BIG = 9 * 1024 * 1024  # updateDescription + fullDocument (updateLookup) of this: about 18 MB
-
-
-def _next(stream, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = stream.try_next()
-        if event is not None:
-            return event
-    raise AssertionError(f"no change event arrived within {timeout:.0f} s")
 
 
 def _large_update(db):
@@ -35,11 +26,11 @@ def _large_update(db):
 def test_large_event_comes_as_fragments_with_their_own_tokens(db):
     with db.c.watch([SPLIT], full_document="updateLookup", max_await_time_ms=200) as stream:
         _large_update(db)
-        insert = _next(stream)
+        insert = next_event(stream)
         assert "splitEvent" not in insert and insert["documentKey"] == {"_id": 1}
-        first = _next(stream)
-        second = _next(stream)
-        after = _next(stream)
+        first = next_event(stream)
+        second = next_event(stream)
+        after = next_event(stream)
     assert first["splitEvent"] == {"fragment": 1, "of": 2}
     assert second["splitEvent"] == {"fragment": 2, "of": 2}
     assert list(first)[:2] == ["_id", "splitEvent"] and list(second)[:2] == ["_id", "splitEvent"]
@@ -59,12 +50,12 @@ def test_large_event_comes_as_fragments_with_their_own_tokens(db):
 
     # Resuming from the first fragment's token gives the second fragment, then the next event.
     with db.c.watch([SPLIT], full_document="updateLookup", resume_after=first["_id"]) as stream:
-        again = _next(stream)
+        again = next_event(stream)
         assert again["splitEvent"] == {"fragment": 2, "of": 2} and again["_id"] == second["_id"]
-        assert _next(stream)["documentKey"] == {"_id": 2}
+        assert next_event(stream)["documentKey"] == {"_id": 2}
     # From the last fragment's token: the next event.
     with db.c.watch([SPLIT], full_document="updateLookup", start_after=second["_id"]) as stream:
-        assert _next(stream)["documentKey"] == {"_id": 2}
+        assert next_event(stream)["documentKey"] == {"_id": 2}
 
 
 def test_without_the_stage_a_large_event_fails_the_stream(db):
@@ -72,7 +63,7 @@ def test_without_the_stage_a_large_event_fails_the_stream(db):
         _large_update(db)
         with pytest.raises(OperationFailure) as info:
             for _ in range(3):  # the insert may come in the failing batch
-                _next(stream)
+                next_event(stream)
     assert info.value.code == 10334  # BSONObjectTooLarge
 
 
