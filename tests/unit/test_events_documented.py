@@ -81,40 +81,31 @@ DOCUMENTED_CREATE_PAYLOAD = {
     "op": "c",
     "ts_ms": 1558965515240,
 }
+# The source block of the documented update and delete events (the same in both).
+DOCUMENTED_UPDATE_SOURCE = {
+    "version": "{debezium-version}",
+    "connector": "mongodb",
+    "name": "fulfillment",
+    "ts_ms": 1558965508000,
+    "snapshot": True,
+    "db": "inventory",
+    "rs": "rs0",
+    "collection": "customers",
+    "ord": 6,
+    "h": 1546547425148721999,
+}
 DOCUMENTED_UPDATE_PAYLOAD = {
     "op": "u",
     "ts_ms": 1465491461815,
     "patch": '{"$set":{"first_name":"Anne Marie"}}',
     "filter": '{"_id" : {"$numberLong" : "1004"}}',
-    "source": {
-        "version": "{debezium-version}",
-        "connector": "mongodb",
-        "name": "fulfillment",
-        "ts_ms": 1558965508000,
-        "snapshot": True,
-        "db": "inventory",
-        "rs": "rs0",
-        "collection": "customers",
-        "ord": 6,
-        "h": 1546547425148721999,
-    },
+    "source": DOCUMENTED_UPDATE_SOURCE,
 }
 DOCUMENTED_DELETE_PAYLOAD = {
     "op": "d",
     "ts_ms": 1465495462115,
     "filter": '{"_id" : {"$numberLong" : "1004"}}',
-    "source": {
-        "version": "{debezium-version}",
-        "connector": "mongodb",
-        "name": "fulfillment",
-        "ts_ms": 1558965508000,
-        "snapshot": True,
-        "db": "inventory",
-        "rs": "rs0",
-        "collection": "customers",
-        "ord": 6,
-        "h": 1546547425148721999,
-    },
+    "source": DOCUMENTED_UPDATE_SOURCE,
 }
 DOCUMENTED_KEY_SCHEMA = {
     "type": "struct",
