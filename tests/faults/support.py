@@ -18,22 +18,15 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_mongocdc.core.jobspec import read_result
-from airflow_provider_mongocdc.operators.base import application_path
 from devtools.kafka.reading import SETTLE_S, read_topic
+from tests.spark_submit import AppRun, app_command
+from tests.topic_records import DebeziumRecord, unwrapped
 
 # Trials per kill test: a few in the default run, more in the long run
 # (MONGOCDC_FAULT_TRIALS=20 python -m pytest tests/faults -m faults). Trials past the default
 # count also carry the ``slow`` marker.
 TRIALS_ENV = "MONGOCDC_FAULT_TRIALS"
 DEFAULT_TRIALS = 2
-SPARK_ARGS = [
-    "--master",
-    "local[2]",
-    "--conf",
-    "spark.ui.enabled=false",
-    "--conf",
-    "spark.ui.showConsoleProgress=false",
-]
 RUN_TIMEOUT_S = 300.0
 
 
@@ -58,60 +51,6 @@ def trial_params() -> list:
     ]
 
 
-def spark_env() -> dict[str, str]:
-    return dict(os.environ)
-
-
-def spark_command(spark_submit: str, application: str, spec: Path, result: Path) -> list[str]:
-    return [
-        spark_submit,
-        *SPARK_ARGS,
-        application_path(application),
-        "--job-spec",
-        str(spec),
-        "--result",
-        str(result),
-    ]
-
-
-@dataclass
-class AppRun:
-    """A spark-submit run of a mongocdc application."""
-
-    returncode: int | None
-    output: str
-    result: dict[str, Any] | None
-    seconds: float
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        assert self.returncode == 0 and self.result and self.result.get("status") == "ok", self.describe()
-        return self.result["summary"]
-
-    @property
-    def failed(self) -> bool:
-        return (
-            self.returncode not in (0, None) and bool(self.result) and self.result.get("status") == "failed"
-        )
-
-    def describe(self) -> str:
-        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
-
-
-def run_app(
-    spark_submit: str, application: str, spec: Path, result: Path, *, timeout: float = RUN_TIMEOUT_S
-) -> AppRun:
-    began = time.monotonic()
-    done = subprocess.run(
-        spark_command(spark_submit, application, spec, result),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=spark_env(),
-    )
-    return AppRun(done.returncode, done.stdout + done.stderr, read_result(result), time.monotonic() - began)
-
-
 class Submitted:
     """spark-submit started in its own session, so that SIGKILL reaches the launcher, the JVM and
     every Python process of the application at once (a kill -9 of the whole Spark app)."""
@@ -122,10 +61,9 @@ class Submitted:
         self.began = time.monotonic()
         with open(log, "w") as out:
             self.process = subprocess.Popen(
-                spark_command(spark_submit, application, spec, result),
+                app_command(spark_submit, application, spec, result),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=spark_env(),
                 start_new_session=True,
             )
 
@@ -262,15 +200,11 @@ def measure(submitted: Submitted, watermark: Watermark, *, interval: float = 0.1
 
 # -- topic content ---------------------------------------------------------------------------------
 @dataclass
-class Change:
+class Change(DebeziumRecord):
     """One record of a data topic as a read_committed consumer sees it."""
 
     key: str
     payload: dict[str, Any] | None  # None: tombstone
-
-    @property
-    def op(self) -> str | None:
-        return self.payload["op"] if self.payload else None
 
     @property
     def after(self) -> dict[str, Any] | None:
@@ -283,13 +217,10 @@ class Change:
 
 def changes(bootstrap: str, topic: str, settle: float = SETTLE_S) -> list[Change]:
     """The records of ``topic`` (``settle``: see :func:`devtools.kafka.reading.read_topic`)."""
-    out = []
-    for record in read_topic(bootstrap, topic, settle=settle):
-        key = json.loads(record.key)
-        key = key.get("payload", key)
-        value = json.loads(record.value) if record.value is not None else None
-        out.append(Change(key["id"], value.get("payload", value) if value is not None else None))
-    return out
+    return [
+        Change(unwrapped(record.key)["id"], unwrapped(record.value))
+        for record in read_topic(bootstrap, topic, settle=settle)
+    ]
 
 
 def wait_for(

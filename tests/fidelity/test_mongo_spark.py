@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark_submit import SPARK_ARGS
+
 pytestmark = [pytest.mark.fidelity, pytest.mark.integration]
 
 JOB = Path(__file__).parent / "spark_jobs" / "mongo_range_count_job.py"
@@ -22,10 +24,7 @@ def test_spark_executors_read_ranges_with_pymongo(spark_submit, mongodb_uri, db)
     result = subprocess.run(
         [
             spark_submit,
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
+            *SPARK_ARGS,
             "--conf",
             "spark.sql.shuffle.partitions=2",
             str(JOB),

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from devtools.kafka.reading import read_topic
+from tests.spark_submit import SPARK_ARGS
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -140,10 +141,7 @@ def test_spark_submit_executors_produce_to_kafka(kafka_bootstrap, unique_name, s
     result = subprocess.run(
         [
             spark_submit,
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
+            *SPARK_ARGS,
             str(HERE / "spark_jobs" / "produce_job.py"),
             kafka_bootstrap,
             unique_name,

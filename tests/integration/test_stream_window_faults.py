@@ -31,10 +31,10 @@ from tests.integration.window_helpers import (
     run_window_app,
     seed_offset,
     settled_after_kill,
-    spark_command,
     topic_events,
     write_spec,
 )
+from tests.spark_submit import app_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -60,7 +60,7 @@ def _preload(uri: str, db_name: str, count: int, *, pass_end: bool = True):
 def _start(spark_submit: str, tmp_path, name: str, props: dict, uri: str, kafka: dict, end):
     spec, result = write_spec(tmp_path, name, props, uri, kafka, end)
     return subprocess.Popen(
-        spark_command(spark_submit, spec, result),
+        app_command(spark_submit, "stream_window", spec, result),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.spark_apps import snapshot as snapshot_app
-
-APP = snapshot_app.__file__
+from tests.spark_submit import AppRun, app_command, run_app
+from tests.topic_records import unwrapped
 
 
 def tricky_fields(n: int) -> dict[str, Any]:
@@ -109,40 +105,8 @@ def write_spec(
     return spec_path, directory / f"result-{stamp}.json"
 
 
-SPARK_ARGS = [
-    "--master",
-    "local[2]",
-    "--conf",
-    "spark.ui.enabled=false",
-    "--conf",
-    "spark.ui.showConsoleProgress=false",
-]
-
-
-@dataclass
-class Run:
-    returncode: int
-    output: str
-    result: dict[str, Any] | None
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        assert self.returncode == 0 and self.result and self.result.get("status") == "ok", self.describe()
-        return self.result["summary"]
-
-    def describe(self) -> str:
-        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
-
-
-def run_snapshot(spark_submit: str, spec_path: Path, result_path: Path, *, timeout: float = 240) -> Run:
-    process = subprocess.run(
-        [spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path), "--result", str(result_path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-    )
-    return Run(process.returncode, process.stdout + process.stderr, _result(result_path))
+def run_snapshot(spark_submit: str, spec_path: Path, result_path: Path, *, timeout: float = 240) -> AppRun:
+    return run_app(spark_submit, "snapshot", spec_path, result_path, timeout=timeout)
 
 
 def start_snapshot(spark_submit: str, spec_path: Path, result_path: Path, log_path: Path) -> subprocess.Popen:
@@ -150,10 +114,9 @@ def start_snapshot(spark_submit: str, spec_path: Path, result_path: Path, log_pa
     log = open(log_path, "w")
     try:
         return subprocess.Popen(
-            [spark_submit, *SPARK_ARGS, APP, "--job-spec", str(spec_path), "--result", str(result_path)],
+            app_command(spark_submit, "snapshot", spec_path, result_path),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_env(),
             start_new_session=True,
         )
     finally:
@@ -168,28 +131,9 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return env
-
-
-def _result(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def payloads(records) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(key payload, value payload) of each record (Kafka Connect JSON with or without schema)."""
-    out = []
-    for record in records:
-        key = json.loads(record.key)
-        value = json.loads(record.value)
-        out.append((key.get("payload", key), value.get("payload", value)))
-    return out
+    return [(unwrapped(record.key), unwrapped(record.value)) for record in records]
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:

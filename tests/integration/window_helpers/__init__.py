@@ -4,8 +4,6 @@ application, reading topics, and waiting for the server's cluster time to pass a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,12 +16,13 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.change_stream import current_position
 from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
 from airflow_provider_mongocdc.core.window import connection_details, plan_streams
-from airflow_provider_mongocdc.operators.base import application_path
 from devtools.kafka.reading import SETTLE_S, read_topic
 from tests.settled_offsets import READ_TIMEOUT_S, SettledOffsetStore
+from tests.spark_submit import AppRun, run_app
+from tests.topic_records import DebeziumRecord, unwrapped
 
 SPARK_TIMEOUT_S = 240
 
@@ -53,23 +52,6 @@ def seed_offset(
     return store, partition
 
 
-def spark_command(spark_submit: str, spec: Path, result: Path) -> list[str]:
-    return [
-        spark_submit,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.ui.showConsoleProgress=false",
-        application_path("stream_window"),
-        "--job-spec",
-        str(spec),
-        "--result",
-        str(result),
-    ]
-
-
 def write_spec(
     directory: Path,
     name: str,
@@ -91,21 +73,6 @@ def write_spec(
     return spec.write(directory / f"{name}.json"), directory / f"{name}-result.json"
 
 
-@dataclass
-class SparkRun:
-    returncode: int
-    result: dict[str, Any] | None
-    output: str
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        assert self.returncode == 0 and self.result and self.result["status"] == "ok", self.describe()
-        return self.result["summary"]
-
-    def describe(self) -> str:
-        return f"exit {self.returncode}, result {self.result}\n{self.output[-6000:]}"
-
-
 def run_window_app(
     spark_submit: str,
     directory: Path,
@@ -115,27 +82,16 @@ def run_window_app(
     kafka: dict[str, Any],
     window_end: datetime | Timestamp,
     **params: Any,
-) -> SparkRun:
+) -> AppRun:
     spec, result = write_spec(directory, name, props, uri, kafka, window_end, **params)
-    done = subprocess.run(
-        spark_command(spark_submit, spec, result),
-        capture_output=True,
-        text=True,
-        timeout=SPARK_TIMEOUT_S,
-        env=dict(os.environ),
-    )
-    return SparkRun(done.returncode, read_result(result), done.stdout + done.stderr)
+    return run_app(spark_submit, "stream_window", spec, result, timeout=SPARK_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
-class Event:
+class Event(DebeziumRecord):
     topic: str
     key: Any
     payload: dict[str, Any] | None  # None: tombstone
-
-    @property
-    def op(self) -> str | None:
-        return self.payload["op"] if self.payload else None
 
     @property
     def after(self) -> Any:
@@ -145,12 +101,10 @@ class Event:
 def topic_events(bootstrap: str, topic: str, settle: float = SETTLE_S) -> list[Event]:
     """The committed records of a topic (read_committed), with the JSON envelope unwrapped
     (``settle``: see :func:`devtools.kafka.reading.read_topic`)."""
-    events = []
-    for record in read_topic(bootstrap, topic, settle=settle):
-        key = json.loads(record.key)["payload"] if record.key else None
-        payload = json.loads(record.value)["payload"] if record.value else None
-        events.append(Event(topic, key, payload))
-    return events
+    return [
+        Event(topic, unwrapped(record.key), unwrapped(record.value))
+        for record in read_topic(bootstrap, topic, settle=settle)
+    ]
 
 
 def insert_at(collection, document: dict, **kwargs) -> Timestamp:
