@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timezone
 
@@ -27,8 +26,8 @@ from airflow_provider_mongocdc.core.window import (
     plan_streams,
     run_window,
 )
-from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
+from tests.integration.oplog_gap_helpers import first_event, sensor
 from tests.integration.window_helpers import (
     connector,
     next_second,
@@ -43,50 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
 FIRST_ENTRY = {"ts": 1, "op": 1, "o.msg": 1, "_id": 0}
 
 
-@pytest.fixture
-def connections(monkeypatch, kafka_bootstrap, unique_name):
-    """Airflow connections (environment variables) for a simulator URI given later."""
-    ids = {"mongo": f"mongo_{unique_name}".lower(), "kafka": f"kafka_{unique_name}".lower()}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{ids['kafka'].upper()}",
-        json.dumps({"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-
-    def use(uri: str) -> dict[str, str]:
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{ids['mongo'].upper()}", json.dumps({"conn_type": "mongocdc", "host": uri})
-        )
-        return ids
-
-    return use
-
-
-def sensor(props, ids) -> OplogGapSensor:
-    return OplogGapSensor(
-        task_id="detect_gap",
-        connector_config=json.dumps(props),
-        mongo_conn_id=ids["mongo"],
-        kafka_conn_id=ids["kafka"],
-        mode="reschedule",
-        poke_interval=60,
-        timeout=300,
-    )
-
-
 def trigger_check(props, ids):
     return asyncio.run(OplogGapTrigger(props, ids["mongo"], ids["kafka"]).check_once())
-
-
-async def _first_event(trigger: OplogGapTrigger, timeout: float = 120.0):
-    async def first():
-        async for event in trigger.run():
-            return event.payload
-
-    return await asyncio.wait_for(first(), timeout)
-
-
-def first_event(props, ids):
-    return asyncio.run(_first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"], poll_interval=1)))
 
 
 def first_oplog_entry(uri: str) -> dict:
@@ -105,10 +62,10 @@ def window_to(uri: str, props, kafka, end, marker_db: str) -> dict:
 
 
 def test_a_shard_added_after_the_stored_position_is_no_gap_and_the_window_streams_everything(
-    mongosim, kafka_bootstrap, connections, unique_name
+    mongosim, kafka_bootstrap, gap_connections, unique_name
 ):
     sim = mongosim("sharded", shards=2)
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     kafka = {"bootstrap.servers": kafka_bootstrap}
     client = MongoClient(sim.uri)
     client.admin.command("shardCollection", "shop.items", key={"_id": "hashed"})
@@ -176,11 +133,11 @@ def test_a_shard_added_after_the_stored_position_is_no_gap_and_the_window_stream
 
 
 def test_a_stored_token_mongodb_refuses_as_invalid_is_not_a_gap(
-    mongosim, kafka_bootstrap, connections, unique_name
+    mongosim, kafka_bootstrap, gap_connections, unique_name
 ):
     sim = mongosim("replset")
     other = mongosim("replset")  # another deployment, started after this one
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     kafka = {"bootstrap.servers": kafka_bootstrap}
     client = MongoClient(sim.uri)
     client.shop.orders.insert_one({"_id": 0})
@@ -230,7 +187,7 @@ def test_a_stored_token_mongodb_refuses_as_invalid_is_not_a_gap(
         # The gap check neither reports a gap nor passes: poke and trigger fail with that error.
         with pytest.raises(OffsetError, match="mongocdc offsets show"):
             sensor(props, ids).poke({})
-        event = first_event(props, ids)
+        event = first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"], poll_interval=1))
         assert event["status"] == "error" and event["error"] == "OffsetError", event
         assert answer in event["cause"] and "mongocdc offsets" in event["fix"], event
         assert isinstance(event_error(event), OffsetError)

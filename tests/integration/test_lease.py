@@ -24,11 +24,6 @@ def settled(lease: ConnectorLease) -> ConnectorLease:
     return lease
 
 
-@pytest.fixture
-def kafka_config(kafka_bootstrap):
-    return {"bootstrap.servers": kafka_bootstrap}
-
-
 def test_a_window_finds_the_snapshots_lease_and_names_its_holder(kafka_config, unique_name):
     lease = settled(ConnectorLease(kafka_config, unique_name))
     snapshot_owner = owner_for_task("mongocdc_resnapshot", "resnapshot", "manual__1")

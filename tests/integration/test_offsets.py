@@ -31,11 +31,6 @@ class Rec(NamedTuple):
 
 
 @pytest.fixture
-def kafka_config(kafka_bootstrap):
-    return {"bootstrap.servers": kafka_bootstrap}
-
-
-@pytest.fixture
 def store(kafka_config, unique_name):
     store = SettledOffsetStore(kafka_config, f"{unique_name}.offsets")
     store.ensure_topic()

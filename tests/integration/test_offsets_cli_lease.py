@@ -21,11 +21,6 @@ def _iso(value) -> str:
 
 
 @pytest.fixture
-def kafka_config(kafka_bootstrap):
-    return {"bootstrap.servers": kafka_bootstrap}
-
-
-@pytest.fixture
 def store(kafka_config, unique_name):
     store = OffsetStore(kafka_config, f"{unique_name}.offsets")
     store.ensure_topic()

@@ -19,8 +19,8 @@ from airflow_provider_mongocdc.core.errors import ConnectionFailedError
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
 from airflow_provider_mongocdc.core.window import WindowParams, end_timestamp, plan_streams, run_window
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
-from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
+from tests.integration.oplog_gap_helpers import first_event, sensor
 from tests.integration.window_helpers import pass_second
 
 pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
@@ -33,53 +33,16 @@ class FirstTry:
         return None
 
 
-@pytest.fixture
-def connections(monkeypatch, kafka_bootstrap, unique_name):
-    """Airflow connections (environment variables) for a simulator URI set later."""
-    ids = {"mongo": f"mongo_{unique_name}".lower(), "kafka": f"kafka_{unique_name}".lower()}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{ids['kafka'].upper()}",
-        json.dumps({"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-
-    def use(uri: str) -> dict[str, str]:
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{ids['mongo'].upper()}", json.dumps({"conn_type": "mongocdc", "host": uri})
-        )
-        return ids
-
-    return use
-
-
 def completed_snapshot(client: MongoClient, config: ConnectorConfig) -> OffsetState:
     """The offset a completed snapshot leaves: its recorded start position."""
     return OffsetState().snapshot_started("s1", current_position(client, config), 0).snapshot_completed()
 
 
-def sensor(props, ids, **kwargs) -> OplogGapSensor:
-    kwargs = {"mode": "reschedule", "poke_interval": 60, "timeout": 300, **kwargs}
-    return OplogGapSensor(
-        task_id="detect_gap",
-        connector_config=json.dumps(props),
-        mongo_conn_id=ids["mongo"],
-        kafka_conn_id=ids["kafka"],
-        **kwargs,
-    )
-
-
-async def first_event(trigger: OplogGapTrigger, timeout: float = 60.0):
-    async def first():
-        async for event in trigger.run():
-            return event.payload
-
-    return await asyncio.wait_for(first(), timeout)
-
-
 def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigger(
-    mongosim, kafka_bootstrap, connections, unique_name, capsys
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
 ):
     sim = mongosim("replset")
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
     config = ConnectorConfig.from_properties(props)
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -144,7 +107,7 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
         "connector",
     }
     assert "127.0.0.1" not in json.dumps(kwargs)
-    event = asyncio.run(first_event(OplogGapTrigger(**kwargs)))
+    event = first_event(OplogGapTrigger(**kwargs))
     assert event["status"] == "gap"
     assert event["report"]["gap_partitions"] == ["rs0"]
     assert deferring.execute_complete({}, event) == event["report"]
@@ -154,10 +117,10 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
 
 
 def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
-    mongosim, kafka_bootstrap, connections, unique_name
+    mongosim, kafka_bootstrap, gap_connections, unique_name
 ):
     sim = mongosim("sharded", shards=2)
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     kafka = {"bootstrap.servers": kafka_bootstrap}
     client = MongoClient(sim.uri)
     client.shop.orders.insert_many([{"_id": i} for i in range(10)])
@@ -200,7 +163,7 @@ def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
     assert statuses["shard1"].status == "no_offset"
 
 
-def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, unique_name):
+def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, gap_connections, unique_name):
     sim = mongosim("replset")
     props = {
         "topic.prefix": unique_name,
@@ -214,13 +177,13 @@ def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, 
     OffsetStore({"bootstrap.servers": kafka_bootstrap}, config.offsets_topic).write(
         OffsetPartition(unique_name, "rs0"), completed_snapshot(client, config)
     )
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     sim.stop()
 
     with pytest.raises(ConnectionFailedError):
         sensor(props, ids, soft_fail=True).execute({"ti": FirstTry()})
     # (Its reconnection attempts, 1 s of server selection each, take a while on a loaded machine.)
-    event = asyncio.run(first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"]), timeout=300))
+    event = first_event(OplogGapTrigger(props, ids["mongo"], ids["kafka"]), timeout=300)
     assert event["status"] == "error" and event["error"] == "ConnectionFailedError"
     with pytest.raises(ConnectionFailedError, match="not a gap"):
         sensor(props, ids, soft_fail=True).execute_complete({}, event)
@@ -228,7 +191,7 @@ def test_connection_errors_are_not_gaps(mongosim, kafka_bootstrap, connections, 
 
 
 def test_trigger_opens_the_stream_as_the_poke_and_the_window_do(
-    mongosim, kafka_bootstrap, connections, unique_name
+    mongosim, kafka_bootstrap, gap_connections, unique_name
 ):
     """The stream check of both the poke and the trigger opens the connector's own stream,
     cursor.pipeline included: a pipeline MongoDB refuses fails both, with the same error."""
@@ -241,7 +204,7 @@ def test_trigger_opens_the_stream_as_the_poke_and_the_window_do(
         OffsetPartition(unique_name, "rs0"),
         completed_snapshot(client, ConnectorConfig.from_properties(plain)),
     )
-    ids = connections(sim.uri)
+    ids = gap_connections(sim.uri)
     # $out is not permitted in a change stream: MongoDB refuses to open the stream.
     props = {**plain, "cursor.pipeline": '[{"$out": "elsewhere"}]'}
 
@@ -253,6 +216,6 @@ def test_trigger_opens_the_stream_as_the_poke_and_the_window_do(
     ) as checked:
         asyncio.run(trigger.check_once())
     assert checked.value.problem == poked.value.problem and checked.value.cause == poked.value.cause
-    event = asyncio.run(first_event(trigger, timeout=120))
+    event = first_event(trigger, timeout=120)
     assert event["status"] == "error" and event["error"] == "ConnectionFailedError", event
     assert event["problem"] == poked.value.problem

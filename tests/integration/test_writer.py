@@ -67,11 +67,6 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
 
 
 @pytest.fixture
-def kafka_config(kafka_bootstrap):
-    return {"bootstrap.servers": kafka_bootstrap}
-
-
-@pytest.fixture
 def topics(kafka_config, unique_name):
     events, offsets = f"{unique_name}.db.coll", f"{unique_name}.offsets"
     ensure_topics(
