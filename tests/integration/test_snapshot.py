@@ -7,7 +7,6 @@ one "last" event, the offset handed to streaming, resuming after kill -9, and sn
 from __future__ import annotations
 
 import json
-import logging
 import re
 
 import pytest
@@ -36,6 +35,7 @@ from tests.integration.snapshot_helpers import (
     write_spec,
 )
 from tests.settled_offsets import SettledOffsetStore
+from tests.spark_jvm import local_spark_jvm
 
 pytestmark = pytest.mark.integration
 
@@ -174,34 +174,8 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(
 def spark_jvm():
     """A Spark JVM (local[2]) in this process, so that the mode runs below start Spark in about a
     second each instead of launching spark-submit every time; stopped after the module."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("mongocdc-snapshot-modes")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.stop()
-    gateway = SparkContext._gateway
-    package_logger = logging.getLogger("airflow_provider_mongocdc")
-    handlers, level, propagate = package_logger.handlers[:], package_logger.level, package_logger.propagate
-    try:
+    with local_spark_jvm("mongocdc-snapshot-modes"):
         yield
-    finally:
-        package_logger.handlers[:], package_logger.level, package_logger.propagate = (
-            handlers,
-            level,
-            propagate,
-        )
-        if SparkContext._active_spark_context is not None:
-            SparkContext._active_spark_context.stop()
-        gateway.shutdown()
-        gateway.proc.stdin.close()  # the JVM exits when its stdin closes
-        gateway.proc.wait(timeout=60)
-        SparkContext._gateway = SparkContext._jvm = None
 
 
 @pytest.mark.simulator_only
