@@ -46,6 +46,7 @@ from tests.faults.support import (
 )
 from tests.integration.window_helpers import (
     connector,
+    failing_commands,
     insert_at,
     next_second,
     pass_second,
@@ -111,28 +112,9 @@ class Writer:
         assert not self.errors, f"the writer failed: {self.errors[0]!r}"
 
 
-class HeldReads:
-    """The simulator's failCommand fail point holding each getMore of the connector."""
-
-    def __init__(self, client: MongoClient):
-        self.client = client
-
-    def __enter__(self) -> HeldReads:
-        self.client.admin.command(
-            "configureFailPoint",
-            "failCommand",
-            mode="alwaysOn",
-            data={
-                "failCommands": ["getMore"],
-                "appName": "airflow-provider-mongocdc",
-                "blockConnection": True,
-                "blockTimeMS": BLOCK_MS,
-            },
-        )
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.client.admin.command("configureFailPoint", "failCommand", mode="off")
+def held_reads(client: MongoClient):
+    """The simulator's failCommand fail point holding each getMore of the connector (within the block)."""
+    return failing_commands(client, "alwaysOn", ["getMore"], blockConnection=True, blockTimeMS=BLOCK_MS)
 
 
 @dataclass
@@ -273,7 +255,7 @@ def calibration(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
         writer = Writer(client[case.database]["items"], case.ids, seed=99)
         watermark = Watermark(kafka_bootstrap, case.config.offsets_topic)
         try:
-            with HeldReads(client):
+            with held_reads(client):
                 spec, result = case.spec("calibration", end)
                 span, run = measure(
                     Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"), watermark
@@ -317,7 +299,7 @@ def test_incremental_window_killed_at_a_random_point_then_windows_complete_it_on
         end = case.window_end(client)
         writer = Writer(client[case.database]["items"], case.ids, seed=seed)
         try:
-            with HeldReads(client):
+            with held_reads(client):
                 watermark = Watermark(kafka_bootstrap, case.config.offsets_topic)
                 try:
                     spec, result = case.spec("killed", end)

@@ -26,6 +26,7 @@ from airflow_provider_mongocdc.core.window import (
 from devtools.kafka.reading import read_topic
 from tests.integration.window_helpers import (
     connector,
+    failing_commands,
     insert_at,
     next_second,
     pass_second,
@@ -42,6 +43,10 @@ _processed_at = re.compile(rb'"ts_ms":\d+,"transaction":')
 # Large events need a producer (and event.max.bytes) above 16 MB; lz4 keeps the batches the broker
 # sees small.
 LARGE_KAFKA = {"message.max.bytes": 64 * MB, "compression.type": "lz4"}
+# Changes with their full document, up to 64 MB, read one a batch (so each fragment of a split
+# change comes with a getMore of its own).
+LARGE_EVENTS = {"capture.mode": "change_streams_update_full", "event.max.bytes": 64 * MB, "max.batch.size": 1}
+SPLIT_LARGE_EVENTS = {**LARGE_EVENTS, "cursor.oversize.handling.mode": "split"}
 
 
 def _window(uri: str, props: dict, kafka: dict, end: Timestamp) -> dict:
@@ -124,10 +129,9 @@ def _event_size(client: MongoClient, db_name: str, length: int) -> int:
 def test_split_events_are_reassembled_into_the_unsplit_event(mongodb_uri, kafka_bootstrap, unique_name):
     db_name = unique_name[:30] + unique_name[-8:]
     kafka = {"bootstrap.servers": kafka_bootstrap, **LARGE_KAFKA}
-    base = {"capture.mode": "change_streams_update_full", "event.max.bytes": 64 * MB, "max.batch.size": 1}
-    split_props = connector(unique_name, db_name, {**base, "cursor.oversize.handling.mode": "split"})
+    split_props = connector(unique_name, db_name, SPLIT_LARGE_EVENTS)
     whole_name = unique_name[:-1] + ("b" if unique_name[-1] != "b" else "c")
-    whole_props = connector(whole_name, db_name, base)
+    whole_props = connector(whole_name, db_name, LARGE_EVENTS)
     split_store, split_partition = seed_offset(mongodb_uri, kafka, split_props)
     seed_offset(mongodb_uri, kafka, whole_props)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
@@ -196,16 +200,6 @@ def test_capture_start_op_time_is_where_a_connector_without_offset_starts(
     assert summary["events"] == 2 and store.read(partition).cluster_time == end
 
 
-def _fail_point(client: MongoClient, mode, error: dict) -> None:
-    client.admin.command(
-        {
-            "configureFailPoint": "failCommand",
-            "mode": mode,
-            "data": {"failCommands": ["getMore"], "appName": "airflow-provider-mongocdc", **error},
-        }
-    )
-
-
 @pytest.mark.simulator_only
 def test_a_window_failing_between_fragments_stores_no_position_inside_the_event(
     mongosim, kafka_bootstrap, unique_name
@@ -213,16 +207,7 @@ def test_a_window_failing_between_fragments_stores_no_position_inside_the_event(
     sim = mongosim("replset")
     db_name = unique_name[:30] + unique_name[-8:]
     kafka = {"bootstrap.servers": kafka_bootstrap, **LARGE_KAFKA}
-    props = connector(
-        unique_name,
-        db_name,
-        {
-            "capture.mode": "change_streams_update_full",
-            "event.max.bytes": 64 * MB,
-            "max.batch.size": 1,
-            "cursor.oversize.handling.mode": "split",
-        },
-    )
+    props = connector(unique_name, db_name, SPLIT_LARGE_EVENTS)
     store, partition = seed_offset(sim.uri, kafka, props)
     with sim.client() as client:
         items = client[db_name].items
@@ -232,12 +217,11 @@ def test_a_window_failing_between_fragments_stores_no_position_inside_the_event(
         pass_second(client, end, f"{db_name}_m")
         # With batches of one, the second getMore returns the second fragment: it fails (and every
         # getMore after it), with an error the stream cannot resume from.
-        _fail_point(client, {"skip": 1}, {"errorCode": 2})
-        try:
-            with pytest.raises(MongoCdcError) as info:
-                _window(sim.uri, props, kafka, end)
-        finally:
-            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+        with (
+            failing_commands(client, {"skip": 1}, ["getMore"], errorCode=2),
+            pytest.raises(MongoCdcError) as info,
+        ):
+            _window(sim.uri, props, kafka, end)
     assert "change stream" in str(info.value)
     topic = f"{unique_name}.{db_name}.items"
     failed = store.read(partition)
@@ -260,14 +244,7 @@ def test_resumable_errors_between_fragments_lose_and_repeat_nothing(mongosim, ka
     props = connector(
         unique_name,
         db_name,
-        {
-            "capture.mode": "change_streams_update_full",
-            "event.max.bytes": 64 * MB,
-            "max.batch.size": 1,
-            "cursor.oversize.handling.mode": "split",
-            "connect.backoff.initial.delay.ms": 10,
-            "connect.backoff.max.delay.ms": 50,
-        },
+        {**SPLIT_LARGE_EVENTS, "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 50},
     )
     store, partition = seed_offset(sim.uri, kafka, props)
     with sim.client() as client:
@@ -280,15 +257,9 @@ def test_resumable_errors_between_fragments_lose_and_repeat_nothing(mongosim, ka
         # Half of the getMores fail with a resumable error: pymongo resumes from the last fragment's
         # token (the stream goes on with the next fragment), or the window re-opens the stream from
         # its last whole event.
-        _fail_point(
-            client,
-            {"activationProbability": 0.5},
-            {"errorCode": 6, "errorLabels": ["ResumableChangeStreamError"]},
-        )
-        try:
+        resumable = {"errorCode": 6, "errorLabels": ["ResumableChangeStreamError"]}
+        with failing_commands(client, {"activationProbability": 0.5}, ["getMore"], **resumable):
             summary = _window(sim.uri, props, kafka, end)
-        finally:
-            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
     events = topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")
     assert _keys(events) == [(str(n), op) for n in range(3) for op in ("c", "u")] + [("99", "c")]
     for n in range(3):

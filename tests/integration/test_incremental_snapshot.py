@@ -26,6 +26,7 @@ from airflow_provider_mongocdc.core.incremental import IncrementalProgress, Incr
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from tests.integration.window_helpers import (
     connector,
+    failing_commands,
     insert_at,
     next_second,
     pass_second,
@@ -122,25 +123,14 @@ def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection
     # The connector's reads (chunk batches among them) are held 300 ms each, so the writer changes
     # rows after a chunk's first batch was read and before its high watermark: without the
     # watermark de-duplication, such rows would go back in time on the topic.
-    client.admin.command(
-        "configureFailPoint",
-        "failCommand",
-        mode="alwaysOn",
-        data={
-            "failCommands": ["getMore"],
-            "appName": "airflow-provider-mongocdc",
-            "blockConnection": True,
-            "blockTimeMS": 300,
-        },
-    )
     try:
-        for _ in range(MAX_WINDOWS):
-            summary = _run_window(mongodb_uri, props, kafka, client, marker_db)
-            summaries.append(summary)
-            if (summary["incremental_snapshot"] or {}).get("status") == "completed":
-                break
+        with failing_commands(client, "alwaysOn", ["getMore"], blockConnection=True, blockTimeMS=300):
+            for _ in range(MAX_WINDOWS):
+                summary = _run_window(mongodb_uri, props, kafka, client, marker_db)
+                summaries.append(summary)
+                if (summary["incremental_snapshot"] or {}).get("status") == "completed":
+                    break
     finally:
-        client.admin.command("configureFailPoint", "failCommand", mode="off")
         stop.set()
         writer.join(timeout=60)
     assert not errors, f"the writer failed: {errors[0]!r}"

@@ -25,6 +25,7 @@ from airflow_provider_mongocdc.core.window import (
 from tests.integration.window_helpers import (
     SPARK_TIMEOUT_S,
     connector,
+    failing_commands,
     insert_at,
     next_second,
     pass_second,
@@ -300,24 +301,16 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
         # 70% of the window's aggregate and getMore commands fail with a resumable error: pymongo
         # resumes once by itself, the window re-opens the stream when that fails too (inside a
         # transaction it rolls back to its last commit and reads the transaction again).
-        client.admin.command(
-            {
-                "configureFailPoint": "failCommand",
-                "mode": {"activationProbability": 0.7},
-                "data": {
-                    "failCommands": ["aggregate", "getMore"],
-                    "errorCode": 6,
-                    "errorLabels": ["ResumableChangeStreamError"],
-                    "appName": "airflow-provider-mongocdc",
-                },
-            }
-        )
-        try:
+        with failing_commands(
+            client,
+            {"activationProbability": 0.7},
+            ["aggregate", "getMore"],
+            errorCode=6,
+            errorLabels=["ResumableChangeStreamError"],
+        ):
             config = ConnectorConfig.from_properties(props)
             (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
             summary = run_window(target, config, kafka, WindowParams(end))
-        finally:
-            client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
 
     expected = sorted(list(range(40)) + [100 * t + n for t in (1, 2, 3) for n in range(12)] + [999])
     ids = _ids(topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"))

@@ -1,11 +1,13 @@
 """Helpers of the stream window tests: connector settings, seeding the offset, running the Spark
-application, reading topics, and waiting for the server's cluster time to pass a second."""
+application, reading topics, failing the connector's commands on the server, and waiting for the
+server's cluster time to pass a second."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -136,6 +138,22 @@ def pass_second(client: MongoClient, end: Timestamp, marker_db: str) -> Timestam
             return ts
         assert time.monotonic() < deadline, f"cluster time did not reach {end}"
         time.sleep(max(0.05, min(1.0, end.time - time.time() + 0.05)))
+
+
+@contextmanager
+def failing_commands(client: MongoClient, mode: Any, commands: list[str], **data: Any) -> Iterator[None]:
+    """Within the block, the server fails (or holds) the connector's ``commands`` as failCommand's
+    ``data`` says, in ``mode`` (``"alwaysOn"``, ``{"skip": n}``, ``{"activationProbability": p}``)."""
+    client.admin.command(
+        "configureFailPoint",
+        "failCommand",
+        mode=mode,
+        data={"failCommands": commands, "appName": "airflow-provider-mongocdc", **data},
+    )
+    try:
+        yield
+    finally:
+        client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
 def settled_after_kill(
