@@ -37,6 +37,7 @@ from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperat
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.faults.support import Connections, changes, wait_for
+from tests.integration.snapshot_helpers import snapshot_connector
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.faults
@@ -208,14 +209,7 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
         rs = client.admin.command("hello")["setName"]
         client[database].items.insert_many([{"_id": n, "pad": "x" * 200} for n in range(200)])
         client[database].items.insert_one({"_id": 137.5, "big": "y" * 60_000})  # inside a middle chunk
-    props = {
-        "topic.prefix": unique_name,
-        "database.include.list": database,
-        "snapshot.chunk.size": 20,
-        "snapshot.max.threads": 2,
-        "event.max.bytes": 20_000,
-        "connect.max.attempts": 1,
-    }
+    props = snapshot_connector(unique_name, database, 20, {"event.max.bytes": 20_000})
     mongo = {"connection_string": mongodb_uri}
     store = SettledOffsetStore(kafka, f"{unique_name}.offsets")
     partition = OffsetPartition(unique_name, rs)
@@ -264,14 +258,7 @@ def test_collection_dropped_while_the_snapshot_copies_it(
             client[database][name].insert_many(
                 [{"_id": n, "name": name, "pad": "z" * 300} for n in range(count)]
             )
-    props = {
-        "topic.prefix": unique_name,
-        "database.include.list": database,
-        "snapshot.chunk.size": 25,
-        "snapshot.max.threads": 2,
-        "snapshot.fetch.size": 10,
-        "connect.max.attempts": 1,
-    }
+    props = snapshot_connector(unique_name, database, 25, {"snapshot.fetch.size": 10})
     mongo = {"connection_string": mongodb_uri}
     store = SettledOffsetStore(kafka, f"{unique_name}.offsets")
     partition = OffsetPartition(unique_name, rs)

@@ -41,7 +41,7 @@ from tests.faults.support import (
     trial_count,
     trial_params,
 )
-from tests.integration.snapshot_helpers import mongo_details, seed
+from tests.integration.snapshot_helpers import mongo_details, seed, snapshot_connector
 from tests.integration.snapshot_helpers import write_spec as write_snapshot_spec
 from tests.integration.window_helpers import connector as window_connector
 from tests.integration.window_helpers import (
@@ -80,14 +80,7 @@ class SnapshotData:
     tmp: Path
 
     def connector(self, prefix: str) -> dict:
-        return {
-            "topic.prefix": prefix,
-            "database.include.list": self.database,
-            "snapshot.chunk.size": 50,
-            "snapshot.max.threads": 2,
-            "snapshot.fetch.size": 25,
-            "connect.max.attempts": 1,
-        }
+        return snapshot_connector(prefix, self.database, 50, {"snapshot.fetch.size": 25})
 
     def spec(self, prefix: str):
         return write_snapshot_spec(

@@ -29,7 +29,7 @@ from airflow_provider_mongocdc.core.events import EventBuilder
 from airflow_provider_mongocdc.core.offsets import SNAPSHOT_COMPLETED, OffsetPartition, OffsetStore
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
 from devtools.kafka.reading import read_topic
-from tests.integration.snapshot_helpers import mongo_details, run_snapshot, write_spec
+from tests.integration.snapshot_helpers import mongo_details, run_snapshot, snapshot_connector, write_spec
 from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events
 
 pytestmark = pytest.mark.integration
@@ -78,13 +78,7 @@ def test_dates_outside_python_range_in_a_snapshot_and_a_window(
         + [BEFORE_EPOCH + timedelta(days=n) for n in range(10)]
     )
     db.date_ids.insert_many([{"_id": value, "n": n} for n, value in enumerate(date_ids)])
-    props = {
-        "topic.prefix": prefix,
-        "database.include.list": database,
-        "snapshot.chunk.size": 10,
-        "snapshot.max.threads": 2,
-        "connect.max.attempts": 1,
-    }
+    props = snapshot_connector(prefix, database, 10)
 
     # 1. The snapshot: planned over the date _ids, one read event per document.
     spec, result = write_spec(tmp_path, props, mongo_details(mongodb_uri), kafka)
@@ -154,13 +148,7 @@ def test_uuid_ids_with_uuid_representation_standard(
     assert client.codec_options.uuid_representation == UuidRepresentation.STANDARD
     ids = [uuid.uuid4() for _ in range(300)]
     client[database].items.insert_many([{"_id": value, "n": n} for n, value in enumerate(ids)])
-    props = {
-        "topic.prefix": prefix,
-        "database.include.list": database,
-        "snapshot.chunk.size": 50,
-        "snapshot.max.threads": 2,
-        "connect.max.attempts": 1,
-    }
+    props = snapshot_connector(prefix, database, 50)
 
     spec, result = write_spec(tmp_path, props, mongo_details(uri), kafka)
     summary = run_snapshot(spark_submit, spec, result).summary

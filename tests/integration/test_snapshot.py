@@ -30,6 +30,7 @@ from tests.integration.snapshot_helpers import (
     payloads,
     run_snapshot,
     seed,
+    snapshot_connector,
     start_snapshot,
     wait_until,
     write_spec,
@@ -87,15 +88,9 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(
     client[database]["ignored"].insert_many([{"_id": n} for n in range(50)])
     rs = _replica_set(mongodb_uri)
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    connector = {
-        "topic.prefix": prefix,
-        "database.include.list": database,
-        "collection.exclude.list": rf"{database}\.ignored",
-        "snapshot.chunk.size": 60,
-        "snapshot.max.threads": 2,
-        "snapshot.fetch.size": 25,
-        "connect.max.attempts": 1,
-    }
+    connector = snapshot_connector(
+        prefix, database, 60, {"collection.exclude.list": rf"{database}\.ignored", "snapshot.fetch.size": 25}
+    )
     spec, result = write_spec(tmp_path, connector, mongo_details(mongodb_uri), kafka)
     store = SettledOffsetStore(kafka, f"{prefix}.offsets")
     partition = OffsetPartition(prefix, rs)
@@ -189,14 +184,7 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     kafka = {"bootstrap.servers": kafka_bootstrap}
 
     def connector(prefix: str, mode: str) -> dict:
-        return {
-            "topic.prefix": prefix,
-            "database.include.list": database,
-            "snapshot.mode": mode,
-            "snapshot.chunk.size": 100,
-            "snapshot.max.threads": 2,
-            "connect.max.attempts": 1,
-        }
+        return snapshot_connector(prefix, database, 100, {"snapshot.mode": mode})
 
     def run(prefix: str, mode: str, **params) -> dict:
         spec, result = write_spec(tmp_path, connector(prefix, mode), mongo_details(sim.uri), kafka, params)

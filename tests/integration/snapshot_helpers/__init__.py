@@ -84,6 +84,21 @@ def seed(client, database: str, sizes: dict[str, int]) -> dict[str, list[Any]]:
     return created
 
 
+def snapshot_connector(
+    prefix: str, database: str, chunk_size: int, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Connector properties snapshotting every collection of ``database`` in chunks of
+    ``chunk_size`` documents on two threads, giving up at the first failed connection (and ``extra``)."""
+    return {
+        "topic.prefix": prefix,
+        "database.include.list": database,
+        "snapshot.chunk.size": chunk_size,
+        "snapshot.max.threads": 2,
+        "connect.max.attempts": 1,
+        **(extra or {}),
+    }
+
+
 def mongo_details(uri: str, *, user: str | None = None, password: str | None = None) -> dict[str, Any]:
     details: dict[str, Any] = {"connection_string": uri}
     if user:
