@@ -14,27 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 from pymongo import MongoClient
 
 from devtools.kafka.reading import read_topic
 from devtools.mongosim import MongoSim
+from tests.e2e.airflow_stack import AIRFLOW, REPO, Stack, connections_env, start_airflow, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
-REPO = Path(__file__).resolve().parents[2]
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
 RUN_TIMEOUT_S = 600
 WAIT_S = 120
 
@@ -112,74 +108,6 @@ def lineage(path: Path, job: str) -> list[dict]:
     return [e for e in events if e.get("eventType") == "COMPLETE" and e["job"]["name"] == job]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_airflow(env: dict[str, str], home: Path, processes: list[subprocess.Popen]) -> httpx.Client:
-    """API server, scheduler (LocalExecutor) and DAG processor on 127.0.0.1; a logged-in client."""
-    port = free_port()
-    password = uuid.uuid4().hex
-    (home / "passwords.json").write_text(json.dumps({"admin": password}))
-    env.update(
-        {
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        }
-    )
-    # The API server first: the scheduler runs the queued consumer at once, and its task reports to
-    # the API server's execution API.
-    commands = {
-        "api-server": [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        "scheduler": [AIRFLOW, "scheduler", "--skip-serve-logs"],
-        "dag-processor": [AIRFLOW, "dag-processor"],
-    }
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S)
-    for name, command in commands.items():
-        with open(home / f"{name}.log", "w") as log:
-            processes.append(
-                subprocess.Popen(
-                    command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home, start_new_session=True
-                )
-            )
-        deadline = time.monotonic() + 300
-        while name == "api-server":
-            try:
-                if http.get("/api/v2/monitor/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (home / "api-server.log").read_text()[-4000:]
-            assert all(p.poll() is None for p in processes), "the Airflow API server exited"
-            time.sleep(1)
-    response = http.post("/auth/token", json={"username": "admin", "password": password})
-    assert response.status_code in (200, 201), response.text
-    http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
-    return http
-
-
-def stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-
-
 @pytest.fixture
 def stack(kafka_bootstrap, tmp_path):
     home = tmp_path / "home"
@@ -206,11 +134,7 @@ def stack(kafka_bootstrap, tmp_path):
                 "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
                     {"type": "file", "log_file_path": str(home / "openlineage.jsonl"), "append": True}
                 ),
-                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-                ),
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                **connections_env(sim.uri, kafka_bootstrap),
                 "AIRFLOW_VAR_MONGOCDC_ASSETS_PREFIX": prefix,
                 "MONGOCDC_ASSETS_PREFIX": prefix,
                 "MONGOCDC_CONSUMER_TOPIC_PREFIX": prefix,
@@ -291,11 +215,11 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     ]
 
     # The scheduler runs the consumer DAG the asset events queued; its task sums the summaries.
-    http = start_airflow(env, home, processes)
+    api = start_airflow(Stack(sim, prefix, kafka_bootstrap, env, home, processes))
     consumer = "mongocdc_consumer_example"
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while True:
-        runs = http.get(f"/api/v2/dags/{consumer}/dagRuns").json().get("dag_runs", [])
+        runs = api.call("GET", f"/api/v2/dags/{consumer}/dagRuns").json().get("dag_runs", [])
         if runs and runs[0]["state"] in ("success", "failed"):
             break
         assert time.monotonic() < deadline, (
@@ -306,7 +230,9 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     (consumer_run,) = runs
     assert consumer_run["state"] == "success" and consumer_run["run_type"] == "asset_triggered", consumer_run
     base = f"/api/v2/dags/{consumer}/dagRuns/{consumer_run['dag_run_id']}"
-    upstream = sorted(http.get(f"{base}/upstreamAssetEvents").json()["asset_events"], key=lambda e: e["id"])
+    upstream = sorted(
+        api.call("GET", f"{base}/upstreamAssetEvents").json()["asset_events"], key=lambda e: e["id"]
+    )
     assert upstream and upstream[-1]["source_task_id"] == "window", upstream
     assert upstream[-1]["extra"]["events"] == 2 and upstream[-1]["extra"]["topics"] == {topic: 2}
     # The consumer's task read the summaries of the events that triggered it.
@@ -314,7 +240,9 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     for event in upstream:
         for name, count in event["extra"]["topics"].items():
             expected[name] = expected.get(name, 0) + count
-    xcom = http.get(
-        f"{base}/taskInstances/topics_with_new_data/xcomEntries/return_value", params={"deserialize": True}
+    xcom = api.call(
+        "GET",
+        f"{base}/taskInstances/topics_with_new_data/xcomEntries/return_value",
+        params={"deserialize": True},
     ).json()
     assert xcom["value"] in (expected, json.dumps(expected)), (xcom, upstream)

@@ -15,7 +15,6 @@ that run's next task becomes *scheduled*) is created again when any other DAG ru
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from datetime import datetime, timezone
@@ -23,12 +22,15 @@ from datetime import datetime, timezone
 import pytest
 
 from devtools.mongosim import MongoSim
-from tests.e2e.test_mongocdc_dags import Stack, start_airflow, stop
-from tests.e2e.test_readme_setup import (
+from tests.e2e.airflow_stack import (
+    Stack,
     assert_all_tasks_succeed,
+    connections_env,
     dag_folder,
     own_airflow,
     reads,
+    start_airflow,
+    stop,
     trigger,
     wait_for,
 )
@@ -61,11 +63,7 @@ def test_missing_connector_pool_is_created_when_the_run_starts_and_existing_pool
     with MongoSim(mode="replset") as sim:
         env.update(
             {
-                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-                ),
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                **connections_env(sim.uri, kafka_bootstrap),
             }
         )
         stack = Stack(sim, "", kafka_bootstrap, env, home)
@@ -157,11 +155,7 @@ def test_pool_deleted_during_a_run_is_created_again_when_another_run_starts(
     with MongoSim(mode="replset") as sim:
         env.update(
             {
-                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-                ),
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                **connections_env(sim.uri, kafka_bootstrap),
             }
         )
         stack = Stack(sim, "", kafka_bootstrap, env, home)

@@ -23,15 +23,18 @@ import pytest
 from bson import json_util
 
 from devtools.mongosim import MongoSim
-from tests.e2e.test_mongocdc_dags import (
+from tests.e2e.airflow_stack import (
     Stack,
+    assert_all_tasks_succeed,
     assert_topics_equal_mongo,
     canonical,
+    connections_env,
+    own_airflow,
     start_airflow,
     stop,
     topic_events,
+    wait_for,
 )
-from tests.e2e.test_readme_setup import assert_all_tasks_succeed, own_airflow, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
@@ -78,11 +81,7 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
     with MongoSim(mode="replset") as sim:
         env.update(
             {
-                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-                ),
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                **connections_env(sim.uri, kafka_bootstrap),
                 "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(props),
                 "MONGOCDC_POOL": f"mongocdc_{prefix}",
                 "MONGOCDC_CONNECTORS_FILE": str(connectors),

@@ -19,29 +19,33 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
 from devtools.mongosim import MongoSim
-from tests.e2e.test_mongocdc_dags import AIRFLOW, Stack, start_airflow, stop, topic_events
+from tests.e2e.airflow_stack import (
+    REPO,
+    Stack,
+    assert_all_tasks_succeed,
+    connections_env,
+    dag_folder,
+    own_airflow,
+    reads,
+    start_airflow,
+    stop,
+    trigger,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
-REPO = Path(__file__).resolve().parents[2]
 # The README's example values, replaced by the test's servers and a topic prefix of its own.
 README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
 README_KAFKA = "broker1:9092"
 README_PREFIX = '"topic.prefix": "shop"'
-# A DAG run here is a snapshot and a window (spark-submit each), possibly queued
-# behind the run the scheduler creates when the DAG is switched on.
-RUN_TIMEOUT_S = 900
 
 
 def readme_setup_commands() -> list[str]:
@@ -59,59 +63,6 @@ def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
         assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
         joined = joined.replace(old, new)
     return joined.splitlines()
-
-
-def dag_folder(home: Path, connectors: dict | None = None) -> Path:
-    """The repository's connector DAG file, its settings and its list (or ``connectors``)."""
-    folder = home / "dags"
-    folder.mkdir()
-    for name in ("mongocdc_connectors.py", "mongocdc_settings.py", "mongocdc_connectors.json"):
-        shutil.copy(REPO / "dags" / name, folder / name)
-    if connectors is not None:
-        (folder / "mongocdc_connectors.json").write_text(json.dumps(connectors))
-    return folder
-
-
-def own_airflow(airflow_env: dict[str, str], home: Path, folder: Path) -> dict[str, str]:
-    """An Airflow home of its own (SQLite), migrated, with ``folder`` as DAGs folder."""
-    env = dict(airflow_env)
-    for key in [key for key in env if key.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_"))]:
-        del env[key]
-    env.pop("MONGOCDC_POOL", None)
-    env.pop("MONGOCDC_CONNECTOR_CONFIG", None)
-    spark_conf = home / "spark-conf"
-    spark_conf.mkdir()
-    (spark_conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-            "SPARK_CONF_DIR": str(spark_conf),
-        }
-    )
-    result = subprocess.run(
-        [AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, cwd=home
-    )
-    assert result.returncode == 0, (
-        f"airflow db migrate failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    )
-    return env
-
-
-def wait_for(what: str, condition, timeout: float = 300):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        time.sleep(2)
-
-
-def reads(bootstrap: str, topic: str) -> int:
-    return sum(1 for _, value in topic_events(bootstrap, topic) if value is not None and value["op"] == "r")
 
 
 # -- 1: the README's setup -----------------------------------------------------------------------------
@@ -198,25 +149,6 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
             stop(stack.processes)
 
 
-def trigger(api, dag_id: str, logical_date: str) -> str:
-    created = api.call(
-        "POST",
-        f"/api/v2/dags/{dag_id}/dagRuns",
-        json={"logical_date": logical_date, "conf": {}, "note": None},
-    )
-    assert created.status_code == 200, created.text
-    return created.json()["dag_run_id"]
-
-
-def assert_all_tasks_succeed(api, dag_id: str, run_id: str) -> None:
-    run = api.wait_run(dag_id, run_id, timeout=RUN_TIMEOUT_S)
-    instances = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
-    states = {ti["task_id"]: ti["state"] for ti in instances["task_instances"]}
-    failed = [task for task, state in states.items() if state != "success"]
-    logs = "\n".join(api.task_log(dag_id, run_id, task) for task in failed)
-    assert run["state"] == "success" and not failed, f"{dag_id} {run_id}: {states}\n{logs}"
-
-
 # -- 2: two connectors of one list -------------------------------------------------------------------
 def test_two_connectors_of_one_list_run_with_their_own_topics_and_offsets(
     airflow_env, kafka_bootstrap, tmp_path_factory
@@ -239,15 +171,7 @@ def test_two_connectors_of_one_list_run_with_their_own_topics_and_offsets(
     }
     env = own_airflow(airflow_env, home, dag_folder(home, connectors))
     with MongoSim(mode="replset") as sim:
-        env.update(
-            {
-                "AIRFLOW_CONN_MONGOCDC_DEFAULT": json.dumps({"conn_type": "mongocdc", "host": sim.uri}),
-                "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-                    {"conn_type": "mongocdc_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-                ),
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            }
-        )
+        env.update(connections_env(sim.uri, kafka_bootstrap))
         stack = Stack(sim, "", kafka_bootstrap, env, home)
         client = stack.client
         client.shop.orders.insert_many([{"_id": i} for i in range(1, 8)])
