@@ -15,9 +15,9 @@ from typing import Any
 from bson import json_util
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.config_parsing import load_json
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
-from airflow_provider_mongocdc.core.timefmt import parse_iso
+from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.base.timefmt import parse_iso
+from airflow_provider_mongocdc.core.config.parsing import load_json
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 # What `mongocdc --help` prints before its usage lines.
@@ -226,7 +226,8 @@ def _state(state) -> dict[str, Any] | None:
 def run(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from airflow_provider_mongocdc.core.offsets import OffsetStore, Position
+    from airflow_provider_mongocdc.core.offsets.model import Position
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
     if args.action != "show" and not args.yes:
         what = {"reset": "delete", "export-debezium": "export"}.get(args.action, "move")
@@ -254,7 +255,12 @@ def run(argv: list[str] | None = None) -> int:
         shown["topic_prefix"] = args.topic_prefix
         _print(shown)
         return EXIT_OK
-    from airflow_provider_mongocdc.core.lease import OFFSETS, OFFSETS_TTL, ConnectorLease, offsets_owner
+    from airflow_provider_mongocdc.core.offsets.lease import (
+        OFFSETS,
+        OFFSETS_TTL,
+        ConnectorLease,
+        offsets_owner,
+    )
 
     lease = ConnectorLease(kafka_config, args.topic_prefix, store.topic, read_timeout_s=args.timeout)
     with lease.hold(offsets_owner(args.action), OFFSETS, OFFSETS_TTL):
@@ -263,7 +269,7 @@ def run(argv: list[str] | None = None) -> int:
 
 def _change(args: argparse.Namespace, store, target) -> int:
     """``reset``, ``set``, ``import-debezium`` or ``export-debezium`` (under the connector's lease)."""
-    from airflow_provider_mongocdc.core.offsets import OffsetPartition
+    from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
     change: dict[str, Any] = {"action": args.action, "topic": store.topic, "partition": partition.to_dict()}

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mongocdc.core.dag_ids import DEFAULT_NAME, dag_ids
+from airflow_provider_mongocdc.core.base.dag_ids import DEFAULT_NAME, dag_ids
 
 CONNECTOR_CONFIG_VARIABLE = "mongocdc_connector_config"
 CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
@@ -98,8 +98,8 @@ class Connector:
                     f"{label}: 'config' must be a JSON object of Debezium properties with a "
                     f'topic.prefix, e.g. {{"topic.prefix": "{name}"}}'
                 )
-            from airflow_provider_mongocdc.core.config import ConnectorConfig
-            from airflow_provider_mongocdc.core.errors import MongoCdcError
+            from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+            from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
             try:
                 ConnectorConfig.from_properties(dict(self.config))
@@ -153,7 +153,7 @@ class Connector:
         if value in (None, "") and self.name == DEFAULT_NAME:
             value = os.environ.get(CONNECTOR_CONFIG_ENV)
         if value in (None, ""):
-            from airflow_provider_mongocdc.core.errors import ConfigError
+            from airflow_provider_mongocdc.core.base.errors import ConfigError
 
             raise ConfigError(
                 f"Connector {self.name!r} has no connector configuration",

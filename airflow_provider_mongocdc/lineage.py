@@ -19,8 +19,8 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.topics import TopicNamer
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.topics import TopicNamer
 
 ASSET_SCHEME = "mongocdc"
 MONGODB_DEFAULT_PORT = 27017

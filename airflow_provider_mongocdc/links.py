@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, conf
 
-from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT as RESNAPSHOT_DAG_ID
+from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
 
 
 def dag_url(dag_id: str) -> str:
@@ -27,4 +27,4 @@ class ResnapshotTriggerLink(BaseOperatorLink):
     name = "Re-snapshot (trigger form)"
 
     def get_link(self, operator, *, ti_key) -> str:
-        return dag_url(getattr(operator, "resnapshot_dag_id", None) or RESNAPSHOT_DAG_ID)
+        return dag_url(getattr(operator, "resnapshot_dag_id", None) or RESNAPSHOT)

@@ -26,9 +26,9 @@ from typing import Any
 import bson
 from bson import Binary, Decimal128, Int64, ObjectId, Timestamp, json_util
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import SEPARATORS, Encoder, _portable, json_options
-from airflow_provider_mongocdc.core.events import EventBuilder
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.events.extended_json import SEPARATORS, Encoder, _portable, json_options
 
 MIX = (("insert", 40), ("update", 30), ("replace", 10), ("delete", 10), ("snapshot", 10))
 GOAL = 2.0

@@ -25,15 +25,14 @@ from typing import Any
 
 from bson import Timestamp
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.events import EventBuilder, Record
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.writer import (
-    DEFAULT_PRODUCER_CONFIG,
-    TopicSpec,
-    TransactionalWriter,
-    ensure_topics,
-)
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.events.schema import Record
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.kafka.client import DEFAULT_PRODUCER_CONFIG
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from bench.events import make_changes
 from bench.services import Services
 

@@ -10,8 +10,8 @@ import sys
 import time
 import uuid
 
-from airflow_provider_mongocdc.core.change_stream import current_position
-from airflow_provider_mongocdc.core.window import run_window
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.window.stream_window import run_window
 from bench.events import make_document
 from bench.services import Services
 from bench.window import connector, insert_documents, params, seed, window_end_after

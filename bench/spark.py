@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import airflow_provider_mongocdc.spark_apps as spark_apps
-from airflow_provider_mongocdc.core.change_stream import current_position
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-from airflow_provider_mongocdc.core.window import iso
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from bench.events import make_document
 from bench.services import Services, spark_submit
 from bench.window import connector, insert_documents, seed, timed_window, window_end_after
@@ -67,7 +68,7 @@ def run_empty_window(services: Services, rounds: int) -> dict[str, Any]:
                         config.to_properties(),
                         {"connection_string": services.mongodb_uri},
                         services.kafka,
-                        {"window_end": iso(window_end), "poll_ms": 200},
+                        {"window_end": iso_z(window_end), "poll_ms": 200},
                     )
                     summary, wall = _submit("stream_window", spec, Path(tmp))
                     if summary["events"] != 0 or not summary["reached_end"]:

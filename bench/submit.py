@@ -28,9 +28,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mongocdc.core.change_stream import current_position
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
-from airflow_provider_mongocdc.core.window import iso
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
 from bench.events import make_document
 from bench.services import SPARK_ARGS, VENV_BIN, Services, spark_env
 from bench.spark import APPS
@@ -218,7 +218,7 @@ def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
                 config.to_properties(),
                 {"connection_string": services.mongodb_uri},
                 services.kafka,
-                {"window_end": iso(window_end), "poll_ms": 200},
+                {"window_end": iso_z(window_end), "poll_ms": 200},
             )
             run = submit("stream_window", spec, Path(tmp), sim_pid)
             summary = run.pop("summary")

@@ -30,19 +30,22 @@ from typing import Any
 from bson.timestamp import Timestamp
 from confluent_kafka import Producer
 
-import airflow_provider_mongocdc.core.window as window_module
-from airflow_provider_mongocdc.core.change_stream import current_position, open_stream, token_cluster_time
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.events import EventBuilder
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.window import (
-    StreamTarget,
-    WindowParams,
-    connection_details,
-    plan_streams,
-    run_window,
+import airflow_provider_mongocdc.core.window.stream_window as window_module
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.kafka.client import DEFAULT_PRODUCER_CONFIG
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position, open_stream
+from airflow_provider_mongocdc.core.offsets.model import (
+    OffsetPartition,
+    OffsetState,
+    Position,
+    token_cluster_time,
 )
-from airflow_provider_mongocdc.core.writer import DEFAULT_PRODUCER_CONFIG, TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import StreamTarget, connection_details, plan_streams
 from bench.events import make_document
 from bench.produce import _Batches
 from bench.services import Services, operation_time, pass_second

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_mongocdc.core import errors
-from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.base import errors
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write_result
 
 log = logging.getLogger("airflow_provider_mongocdc")
@@ -48,7 +48,7 @@ def task_error(error: BaseException) -> MongoCdcError | None:
     """The connector error raised inside a Spark task, recovered from Spark's wrapped exception.
 
     Spark reports a failed Python task as a Py4J/PythonException whose text holds the worker's
-    traceback; its last ``airflow_provider_mongocdc.core.errors.X: message`` line is the cause.
+    traceback; its last ``airflow_provider_mongocdc.core.base.errors.X: message`` line is the cause.
     """
     matches = _TASK_ERROR.findall(str(error))
     if not matches:

@@ -21,26 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.incremental import superseded_incremental
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.snapshot_assessment import (
+from airflow_provider_mongocdc.core.snapshot.assessment import (
     Assessment,
     base_summary,
     nothing_summary,
     offsets_summary,
 )
+from airflow_provider_mongocdc.core.window.incremental import superseded_incremental
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 if TYPE_CHECKING:
-    from airflow_provider_mongocdc.core.offsets import (
-        OffsetPartition,
-        OffsetState,
-        OffsetStore,
-        OffsetTopicContents,
-    )
-    from airflow_provider_mongocdc.core.writer import TransactionalWriter
+    from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+    from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
 
 log = logging.getLogger("airflow_provider_mongocdc")
 
@@ -57,12 +53,13 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     another run of the same snapshot (a Spark retry, or a second snapshot task that resumed it)
     may have committed it since the task started, and it must not be copied twice.
     """
-    from airflow_provider_mongocdc.core.config import ConnectorConfig
-    from airflow_provider_mongocdc.core.connection import connect
-    from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore, Position
-    from airflow_provider_mongocdc.core.snapshot_assessment import connection_details
-    from airflow_provider_mongocdc.core.snapshot_copy import ChunkCopier, ChunkResult
-    from airflow_provider_mongocdc.core.snapshot_plan import Chunk
+    from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+    from airflow_provider_mongocdc.core.mongo.connection import connect
+    from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+    from airflow_provider_mongocdc.core.snapshot.assessment import connection_details
+    from airflow_provider_mongocdc.core.snapshot.copier import ChunkCopier, ChunkResult
+    from airflow_provider_mongocdc.core.snapshot.plan import Chunk
 
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
@@ -100,8 +97,8 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
 
 # -- the job ------------------------------------------------------------------------------------------
 def job(spark, spec: JobSpec) -> dict[str, Any]:
-    from airflow_provider_mongocdc.core.snapshot_copy import control_transactional_id
-    from airflow_provider_mongocdc.core.writer import TransactionalWriter
+    from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+    from airflow_provider_mongocdc.core.snapshot.copier import control_transactional_id
 
     config = ConnectorConfig.from_properties(spec.connector)
     assessment = Assessment(
@@ -162,7 +159,7 @@ class SnapshotRun:
 
     # -- outcomes --
     def execute(self, decision) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.snapshot_decision import NOTHING, RECORD_POSITION, RESUME
+        from airflow_provider_mongocdc.core.snapshot.decision import NOTHING, RECORD_POSITION, RESUME
 
         if decision.action == NOTHING:
             log.info("Nothing to snapshot: %s", decision.reason)
@@ -179,9 +176,9 @@ class SnapshotRun:
     def _record_position(self) -> dict[str, Any]:
         """snapshot.mode=no_data without an offset: the current position (or capture.start.op.time),
         snapshot completed."""
-        from airflow_provider_mongocdc.core.change_stream import no_data_start_position
-        from airflow_provider_mongocdc.core.offsets import OffsetState
-        from airflow_provider_mongocdc.core.snapshot_plan import new_snapshot_id
+        from airflow_provider_mongocdc.core.mongo.change_stream import no_data_start_position
+        from airflow_provider_mongocdc.core.offsets.model import OffsetState
+        from airflow_provider_mongocdc.core.snapshot.plan import new_snapshot_id
 
         snapshot_id = new_snapshot_id()
         records, after = [], {}
@@ -208,10 +205,10 @@ class SnapshotRun:
         }
 
     def _new_snapshot(self) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.change_stream import current_position
-        from airflow_provider_mongocdc.core.filters import Filters
-        from airflow_provider_mongocdc.core.offsets import OffsetState
-        from airflow_provider_mongocdc.core.snapshot_plan import (
+        from airflow_provider_mongocdc.core.events.filters import Filters
+        from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+        from airflow_provider_mongocdc.core.offsets.model import OffsetState
+        from airflow_provider_mongocdc.core.snapshot.plan import (
             build_plan,
             new_snapshot_id,
             plan_collection,
@@ -271,9 +268,9 @@ class SnapshotRun:
         return self._copy(plan, starts, markers={}, resumed=False)
 
     def _resume(self, snapshot_id: str) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.errors import OffsetError
-        from airflow_provider_mongocdc.core.snapshot_copy import fence_chunks
-        from airflow_provider_mongocdc.core.snapshot_plan import SnapshotPlan, data_chunks_finished
+        from airflow_provider_mongocdc.core.base.errors import OffsetError
+        from airflow_provider_mongocdc.core.snapshot.copier import fence_chunks
+        from airflow_provider_mongocdc.core.snapshot.plan import SnapshotPlan, data_chunks_finished
 
         markers = dict(self.everything.chunks.get((self.plan_partition, snapshot_id), {}))
         plan = SnapshotPlan.from_markers(snapshot_id, markers)
@@ -327,8 +324,8 @@ class SnapshotRun:
 
     # -- copying --
     def _copy(self, plan, starts, *, markers, resumed: bool) -> dict[str, Any]:
-        from airflow_provider_mongocdc.core.snapshot_copy import Progress
-        from airflow_provider_mongocdc.core.snapshot_plan import data_chunks_finished
+        from airflow_provider_mongocdc.core.snapshot.copier import Progress
+        from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 
         self.phases["plan"] = round(time.monotonic() - self.started, 3)
         progress = Progress(plan)
@@ -361,7 +358,7 @@ class SnapshotRun:
 
     def _run_tasks(self, task, chunks, threads: int, progress) -> None:
         """Copy ``chunks`` in at most ``threads`` parallel Spark tasks; log progress meanwhile."""
-        from airflow_provider_mongocdc.core.snapshot_plan import distribute
+        from airflow_provider_mongocdc.core.snapshot.plan import distribute
 
         groups = [[chunk.to_json() for chunk in group] for group in distribute(chunks, threads)]
         began = time.monotonic()
@@ -399,7 +396,7 @@ class SnapshotRun:
 
     def _complete(self, plan, progress, starts, resumed: bool) -> dict[str, Any]:
         """All chunks committed: the recorded start becomes the streaming offset."""
-        from airflow_provider_mongocdc.core.snapshot_copy import check_complete
+        from airflow_provider_mongocdc.core.snapshot.copier import check_complete
 
         everything = self.store.read_everything()
         markers = everything.chunks.get((self.plan_partition, plan.snapshot_id), {})
@@ -411,7 +408,7 @@ class SnapshotRun:
         for partition in self.partitions:
             state = everything.states.get(partition)
             if state is None:
-                from airflow_provider_mongocdc.core.errors import OffsetError
+                from airflow_provider_mongocdc.core.base.errors import OffsetError
 
                 raise OffsetError(
                     f"The offset of {partition.describe()} disappeared during snapshot {plan.snapshot_id}",
@@ -466,8 +463,8 @@ class SnapshotRun:
 
     # -- helpers --
     def _ensure_data_topics(self, plan) -> None:
-        from airflow_provider_mongocdc.core.topics import TopicNamer
-        from airflow_provider_mongocdc.core.writer import TopicSpec, ensure_topics
+        from airflow_provider_mongocdc.core.events.topics import TopicNamer
+        from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 
         namer = TopicNamer(self.config)
         names = sorted({namer.data_topic(chunk.database, chunk.collection) for chunk in plan.chunks})

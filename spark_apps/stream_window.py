@@ -8,7 +8,7 @@ errors before any task runs), runs one Spark task per stream (``core.window.run_
 merges their summaries. A cluster time that stalled before a window end in the past fails the run
 with ``WindowEndNotReachedError`` once every stream has committed what it read. The job spec's
 ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``, ``max_duration_s``,
-``poll_ms`` (:class:`~airflow_provider_mongocdc.core.window_params.WindowParams`). Connection
+``poll_ms`` (:class:`~airflow_provider_mongocdc.core.window.params.WindowParams`). Connection
 details travel to the tasks inside the task closure, never through Spark's configuration or
 environment. Reasons: docs/design.md, "Stream windows".
 """
@@ -21,14 +21,15 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.stream_errors import end_not_reached_error
-from airflow_provider_mongocdc.core.window import run_stream_tasks
-from airflow_provider_mongocdc.core.window_params import WindowParams, iso
-from airflow_provider_mongocdc.core.window_streams import check_offsets, connection_details, plan_streams
-from airflow_provider_mongocdc.core.window_summary import empty_summary, merge_summaries
+from airflow_provider_mongocdc.core.window.errors import end_not_reached_error
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_stream_tasks
+from airflow_provider_mongocdc.core.window.streams import check_offsets, connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.summary import empty_summary, merge_summaries
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 APPLICATION = "stream_window"
@@ -53,7 +54,7 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     log.info(
         "Window of %s up to %s over %d stream(s): %s",
         config.topic_prefix,
-        iso(params.window_end),
+        iso_z(params.window_end),
         len(targets),
         ", ".join(t.partition for t in targets),
     )

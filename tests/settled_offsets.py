@@ -10,7 +10,7 @@ their transactional writer (whose initialisation waits for the earlier transacti
 
 from __future__ import annotations
 
-from airflow_provider_mongocdc.core.offsets import OffsetStore
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from devtools.kafka.reading import wait_stable
 
 # Bounds a read of the offsets topic (a broker round trip) on a loaded machine.

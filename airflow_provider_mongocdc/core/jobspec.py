@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mongocdc.core.connection import redact_uri
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.base.redaction import redact_uri
 
 _SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "ssl.key", "token", "credential", "jaas")
 
 
 def _redact(value: Any, key: str = "") -> Any:
     """Values under a secret-looking key become ``***``; every other text is shown with the
-    credentials inside it hidden (:func:`~.connection.redact_uri`: URIs with a password,
+    credentials inside it hidden (:func:`~airflow_provider_mongocdc.core.mongo.connection.redact_uri`: URIs with a password,
     ``password=`` options, ``AWS_SESSION_TOKEN:`` properties)."""
     if isinstance(value, dict):
         return {k: _redact(v, str(k)) for k, v in value.items()}

@@ -20,8 +20,9 @@ from airflow.sdk import BaseHook
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.writer import admin_client, redact_config
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.kafka.admin import admin_client
+from airflow_provider_mongocdc.core.kafka.client import redact_config
 
 CONN_TYPE = "mongocdc_kafka"
 ACCEPTED_CONN_TYPES = (CONN_TYPE, "kafka")

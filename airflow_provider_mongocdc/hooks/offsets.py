@@ -2,7 +2,7 @@
 export them to a Debezium MongoDB connector's Kafka Connect offsets topic.
 
 ``reset``, ``set_position``, ``import_debezium`` and ``export_debezium`` hold the connector's
-lease (kind ``offsets``, see :mod:`airflow_provider_mongocdc.core.lease`) for the change: a
+lease (kind ``offsets``, see :mod:`airflow_provider_mongocdc.core.offsets.lease`) for the change: a
 running window or snapshot would overwrite it when it commits, so they raise ``LeaseHeldError``
 naming the holder while one runs.
 """
@@ -15,14 +15,10 @@ from typing import Any
 from airflow.sdk import BaseHook
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.offsets import (
-    DebeziumOffset,
-    OffsetPartition,
-    OffsetState,
-    OffsetStore,
-    Position,
-)
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.offsets.debezium import DebeziumOffset
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
 
@@ -123,7 +119,12 @@ class OffsetStoreHook(BaseHook):
 
     def _lease(self, action: str):
         """The connector's lease, held for an offsets change."""
-        from airflow_provider_mongocdc.core.lease import OFFSETS, OFFSETS_TTL, ConnectorLease, offsets_owner
+        from airflow_provider_mongocdc.core.offsets.lease import (
+            OFFSETS,
+            OFFSETS_TTL,
+            ConnectorLease,
+            offsets_owner,
+        )
 
         lease = ConnectorLease(self.store.kafka_config, self.topic_prefix, self.offsets_topic)
         return lease.hold(offsets_owner(action, tool="OffsetStoreHook"), OFFSETS, OFFSETS_TTL)

@@ -8,16 +8,16 @@ from typing import Any
 from airflow.sdk import BaseHook
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.backoff import (
+from airflow_provider_mongocdc.core.base.backoff import (
     DEFAULT_INITIAL_DELAY_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_DELAY_MS,
     BackoffPolicy,
 )
-from airflow_provider_mongocdc.core.booleans import parse_bool
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
-from airflow_provider_mongocdc.core.topology import Topology, discover
+from airflow_provider_mongocdc.core.base.booleans import parse_bool
+from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails, connect
+from airflow_provider_mongocdc.core.mongo.topology import Topology, discover
 
 CONN_TYPE = "mongocdc"
 # Connections made for apache-airflow-providers-mongo work too (its "mongo" type).

@@ -26,8 +26,8 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import Asset, AssetAlias, BaseHook
 
 import airflow_provider_mongocdc
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 
@@ -54,8 +54,8 @@ def build_code_archive(directory: str | Path) -> str:
     apps_dir = Path(application_path("runtime")).parent
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.write(PACKAGE_DIR / "__init__.py", "airflow_provider_mongocdc/__init__.py")
-        for source in sorted((PACKAGE_DIR / "core").glob("*.py")):
-            archive.write(source, f"airflow_provider_mongocdc/core/{source.name}")
+        for source in sorted((PACKAGE_DIR / "core").rglob("*.py")):
+            archive.write(source, f"airflow_provider_mongocdc/{source.relative_to(PACKAGE_DIR).as_posix()}")
         for source in sorted(apps_dir.glob("*.py")):
             archive.write(source, f"airflow_provider_mongocdc/spark_apps/{source.name}")
     return str(target)
@@ -113,7 +113,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     """
 
     application_name: str = ""
-    # What the run holds the connector's lease for (core/lease.py: SNAPSHOT or WINDOW).
+    # What the run holds the connector's lease for (core/offsets/lease.py: SNAPSHOT or WINDOW).
     lease_kind: str = ""
     # Whether every successful run updates the connector's Asset (a window always moves the
     # connector on); False: only runs that wrote data (see wrote_data).
@@ -220,13 +220,13 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
 
     # -- the connector's lease ----------------------------------------------------------------------
     def hold_lease(self, context, config: ConnectorConfig, kind: str):
-        """Hold the connector's lease (core/lease.py) for this task while the block runs.
+        """Hold the connector's lease (core/offsets/lease.py) for this task while the block runs.
 
         The lease lasts ``lease_ttl`` (default: the task's execution_timeout, else 2 hours) and is
         renewed every third of it while the task runs. When it is lost (it expired and another task
         took it), the Spark job is killed and the block ends with LeaseLostError.
         """
-        from airflow_provider_mongocdc.core.lease import (
+        from airflow_provider_mongocdc.core.offsets.lease import (
             DEFAULT_TTL,
             ConnectorLease,
             as_ttl,

@@ -6,14 +6,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.filters import Filters
-from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest, parse_filter
-from airflow_provider_mongocdc.core.offsets import OffsetStore
-from airflow_provider_mongocdc.core.oplog_gap import GapChecker
-from airflow_provider_mongocdc.core.snapshot import parse_namespaces
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.filters import Filters
+from airflow_provider_mongocdc.core.gap.checker import GapChecker
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
+from airflow_provider_mongocdc.core.window.incremental import (
+    IncrementalProgress,
+    IncrementalRequest,
+    parse_filter,
+)
 from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 
@@ -145,7 +149,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     proceeds as in gap mode (or refuses chosen collections, naming the fix).
 
     Like every snapshot, it holds the connector's lease (see
-    :mod:`airflow_provider_mongocdc.core.lease`) while it runs, so a window of the same connector
+    :mod:`airflow_provider_mongocdc.core.offsets.lease`) while it runs, so a window of the same connector
     cannot start meanwhile; put the task in the connector's pool (one slot; the example DAGs use
     the pool of their connector list entry) too, so that windows queue instead of failing. The mode is decided (and the oplog checked)
     before the lease is taken.

@@ -8,12 +8,12 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.lease import SNAPSHOT
-from airflow_provider_mongocdc.core.snapshot import parse_namespaces
-from airflow_provider_mongocdc.core.snapshot_assessment import bool_param, nothing_to_do
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT
+from airflow_provider_mongocdc.core.snapshot.assessment import bool_param, nothing_to_do
+from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -36,7 +36,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     snapshot id, action and reason, documents per collection, bytes, chunks (copied and skipped as
     already committed), duration, the recorded start position and the resulting offsets.
 
-    The connector's lease (:mod:`airflow_provider_mongocdc.core.lease`) is held while the snapshot
+    The connector's lease (:mod:`airflow_provider_mongocdc.core.offsets.lease`) is held while the snapshot
     runs, so a stream window of the same connector cannot run meanwhile (and a running window
     makes this task fail with LeaseHeldError naming it).
 

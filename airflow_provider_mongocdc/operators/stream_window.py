@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.lease import WINDOW
-from airflow_provider_mongocdc.core.window_params import WindowParams, iso, parse_time
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.offsets.lease import WINDOW
+from airflow_provider_mongocdc.core.window.params import WindowParams, parse_time
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -69,7 +70,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         self.lease_ttl = lease_ttl
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
-        params = {"window_end": iso(window_end_for(context))}
+        params = {"window_end": iso_z(window_end_for(context))}
         if self.idle_timeout is not None:
             params["idle_timeout_s"] = float(self.idle_timeout)
         if self.max_duration is not None:

@@ -9,11 +9,12 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.dag_ids import RESNAPSHOT
-from airflow_provider_mongocdc.core.offsets import OffsetStore
-from airflow_provider_mongocdc.core.oplog_gap import GapChecker, GapReport
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.checker import GapChecker
+from airflow_provider_mongocdc.core.gap.report import GapReport
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
 from airflow_provider_mongocdc.operators.base import (
@@ -39,7 +40,7 @@ class OplogGapSensor(BaseSensorOperator):
     Each poke reads the connector's offsets (every partition of its ``topic.prefix`` in the
     offsets topic) and, for each partition, opens the change stream from the stored position and
     compares the stored cluster time with the oldest oplog entry (see
-    :mod:`airflow_provider_mongocdc.core.oplog_gap`). When a position is gone the sensor succeeds
+    :mod:`airflow_provider_mongocdc.core.gap.checker`). When a position is gone the sensor succeeds
     and returns the gap report (pushed to XCom): ``connector``, ``detected_at``, ``gap_partitions``,
     ``lost_seconds`` and, per partition, the stored time, the oldest oplog time, the lost seconds
     and the evidence. Until then it keeps poking, and logs a WARNING for every partition whose
@@ -47,7 +48,7 @@ class OplogGapSensor(BaseSensorOperator):
 
     Connection errors are not gaps: the poke fails (the task's retries apply). Nor is a stored
     resume token MongoDB refuses as invalid (260, 280): the poke fails with an
-    :class:`~airflow_provider_mongocdc.core.errors.OffsetError` naming the offset and the
+    :class:`~airflow_provider_mongocdc.core.base.errors.OffsetError` naming the offset and the
     ``mongocdc offsets`` commands that inspect and repair it.
 
     Through mongos the oplogs are read from the shards directly (same credentials); when the

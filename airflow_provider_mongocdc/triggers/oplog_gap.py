@@ -1,7 +1,7 @@
 """The trigger behind the deferrable :class:`~airflow_provider_mongocdc.sensors.oplog_gap.OplogGapSensor`.
 
 Every ``poll_interval`` seconds it checks the connector's stored resume points with pymongo's
-asyncio API (:class:`~airflow_provider_mongocdc.core.oplog_gap.AsyncGapChecker`), until one of them
+asyncio API (:class:`~airflow_provider_mongocdc.core.gap.checker.AsyncGapChecker`), until one of them
 is no longer in the oplog. Its serialized arguments hold no secret: the canonical connector
 properties and two connection ids, resolved in the triggerer at each poll (docs/design.md).
 
@@ -25,12 +25,13 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from pymongo.errors import PyMongoError
 
-from airflow_provider_mongocdc.core import errors
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError, MongoCdcError
-from airflow_provider_mongocdc.core.offsets import OffsetStore
-from airflow_provider_mongocdc.core.oplog_gap import AsyncGapChecker, GapReport
-from airflow_provider_mongocdc.core.redaction import redact_uri
+from airflow_provider_mongocdc.core.base import errors
+from airflow_provider_mongocdc.core.base.errors import ConfigError, ConnectionFailedError, MongoCdcError
+from airflow_provider_mongocdc.core.base.redaction import redact_uri
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
+from airflow_provider_mongocdc.core.gap.report import GapReport
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
 
 def error_event(error: MongoCdcError) -> TriggerEvent:

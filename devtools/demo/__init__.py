@@ -41,7 +41,7 @@ from pathlib import Path
 
 from pymongo.errors import PyMongoError
 
-from airflow_provider_mongocdc.core.errors import MongoCdcError
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from devtools.demo import data as sample
 from devtools.demo import report
 from devtools.demo.services import (

@@ -22,7 +22,8 @@ from bson import json_util
 from bson.json_util import CANONICAL_JSON_OPTIONS
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from devtools.kafka.reading import read_topic
 from devtools.mongosim import MongoSim
 
@@ -243,7 +244,7 @@ def dag_folder(home: Path, connectors: dict | None = None) -> Path:
     """The repository's connector DAG file, its settings and its list (or ``connectors``)."""
     folder = home / "dags"
     folder.mkdir()
-    for name in ("mongocdc_connectors.py", "mongocdc_settings.py", "mongocdc_connectors.json"):
+    for name in ("mongocdc_connectors.py", "mongocdc_connectors.json"):
         shutil.copy(REPO / "dags" / name, folder / name)
     if connectors is not None:
         (folder / "mongocdc_connectors.json").write_text(json.dumps(connectors))

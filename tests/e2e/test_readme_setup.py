@@ -24,7 +24,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
     REPO,

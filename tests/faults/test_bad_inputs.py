@@ -23,16 +23,16 @@ from bson.timestamp import Timestamp
 from confluent_kafka.admin import AdminClient
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.errors import MongoCdcError
-from airflow_provider_mongocdc.core.offsets import (
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+from airflow_provider_mongocdc.core.offsets.model import (
     SNAPSHOT_COMPLETED,
     SNAPSHOT_IN_PROGRESS,
     OffsetPartition,
     OffsetState,
-    OffsetStore,
     Position,
 )
-from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator

@@ -18,11 +18,13 @@ from bson import json_util
 from bson.json_util import CANONICAL_JSON_OPTIONS
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, Position
-from airflow_provider_mongocdc.core.oplog_gap import GapChecker
-from airflow_provider_mongocdc.core.window import WindowParams, plan_streams, run_window
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.checker import GapChecker
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic, wait_stable
 from tests.integration.window_helpers import insert_at, next_second, pass_second
 from tests.settled_offsets import SettledOffsetStore

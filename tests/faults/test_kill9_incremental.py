@@ -30,10 +30,12 @@ from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
 from bson.objectid import ObjectId
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest
-from airflow_provider_mongocdc.core.offsets import OffsetPartition
-from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
 from tests.faults.support import (
     Span,
     Submitted,

@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.faults.support import Connections, changes

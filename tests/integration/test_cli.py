@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
 pytestmark = pytest.mark.integration
 

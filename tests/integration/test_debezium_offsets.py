@@ -17,11 +17,14 @@ from bson.timestamp import Timestamp
 from confluent_kafka import Producer
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import document_writer
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
-from airflow_provider_mongocdc.core.writer import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.java_json import document_writer
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.test_cli import mongocdc
 from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events
@@ -268,8 +271,8 @@ def test_import_errors_name_what_the_connect_offsets_topic_holds(kafka_bootstrap
 def test_the_offsets_hook_exports_and_imports_under_the_connector_lease(
     monkeypatch, kafka_bootstrap, unique_name
 ):
-    from airflow_provider_mongocdc.core.errors import LeaseHeldError
-    from airflow_provider_mongocdc.core.lease import WINDOW, ConnectorLease, owner_for_task
+    from airflow_provider_mongocdc.core.base.errors import LeaseHeldError
+    from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease, owner_for_task
     from airflow_provider_mongocdc.hooks.offsets import OffsetStoreHook
 
     monkeypatch.setenv(

@@ -21,9 +21,11 @@ from bson import json_util
 from bson.objectid import ObjectId
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest
-from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
 from tests.integration.window_helpers import (
     connector,
     failing_commands,

@@ -9,9 +9,9 @@ import time
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import LeaseHeldError
-from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.base.errors import LeaseHeldError
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
@@ -118,7 +118,7 @@ def test_the_lease_record_leaves_the_offsets_as_they_are(kafka_config, unique_na
 def test_resnapshot_operator_takes_the_lease_before_submitting(kafka_config, unique_name, monkeypatch):
     from types import SimpleNamespace
 
-    from airflow_provider_mongocdc.core.errors import ConfigError
+    from airflow_provider_mongocdc.core.base.errors import ConfigError
     from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
 
     conn_id = f"kafka_{unique_name}".lower()

@@ -16,15 +16,15 @@ from types import SimpleNamespace
 import pytest
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.change_stream import current_position
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import LeaseHeldError
-from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
-from airflow_provider_mongocdc.core.snapshot import Chunk, data_chunks_finished, new_snapshot_id
-from airflow_provider_mongocdc.core.topics import TopicNamer
-from airflow_provider_mongocdc.core.window import position_time
-from airflow_provider_mongocdc.core.writer import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.base.errors import LeaseHeldError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.topics import TopicNamer
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, position_time
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.plan import Chunk, data_chunks_finished, new_snapshot_id
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from airflow_provider_mongocdc.spark_apps.snapshot import copy_chunks
 from devtools.kafka.reading import read_topic

@@ -8,14 +8,11 @@ from typing import NamedTuple
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import OffsetError
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
-from airflow_provider_mongocdc.core.writer import (
-    TopicSpec,
-    TransactionalWriter,
-    describe_topic,
-    ensure_topics,
-)
+from airflow_provider_mongocdc.core.base.errors import OffsetError
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration

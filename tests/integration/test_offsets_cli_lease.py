@@ -9,8 +9,9 @@ import json
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore, Position
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, owner_for_task
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from tests.integration.test_cli import mongocdc
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ def test_set_and_reset_take_the_lease_for_the_change_and_release_it(
 def test_the_offsets_hook_is_refused_too_while_a_snapshot_holds_the_lease(
     store, kafka_config, unique_name, monkeypatch
 ):
-    from airflow_provider_mongocdc.core.errors import LeaseHeldError
+    from airflow_provider_mongocdc.core.base.errors import LeaseHeldError
     from airflow_provider_mongocdc.hooks.offsets import OffsetStoreHook
 
     monkeypatch.setenv(

@@ -7,7 +7,7 @@ import json
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 from airflow_provider_mongocdc.hooks.offsets import OffsetStoreHook
 from devtools.kafka.reading import wait_stable

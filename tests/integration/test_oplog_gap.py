@@ -12,12 +12,15 @@ import pytest
 from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.change_stream import current_position
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.errors import ConnectionFailedError
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
-from airflow_provider_mongocdc.core.window import WindowParams, end_timestamp, plan_streams, run_window
+from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.window.params import WindowParams, end_timestamp
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
 from tests.integration.oplog_gap_helpers import first_event, sensor

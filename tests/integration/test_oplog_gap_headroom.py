@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.oplog_gap import (
-    HISTORY_LOST,
-    RESUMABLE,
-    GapReport,
-    Layout,
-    OplogSpan,
-    Probe,
-    assess,
-    layout_from_hello,
-    plan_probes,
-)
-from airflow_provider_mongocdc.core.topology import ShardAddress
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.plan import Layout, Probe, layout_from_hello, plan_probes
+from airflow_provider_mongocdc.core.gap.report import HISTORY_LOST, RESUMABLE, GapReport, assess
+from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
+from airflow_provider_mongocdc.core.mongo.topology import ShardAddress
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 
 pytestmark = pytest.mark.unit
 

@@ -15,12 +15,8 @@ from bson.binary import UuidRepresentation
 from bson.json_util import JSONOptions
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.offsets import (
-    SNAPSHOT_COMPLETED,
-    OffsetPartition,
-    Position,
-)
-from airflow_provider_mongocdc.core.snapshot import data_chunks_finished
+from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_COMPLETED, OffsetPartition, Position
+from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 from airflow_provider_mongocdc.spark_apps import runtime
 from airflow_provider_mongocdc.spark_apps import snapshot as snapshot_app
 from devtools.kafka.reading import read_topic

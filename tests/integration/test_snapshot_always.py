@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events

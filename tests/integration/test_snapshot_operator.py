@@ -9,10 +9,10 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import LeaseHeldError
-from airflow_provider_mongocdc.core.lease import WINDOW, ConnectorLease
-from airflow_provider_mongocdc.core.offsets import OffsetStore
+from airflow_provider_mongocdc.core.base.errors import LeaseHeldError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from devtools.kafka.reading import read_topic
 from tests.integration.snapshot_helpers import payloads, seed

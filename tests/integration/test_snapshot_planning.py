@@ -12,23 +12,16 @@ from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
 from bson.timestamp import Timestamp as BsonTimestamp
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.offsets import (
-    OffsetPartition,
-    OffsetState,
-    Position,
-)
-from airflow_provider_mongocdc.core.snapshot import (
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.snapshot.decision import (
     NOTHING,
     RECORD_POSITION,
     RESUME,
     SNAPSHOT,
-    Chunk,
-    SnapshotPlan,
-    build_plan,
     decide,
-    plan_collection,
 )
-from airflow_provider_mongocdc.core.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.snapshot.plan import Chunk, SnapshotPlan, build_plan, plan_collection
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration

@@ -20,6 +20,7 @@ import pyspark
 import pytest
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.operators.base import build_code_archive
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from devtools.kafka.reading import read_topic
@@ -177,3 +178,36 @@ def test_snapshot_and_window_run_on_a_standalone_cluster(
     for name in sorted(names):
         executors = list((cluster.work_dir / apps[name]).glob("*/stderr"))
         assert executors, f"no executor of {name} ({apps[name]}) in {cluster.work_dir}"
+
+
+def test_executors_import_every_module_of_core_from_the_shipped_archive(cluster, spark_submit, tmp_path):
+    """The operators ship the provider's code to the executors as one archive (``py_files``): every
+    module of core's sub-packages is in it and is what an executor imports."""
+    archive = build_code_archive(tmp_path)
+    result = tmp_path / "modules.json"
+    job = Path(__file__).parent / "spark_jobs" / "import_core_job.py"
+    done = subprocess.run(
+        [
+            spark_submit,
+            *("--master", cluster.master, "--py-files", archive),
+            *("--conf", "spark.ui.enabled=false", "--conf", "spark.cores.max=1"),
+            *("--conf", "spark.executor.memory=512m"),
+            str(job),
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    modules = json.loads(result.read_text())
+    core = Path(__file__).resolve().parents[2] / "airflow_provider_mongocdc" / "core"
+    expected = {
+        ".".join(("airflow_provider_mongocdc", *path.relative_to(core.parent).with_suffix("").parts))
+        for path in core.rglob("*.py")
+        if path.name != "__init__.py"
+    } | {f"airflow_provider_mongocdc.core.{path.parent.name}" for path in core.glob("*/__init__.py")}
+    assert set(modules) == expected, sorted(set(modules) ^ expected)
+    shipped = f"{Path(archive).name}/"  # the executor's copy of the archive, in its work directory
+    outside = {name: path for name, path in modules.items() if shipped not in path}
+    assert not outside, f"modules an executor imported from outside the archive {archive}: {outside}"

@@ -22,7 +22,7 @@ SPARK_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) [\w$.
 # The provider's progress lines (Python logging of spark_apps/ and core/, see spark_apps/runtime.py).
 PROGRESS = (
     "INFO airflow_provider_mongocdc.stream_window: Window of ",
-    "INFO airflow_provider_mongocdc.core.window: ",
+    "INFO airflow_provider_mongocdc.core.window.stream_window: ",
 )
 
 

@@ -13,15 +13,15 @@ import uuid
 import pytest
 from pymongo import MongoClient, uri_parser
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails, connect
-from airflow_provider_mongocdc.core.errors import (
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.errors import (
     AuthenticationError,
     ConfigError,
     ConnectionFailedError,
     TopologyError,
 )
-from airflow_provider_mongocdc.core.topology import CLUSTER_PARTITION, discover
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails, connect
+from airflow_provider_mongocdc.core.mongo.topology import CLUSTER_PARTITION, discover
 
 pytestmark = pytest.mark.integration
 
@@ -238,7 +238,7 @@ def test_connection_details_carry_credentials_to_shards_and_redact_them():
 
 
 def test_connector_configuration_sets_driver_timeouts_and_can_turn_discovery_off():
-    from airflow_provider_mongocdc.core.config import ConnectorConfig
+    from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
     details = MongoConnectionDetails(hosts="rs0/h1:27017,h2:27017")
     tuned = details.with_config(

@@ -8,7 +8,7 @@ import logging
 import pytest
 from pymongo import uri_parser
 
-from airflow_provider_mongocdc.core.errors import ConfigError, ConnectionFailedError
+from airflow_provider_mongocdc.core.base.errors import ConfigError, ConnectionFailedError
 from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
 
 pytestmark = pytest.mark.integration

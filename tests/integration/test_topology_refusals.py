@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy
-from airflow_provider_mongocdc.core.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.errors import ConnectionFailedError, TopologyError
-from airflow_provider_mongocdc.core.topology import discover
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError, TopologyError
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.mongo.topology import discover
 
 pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
 

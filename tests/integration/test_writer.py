@@ -11,14 +11,10 @@ from typing import NamedTuple
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from airflow_provider_mongocdc.core.errors import ConfigError, DeliveryError, OversizeEventError
-from airflow_provider_mongocdc.core.writer import (
-    TopicSpec,
-    TransactionalWriter,
-    describe_topic,
-    ensure_topics,
-    redact_config,
-)
+from airflow_provider_mongocdc.core.base.errors import ConfigError, DeliveryError, OversizeEventError
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
+from airflow_provider_mongocdc.core.kafka.client import redact_config
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from devtools.kafka.reading import wait_stable
 
 pytestmark = pytest.mark.integration

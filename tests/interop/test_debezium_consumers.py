@@ -1,4 +1,4 @@
-"""Events built by core/events.py read by the consumer code of a Debezium pipeline: Kafka
+"""Events built by core/events/builder.py read by the consumer code of a Debezium pipeline: Kafka
 Connect's JsonConverter (schemas.enable=true) and Debezium's ExtractNewDocumentState SMT, from
 their own jars (devtools/interop), plus the MongoDB connector's own JsonSerialization for the
 texts it would write for the same BSON document.
@@ -22,8 +22,8 @@ import pytest
 from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from bson.datetime_ms import DatetimeMS
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.events import EventBuilder
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
 from tests.interop.support import REFUSED, as_read, connect_payload, with_debezium_texts
 
 pytestmark = pytest.mark.interop

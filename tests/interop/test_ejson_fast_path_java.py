@@ -1,4 +1,4 @@
-"""The Java JSON writer's texts (core/ejson.py, orjson fast path included) on generated BSON
+"""The Java JSON writer's texts (core/events/java_json.py, orjson fast path included) on generated BSON
 documents equal the MongoDB Java driver's own (devtools/interop): Debezium's getDocumentValue
 (strict, compact) and getDocumentId (relaxed), ``BsonDocument.toJson()`` (updatedFields) and the
 relaxed and canonical modes in Debezium's compact layout."""
@@ -10,7 +10,7 @@ import random
 import pytest
 from bson.errors import InvalidDocument
 
-from airflow_provider_mongocdc.core.ejson import document_writer, key_writer, updated_fields_writer
+from airflow_provider_mongocdc.core.events.java_json import document_writer, key_writer, updated_fields_writer
 from tests.interop.support import as_read
 from tests.unit.test_ejson_fast_path import generated, plain_document
 

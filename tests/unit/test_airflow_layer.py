@@ -4,7 +4,6 @@ the re-snapshot DAG, and ``core`` stays free of Airflow and Spark."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,10 +21,11 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow.sdk.module_loading import import_string
 from airflow.sdk.types import TaskInstanceKey
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.window import iso
-from airflow_provider_mongocdc.links import RESNAPSHOT_DAG_ID, ResnapshotTriggerLink
+from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
@@ -233,7 +233,7 @@ def test_stream_window_operator_renders_every_templated_field():
     assert not untemplated, f"templated fields without a rendering check: {untemplated}"
     config = parse_connector_config(operator.connector_config)
     assert operator.job_params(context(), config) == {
-        "window_end": iso(DATA_INTERVAL_END),
+        "window_end": iso_z(DATA_INTERVAL_END),
         "idle_timeout_s": 45.0,
         "max_duration_s": 900.0,
     }
@@ -295,14 +295,13 @@ def test_sensor_renders_its_templated_fields():
 # -- the extra link --------------------------------------------------------------------------------
 
 
-def example_resnapshot_dag_id() -> str:
-    """The DAG id of the example re-snapshot DAG (dags/mongocdc_settings.py)."""
-    spec = importlib.util.spec_from_file_location(
-        "mongocdc_settings_for_test", REPO / "dags/mongocdc_settings.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RESNAPSHOT_DAG_ID
+def example_dag_ids() -> list[str]:
+    """The ids of the example DAGs (dags/), as Airflow's DagBag loads them."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(REPO / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dag_ids
 
 
 def links(sensor) -> dict[str, str]:
@@ -324,8 +323,8 @@ def test_extra_link_opens_the_resnapshot_dag(monkeypatch, base_url, prefix):
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", base_url)
     sensor = OplogGapSensor(task_id="detect_gap", connector_config=CONFIG)
     name = ResnapshotTriggerLink.name
-    assert RESNAPSHOT_DAG_ID == example_resnapshot_dag_id()
-    assert links(sensor) == {name: f"{prefix}/dags/{example_resnapshot_dag_id()}"}
+    assert RESNAPSHOT in example_dag_ids()
+    assert links(sensor) == {name: f"{prefix}/dags/{RESNAPSHOT}"}
     other = OplogGapSensor(
         task_id="detect_gap", connector_config=CONFIG, resnapshot_dag_id="orders_resnapshot"
     )
@@ -357,5 +356,5 @@ def test_core_imports_neither_airflow_nor_pyspark():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "airflow_provider_mongocdc.core.events" in result["modules"], result["modules"]
+    assert "airflow_provider_mongocdc.core.events.builder" in result["modules"], result["modules"]
     assert not result["loaded"], f"importing airflow_provider_mongocdc.core loads {result['loaded'][:10]}"

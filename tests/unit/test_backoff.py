@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mongocdc.core.backoff import BackoffPolicy, format_duration_ms
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy, format_duration_ms
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
@@ -124,7 +124,7 @@ def test_call_does_not_retry_other_errors():
 
 
 def test_policy_from_a_connector_configuration():
-    from airflow_provider_mongocdc.core.config import ConnectorConfig
+    from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
     config = ConnectorConfig.from_properties(
         {

@@ -25,9 +25,9 @@ from bson import (
 )
 from bson.codec_options import CodecOptions
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.ejson import Encoder, json_options
-from airflow_provider_mongocdc.core.events import EventBuilder
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.events.extended_json import Encoder, json_options
 
 pytestmark = pytest.mark.unit
 

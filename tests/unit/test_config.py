@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
-from airflow_provider_mongocdc.core.config import PROPERTIES, ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.config.properties import PROPERTIES
 
 pytestmark = pytest.mark.unit
 

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mongocdc.core.config import (
-    ALIASES,
-    IGNORED,
-    PROPERTIES,
-    UNSUPPORTED,
-    render_property_table,
-)
+from airflow_provider_mongocdc.core.config.compat import ALIASES, IGNORED, UNSUPPORTED
+from airflow_provider_mongocdc.core.config.docs import render_property_table
+from airflow_provider_mongocdc.core.config.properties import PROPERTIES
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +19,7 @@ DOC = "docs/configuration.md"
 def test_generated_property_table_is_in_sync_with_the_registry():
     text = (REPO / DOC).read_text(encoding="utf-8")
     assert render_property_table() in text, (
-        f"{DOC} is out of date: run python -m airflow_provider_mongocdc.core.config --write-docs {DOC}"
+        f"{DOC} is out of date: run python -m airflow_provider_mongocdc.core.config.connector --write-docs {DOC}"
     )
 
 

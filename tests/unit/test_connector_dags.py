@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, parse_collections
 
@@ -25,7 +25,7 @@ def dag_folder(tmp_path: Path, connectors: list | None = None) -> Path:
     """A DAGs folder with the repository's connector DAG files and, when given, this connector list."""
     folder = tmp_path / "dags"
     folder.mkdir()
-    for name in ("mongocdc_connectors.py", "mongocdc_connectors.json", "mongocdc_settings.py"):
+    for name in ("mongocdc_connectors.py", "mongocdc_connectors.json"):
         shutil.copy(REPO / "dags" / name, folder / name)
     if connectors is not None:
         (folder / "mongocdc_connectors.json").write_text(json.dumps({"connectors": connectors}))

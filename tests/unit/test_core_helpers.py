@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
-from airflow_provider_mongocdc.core import connection
-from airflow_provider_mongocdc.core.booleans import parse_bool
-from airflow_provider_mongocdc.core.dag_ids import HOURLY, RESNAPSHOT, WATCHDOG, dag_ids
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.redaction import error_text, redact_uri
-from airflow_provider_mongocdc.core.timefmt import iso_z, parse_iso
+from airflow_provider_mongocdc.core.base.booleans import parse_bool
+from airflow_provider_mongocdc.core.base.dag_ids import HOURLY, RESNAPSHOT, WATCHDOG, dag_ids
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.base.redaction import error_text, redact_uri
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
+from airflow_provider_mongocdc.core.mongo import connection
 
 pytestmark = pytest.mark.unit
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.change_stream import (
+from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.filters import Filters
+from airflow_provider_mongocdc.core.mongo.change_stream import (
     SplitEventStream,
     merge_fragments,
     start_op_time,
     stream_pipeline,
 )
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError, MongoCdcError
-from airflow_provider_mongocdc.core.filters import Filters
 
 USER = {"$match": {"fullDocument.region": "EU"}}
 

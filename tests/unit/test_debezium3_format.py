@@ -20,8 +20,8 @@ import pytest
 from bson import Binary, Int64, ObjectId, Timestamp
 
 from airflow_provider_mongocdc import __version__
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.events import EventBuilder
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
 
 pytestmark = pytest.mark.unit
 

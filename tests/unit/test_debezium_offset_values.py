@@ -9,13 +9,9 @@ import bson
 import pytest
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import OffsetError
-from airflow_provider_mongocdc.core.offsets import (
-    DebeziumOffset,
-    Position,
-    debezium_value,
-    token_cluster_time,
-)
+from airflow_provider_mongocdc.core.base.errors import OffsetError
+from airflow_provider_mongocdc.core.offsets.debezium import DebeziumOffset, debezium_value
+from airflow_provider_mongocdc.core.offsets.model import Position, token_cluster_time
 
 # A MongoDB 7 resume token: key-string type 130 (0x82), then the cluster time 1693491634:1.
 TOKEN = {"_data": "8264F0A1B2000000012B022C0100296E5A1004"}
@@ -82,7 +78,7 @@ def test_offsets_without_a_usable_position_are_refused(value, message):
 
 
 def test_stored_offsets_read_both_token_forms():
-    from airflow_provider_mongocdc.core.offsets import OffsetState
+    from airflow_provider_mongocdc.core.offsets.model import OffsetState
 
     hex_form = OffsetState.from_json({"sec": TIME.time, "ord": TIME.inc, "resume_token": TOKEN["_data"]})
     b64 = base64.b64encode(bson.encode(TOKEN)).decode()

@@ -1,4 +1,4 @@
-"""The orjson fast path of the Java JSON writer (core/ejson.py ``_FastPath``) writes, byte for byte,
+"""The orjson fast path of the Java JSON writer (core/events/java_json.py ``_FastPath``) writes, byte for byte,
 what the value-by-value writer (``JavaJsonWriter.dumps_exact``, checked against the Java driver in
 test_debezium3_format.py and tests/interop) writes, for every ``extended.json.mode`` and writer
 variant, on generated documents: every BSON type, nesting, unicode categories, doubles of all
@@ -25,9 +25,9 @@ from bson.codec_options import CodecOptions, DatetimeConversion
 from bson.datetime_ms import DatetimeMS
 from bson.son import SON
 
-from airflow_provider_mongocdc.core.ejson import (
+from airflow_provider_mongocdc.core.events.extended_json import decimal128_text
+from airflow_provider_mongocdc.core.events.java_json import (
     JavaJsonWriter,
-    decimal128_text,
     document_writer,
     key_writer,
     quote_text,

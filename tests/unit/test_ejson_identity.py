@@ -1,4 +1,4 @@
-"""The json_util-based encoder (core/ejson.py ``Encoder``) writes, byte for byte, what
+"""The json_util-based encoder (core/events/java_json.py ``Encoder``) writes, byte for byte, what
 ``bson.json_util.dumps`` writes with the JSONOptions of each mode, for every BSON type.
 
 Events use ``Encoder`` for ``extended.json.mode=legacy`` only; the other modes, keys and
@@ -28,8 +28,8 @@ from bson.codec_options import CodecOptions, DatetimeConversion
 from bson.datetime_ms import DatetimeMS
 from bson.json_util import DatetimeRepresentation, JSONMode, JSONOptions
 
-from airflow_provider_mongocdc.core.config import JSON_MODES
-from airflow_provider_mongocdc.core.ejson import Encoder
+from airflow_provider_mongocdc.core.config.enums import JSON_MODES
+from airflow_provider_mongocdc.core.events.extended_json import Encoder
 
 pytestmark = pytest.mark.unit
 
@@ -162,7 +162,7 @@ VALUES["array_mixed"] = [
 ]
 VALUES["document_mixed"] = {name: value for name, value in VALUES.items() if name != "array_mixed"}
 
-# Where the encoder writes something else than json_util, on purpose (see core/ejson.py): in the
+# Where the encoder writes something else than json_util, on purpose (see core/events/java_json.py): in the
 # strict and legacy modes json_util writes a non-finite double as the bare word NaN, Infinity or
 # -Infinity, which is not JSON; the encoder writes {"$numberDouble": "NaN"} (Extended JSON v2),
 # which JSON parsers read and json_util.loads turns back into the float.

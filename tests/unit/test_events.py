@@ -9,9 +9,10 @@ import logging
 import pytest
 from bson import Int64, ObjectId, Timestamp, json_util
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import MongoCdcError, OversizeEventError
-from airflow_provider_mongocdc.core.events import EventBuilder, Record, is_invalidate
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError, OversizeEventError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder, is_invalidate
+from airflow_provider_mongocdc.core.events.schema import Record
 
 pytestmark = pytest.mark.unit
 

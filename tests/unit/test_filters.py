@@ -7,8 +7,8 @@ import itertools
 import mongomock
 import pytest
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.filters import Filters
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.filters import Filters
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from bson.objectid import ObjectId
 
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.incremental import (
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.window.incremental import (
     COMPLETED,
     RUNNING,
     STOPPED,
@@ -140,8 +140,8 @@ def test_chunk_queries_follow_the_bson_order_across_id_types():
 
 
 def test_a_gap_resnapshot_that_moves_the_offset_ends_a_running_incremental_snapshot():
-    from airflow_provider_mongocdc.core.incremental import superseded_incremental
-    from airflow_provider_mongocdc.core.offsets import OffsetState
+    from airflow_provider_mongocdc.core.offsets.model import OffsetState
+    from airflow_provider_mongocdc.core.window.incremental import superseded_incremental
 
     running = IncrementalProgress("incremental-1", pending=("shop.orders",), documents=12)
     state = superseded_incremental(OffsetState(incremental=running.to_json()), "20261124T000000Z-abcd")

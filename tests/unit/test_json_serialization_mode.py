@@ -11,9 +11,9 @@ import json
 import pytest
 from bson import Int64, Timestamp
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.events import EventBuilder
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
 
 pytestmark = pytest.mark.unit
 

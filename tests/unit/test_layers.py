@@ -1,4 +1,4 @@
-"""The layer rule and the absence of import cycles, read from the source (``ast``), not by importing.
+"""The layer rules and the absence of import cycles, read from the source (``ast``), not by importing.
 
 ``core`` imports neither Airflow nor Spark, nor any other part of the provider; the Airflow adapters
 (hooks, operators, sensors, triggers, plugins) never import the spark-submit applications; those
@@ -77,10 +77,10 @@ def violations(rule) -> list[str]:
 
 
 def test_the_tree_is_read():
-    assert f"{PACKAGE}.core.oplog_gap" in MODULES, sorted(MODULES)
+    assert f"{PACKAGE}.core.gap.checker" in MODULES, sorted(MODULES)
     assert f"{SPARK_APPS}.snapshot" in MODULES, sorted(MODULES)
     assert "devtools.mongosim.server" in MODULES, sorted(MODULES)
-    assert f"{PACKAGE}.core.config" in IMPORTS[f"{PACKAGE}.core.oplog_gap"]
+    assert f"{PACKAGE}.core.config.connector" in IMPORTS[f"{PACKAGE}.core.gap.checker"]
 
 
 def test_core_imports_neither_airflow_nor_spark_nor_the_adapters():
@@ -188,3 +188,132 @@ def test_no_import_cycle():
     assert not found, "import cycles (move the shared piece into a module of its own): " + "; ".join(
         " <-> ".join(component) for component in found
     )
+
+
+# -- core's floors and one import path per name ----------------------------------------------------
+
+# core's sub-packages from the ground up: each imports only its own floor and those below it.
+# ``jobspec`` (the job-spec contract between operators and Spark applications) is core's one module
+# outside a sub-package.
+CORE_FLOORS = (
+    "base",
+    "config",
+    "kafka",
+    "events",
+    "offsets",
+    "mongo",
+    "jobspec",
+    "gap",
+    "snapshot",
+    "window",
+)
+
+
+def floor(module: str) -> str | None:
+    """The floor of a module of core (its sub-package, or ``jobspec``), else None."""
+    if not within(module, f"{PACKAGE}.core") or module == f"{PACKAGE}.core":
+        return None
+    return module.split(".")[2]
+
+
+def test_core_is_sub_packages_by_concept_plus_the_job_spec():
+    core = REPO / PACKAGE / "core"
+    loose = sorted(path.name for path in core.glob("*.py") if path.name not in ("__init__.py", "jobspec.py"))
+    assert not loose, f"core modules outside a sub-package (move each into its concept's): {loose}"
+    packages = sorted(path.name for path in core.iterdir() if path.is_dir() and path.name != "__pycache__")
+    assert packages == sorted(set(CORE_FLOORS) - {"jobspec"}), packages
+    for init in [core / "__init__.py", *core.glob("*/__init__.py")]:
+        assert not ast.parse(init.read_text(encoding="utf-8")).body or init == core / "__init__.py", (
+            f"{init.relative_to(REPO)} must stay empty: names are imported from the module that defines them"
+        )
+
+
+def test_core_imports_only_downward():
+    def rule(name, targets):
+        mine = floor(name)
+        if mine is None:
+            return []
+        return [
+            target
+            for target in targets
+            if floor(target) is not None and CORE_FLOORS.index(floor(target)) > CORE_FLOORS.index(mine)
+        ]
+
+    found = violations(rule)
+    assert not found, (
+        "a core module imports a higher floor (" + " < ".join(CORE_FLOORS) + "): " + "; ".join(found)
+    )
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module binds at its top level by definition (not by import)."""
+    names: set[str] = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    names.update(sub.id for sub in ast.walk(target) if isinstance(sub, ast.Name))
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return names
+
+
+DEFINED = {name: defined_names(path) for name, path in MODULES.items()}
+IMPORTING_FILES = [
+    *REPO.glob(f"{PACKAGE}/**/*.py"),
+    *REPO.glob("spark_apps/**/*.py"),
+    *REPO.glob("dags/**/*.py"),
+    *REPO.glob("bench/**/*.py"),
+    *REPO.glob("tests/**/*.py"),
+]
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it():
+    found = []
+    for path in IMPORTING_FILES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in MODULES:
+                continue
+            if not within(node.module, PACKAGE):  # the simulator keeps its public face (devtools.mongosim)
+                continue
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in MODULES:
+                    continue  # a module of the package
+                if alias.name not in DEFINED[node.module]:
+                    found.append(
+                        f"{path.relative_to(REPO)}:{node.lineno} imports {alias.name} from {node.module}"
+                    )
+    assert not found, (
+        "names imported through a module that does not define them (import them from their home): "
+        + ("; ".join(found))
+    )
+
+
+def test_no_module_level_alias_of_an_imported_name():
+    found = []
+    for name, path in MODULES.items():
+        if not within(name, PACKAGE):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if node.module and within(node.module, PACKAGE)
+        }
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+            ):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "second names for the provider's own names (use the original): " + "; ".join(found)

@@ -8,7 +8,7 @@ import pytest
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.observability import stats
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.lineage import (
     asset_extra,
     connector_asset,

@@ -9,15 +9,10 @@ import pytest
 from bson.binary import Binary
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.errors import ConfigError, OffsetError
-from airflow_provider_mongocdc.core.offsets import (
-    OffsetPartition,
-    OffsetState,
-    OffsetStore,
-    Position,
-    SnapshotState,
-    parse_key,
-)
+from airflow_provider_mongocdc.core.base.errors import ConfigError, OffsetError
+from airflow_provider_mongocdc.core.offsets.keys import parse_key
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position, SnapshotState
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +146,7 @@ def test_offset_and_chunk_records_target_the_offsets_topic():
 
 
 def test_store_from_a_connector_configuration():
-    from airflow_provider_mongocdc.core.config import ConnectorConfig
+    from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
     kafka = {"bootstrap.servers": "127.0.0.1:1"}
     default = ConnectorConfig.from_properties({"topic.prefix": "shop"})

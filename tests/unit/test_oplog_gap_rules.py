@@ -7,9 +7,11 @@ import pytest
 from bson.timestamp import Timestamp
 from pymongo.errors import NetworkTimeout, OperationFailure
 
-from airflow_provider_mongocdc.core.change_stream import is_history_lost, is_unusable_position
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.oplog_gap import Probe, assess, span_from_documents
+from airflow_provider_mongocdc.core.gap.plan import Probe
+from airflow_provider_mongocdc.core.gap.report import assess
+from airflow_provider_mongocdc.core.mongo.oplog_span import span_from_documents
+from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 
 pytestmark = pytest.mark.unit
 

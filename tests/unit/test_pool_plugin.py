@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mongocdc.dags import dag_ids
+from airflow_provider_mongocdc.core.base.dag_ids import dag_ids
 from airflow_provider_mongocdc.plugins.pools import connector_of, pool_description
 
 pytestmark = pytest.mark.unit

@@ -24,7 +24,7 @@ from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, BaseSensorOper
 from airflow.triggers.base import BaseTrigger
 
 import airflow_provider_mongocdc
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.get_provider_info import get_provider_info
 from airflow_provider_mongocdc.hooks.kafka import kafka_config_from_connection
 from airflow_provider_mongocdc.hooks.topology import details_from_connection

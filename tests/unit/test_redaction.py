@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mongocdc.core.connection import redact_uri
+from airflow_provider_mongocdc.core.base.redaction import redact_uri
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 
 pytestmark = pytest.mark.unit

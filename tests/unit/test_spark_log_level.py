@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mongocdc.core.errors import ConfigError
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.operators.base import SPARK_LOG4J2_CONFIG
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 

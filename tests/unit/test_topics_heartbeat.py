@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.heartbeat import Heartbeat
-from airflow_provider_mongocdc.core.schema import adjust_schema_name
-from airflow_provider_mongocdc.core.topics import TopicNamer, sanitize_topic_name
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.heartbeat import Heartbeat
+from airflow_provider_mongocdc.core.events.schema import adjust_schema_name
+from airflow_provider_mongocdc.core.events.topics import TopicNamer, sanitize_topic_name
 
 pytestmark = pytest.mark.unit
 

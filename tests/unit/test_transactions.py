@@ -8,9 +8,9 @@ import uuid
 import pytest
 from bson import Binary, Int64, ObjectId, Timestamp
 
-from airflow_provider_mongocdc.core.config import ConnectorConfig
-from airflow_provider_mongocdc.core.events import EventBuilder
-from airflow_provider_mongocdc.core.transactions import TransactionTracker, transaction_id
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.events.transactions import TransactionTracker, transaction_id
 
 pytestmark = pytest.mark.unit
 

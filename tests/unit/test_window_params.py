@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_provider_mongocdc.core.errors import ConfigError
-from airflow_provider_mongocdc.core.window import WindowParams
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.window.params import WindowParams
 
 pytestmark = pytest.mark.unit
 

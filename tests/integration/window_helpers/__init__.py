@@ -16,11 +16,12 @@ from typing import Any
 from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.change_stream import current_position
-from airflow_provider_mongocdc.core.config import ConnectorConfig
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetState, OffsetStore
-from airflow_provider_mongocdc.core.window import connection_details, plan_streams
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
 from devtools.kafka.reading import SETTLE_S, read_topic
 from tests.settled_offsets import READ_TIMEOUT_S, SettledOffsetStore
 from tests.spark_submit import AppRun, run_app

@@ -1,0 +1,384 @@
+"""Offsets: where each capture partition stands, stored in a compacted Kafka topic.
+
+An offset is written in the SAME Kafka transaction as the events it covers (see :mod:`airflow_provider_mongocdc.core.kafka.writer`):
+readers with ``isolation.level=read_committed`` see both or neither, so a killed run leaves no
+offset past undelivered events. :class:`OffsetStore` reads the topic (the last committed value per
+key) and makes its records. The model lives in :mod:`airflow_provider_mongocdc.core.offsets.model`, the keys in
+:mod:`airflow_provider_mongocdc.core.offsets.keys`, Debezium's offsets in :mod:`airflow_provider_mongocdc.core.offsets.debezium`; their names are importable
+from here too. The layout and its reasons: docs/design.md, "Offsets".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bson import json_util
+from bson.timestamp import Timestamp
+from confluent_kafka import KafkaException
+
+from airflow_provider_mongocdc.core.base.errors import OffsetError
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
+from airflow_provider_mongocdc.core.events.schema import Record
+from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
+from airflow_provider_mongocdc.core.kafka.committed_records import (
+    check_settings,
+    consumer_config,
+    read_committed,
+    unreadable_error,
+)
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.offsets.debezium import (
+    DebeziumOffset,
+    find_debezium_offset,
+    read_debezium_offsets,
+    write_debezium_offset,
+)
+from airflow_provider_mongocdc.core.offsets.keys import (
+    is_lease_key,
+    parse_key,
+    request_key,
+    request_owner,
+)
+from airflow_provider_mongocdc.core.offsets.model import (
+    FORMAT_VERSION,
+    SNAPSHOT_IN_PROGRESS,
+    ChunkMarker,
+    OffsetPartition,
+    OffsetState,
+    Position,
+    SnapshotState,
+    compact,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+# The offsets topic: compacted (only the last value per key is needed), one partition (all keys
+# in one ordered log), segments rolled daily so that compaction keeps it small, tombstones kept
+# a week so that readers see deletions.
+OFFSETS_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": "0",
+    "segment.ms": str(24 * 3600 * 1000),
+    "delete.retention.ms": str(7 * 24 * 3600 * 1000),
+}
+
+
+# -- the store --------------------------------------------------------------------------------------
+@dataclass
+class OffsetTopicContents:
+    """Everything committed in the offsets topic, folded to the last value per key."""
+
+    states: dict[OffsetPartition, OffsetState] = field(default_factory=dict)
+    chunks: dict[tuple[OffsetPartition, str], dict[str, ChunkMarker]] = field(default_factory=dict)
+    # incremental snapshot requests by (connector, server_id), as stored JSON
+    requests: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    skipped: int = 0
+
+
+class OffsetStore:
+    """The offsets of one offsets topic.
+
+    ``kafka_config`` is the Kafka connection's librdkafka configuration (bootstrap.servers and the
+    security settings). Records for the data path come from :meth:`offset_record` and
+    :meth:`chunk_record` and are sent inside the writer's transaction with the events; the
+    operator actions :meth:`write`, :meth:`reset` and :meth:`set_position` commit on their own.
+
+    Create the run's :class:`TransactionalWriter` before reading: its ``init_transactions`` aborts
+    a killed predecessor's open transaction (same ``transactional.id``), which would otherwise hold
+    back the last stable offset, so reads could miss offsets committed after it until the broker
+    times it out.
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        topic: str,
+        *,
+        read_timeout_s: float = 60.0,
+        admin_transactional_id: str | None = None,
+    ):
+        check_settings(kafka_config, topic)
+        self.kafka_config = dict(kafka_config)
+        self.topic = topic
+        self.read_timeout_s = read_timeout_s
+        self.admin_transactional_id = admin_transactional_id or f"mongocdc-offsets-admin-{topic}"
+
+    @classmethod
+    def from_config(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> OffsetStore:
+        """The store of a ConnectorConfig: its offset.storage.topic or <topic.prefix>.offsets."""
+        return cls(kafka_config, config.offsets_topic, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"OffsetStore(topic={self.topic!r}, bootstrap.servers={self.kafka_config['bootstrap.servers']!r})"
+        )
+
+    # -- topic --
+    def ensure_topic(self, replication_factor: int = -1) -> str:
+        """Create the compacted offsets topic when missing; check an existing one is compacted.
+
+        Returns ``"created"`` or ``"exists"``.
+        """
+        outcome = ensure_topics(
+            self.kafka_config, [TopicSpec(self.topic, 1, replication_factor, OFFSETS_TOPIC_CONFIG)]
+        )[self.topic]
+        if outcome == "exists":
+            self.check_topic()
+        return outcome
+
+    def check_topic(self) -> None:
+        described = describe_topic(self.kafka_config, self.topic)
+        if described is None:
+            raise OffsetError(
+                f"The offsets topic {self.topic!r} does not exist",
+                fix="run the connector once (it creates the topic) or create it with cleanup.policy=compact",
+            )
+        _partitions, configs = described
+        policy = configs.get("cleanup.policy", "")
+        if policy.replace(" ", "") != "compact":
+            raise OffsetError(
+                f"The offsets topic {self.topic!r} is not compacted (cleanup.policy={policy})",
+                cause="with time or size based deletion Kafka would delete the offsets of a quiet "
+                "connector, and the next run would start over",
+                fix=f"set cleanup.policy=compact on {self.topic!r} (kafka-configs --alter "
+                "--entity-type topics --add-config cleanup.policy=compact), or choose another "
+                "offset.storage.topic",
+            )
+
+    # -- reading --
+    def read_everything(self) -> OffsetTopicContents:
+        """Fold the committed records of the topic: the last value per key, tombstones delete."""
+        folded = OffsetTopicContents()
+        for key, value in self.read_committed_records():
+            parsed = parse_key(key)
+            if parsed is None:
+                owner = request_owner(key)
+                if owner is not None:
+                    if value is None:
+                        folded.requests.pop(owner, None)
+                    else:
+                        folded.requests[owner] = json.loads(value)
+                elif not is_lease_key(key):  # leases share the topic (core/offsets/lease.py)
+                    folded.skipped += 1
+                continue
+            partition, chunk = parsed
+            try:
+                if chunk is None:
+                    if value is None:
+                        folded.states.pop(partition, None)
+                    else:
+                        folded.states[partition] = OffsetState.from_bytes(value)
+                    continue
+                snapshot_id, chunk_id = chunk
+                markers = folded.chunks.setdefault((partition, snapshot_id), {})
+                if value is None:
+                    markers.pop(chunk_id, None)
+                else:
+                    data = json.loads(value)
+                    markers[chunk_id] = ChunkMarker(
+                        snapshot_id, chunk_id, data.get("stats") or {}, parse_iso(data.get("finished_at"))
+                    )
+            except (ValueError, TypeError, KeyError, OffsetError) as error:
+                raise OffsetError(
+                    f"The offsets topic {self.topic!r} holds an unreadable value for {partition.describe()}",
+                    cause=str(error),
+                    fix="reset this partition's offset (mongocdc offsets reset) and re-snapshot",
+                ) from None
+        if folded.skipped:
+            log.warning(
+                "Offsets topic %s: ignored %d records whose keys are not offset keys",
+                self.topic,
+                folded.skipped,
+            )
+        return folded
+
+    def read_all(self) -> dict[OffsetPartition, OffsetState]:
+        """The committed state of every partition in the topic."""
+        return self.read_everything().states
+
+    def read(self, partition: OffsetPartition) -> OffsetState | None:
+        """The committed state of ``partition``, or None when it has no offset."""
+        return self.read_all().get(partition)
+
+    def chunk_markers(self, partition: OffsetPartition, snapshot_id: str) -> dict[str, ChunkMarker]:
+        return dict(self.read_everything().chunks.get((partition, str(snapshot_id)), {}))
+
+    def finished_chunks(self, partition: OffsetPartition, snapshot_id: str) -> set[str]:
+        """Ids of the chunks of ``snapshot_id`` whose transactions committed."""
+        return set(self.chunk_markers(partition, snapshot_id))
+
+    def _consumer_config(self) -> dict[str, Any]:
+        return consumer_config(self.kafka_config)
+
+    def read_committed_records(self) -> list[tuple[bytes | None, bytes | None]]:
+        """Every committed ``(key, value)`` record of the topic, oldest first, before folding."""
+        return read_committed(self.kafka_config, self.topic, self.read_timeout_s)
+
+    def _unreadable(self, error: KafkaException) -> OffsetError:
+        return unreadable_error(self.kafka_config, self.topic, error)
+
+    def show(
+        self, server_id: str | None = None, rs: str | None = None, connector: str | None = None
+    ) -> dict[str, Any]:
+        """The committed offsets (all, or one connector / partition), JSON-serialisable."""
+        everything = self.read_everything()
+        entries = []
+        for partition, state in sorted(
+            everything.states.items(), key=lambda item: (item[0].connector, item[0].server_id, item[0].rs)
+        ):
+            if server_id is not None and partition.server_id != server_id:
+                continue
+            if connector is not None and partition.connector != connector:
+                continue
+            if rs is not None and partition.rs != rs:
+                continue
+            chunks = {
+                snapshot_id: sorted(markers)
+                for (owner, snapshot_id), markers in everything.chunks.items()
+                if owner == partition and markers
+            }
+            entries.append(
+                {"partition": partition.to_dict(), "offset": state.to_dict(), "finished_chunks": chunks}
+            )
+        requests = [
+            {"connector": owner, "server_id": sid, "request": request}
+            for (owner, sid), request in sorted(everything.requests.items())
+            if (server_id is None or sid == server_id) and (connector is None or owner == connector)
+        ]
+        return {"topic": self.topic, "partitions": entries, "incremental_snapshot_requests": requests}
+
+    # -- records for the data path --
+    def offset_record(self, partition: OffsetPartition, state: OffsetState) -> Record:
+        """The record storing ``state`` (stamped with the current time); send it in the writer's
+        transaction together with the events it covers."""
+        stamped = replace(state, updated_at=utcnow())
+        return Record(self.topic, partition.key(), stamped.to_bytes())
+
+    def chunk_record(
+        self,
+        partition: OffsetPartition,
+        snapshot_id: str,
+        chunk_id: str,
+        stats: Mapping[str, Any] | None = None,
+    ) -> Record:
+        """The marker of a finished chunk; send it in the transaction holding the chunk's events."""
+        value = {
+            "snapshot": str(snapshot_id),
+            "chunk": str(chunk_id),
+            "stats": json.loads(json_util.dumps(dict(stats or {}))),
+            "finished_at": iso_z(utcnow()),
+            "format": FORMAT_VERSION,
+        }
+        return Record(self.topic, partition.chunk_key(snapshot_id, chunk_id), compact(value))
+
+    def chunk_tombstones(
+        self, partition: OffsetPartition, snapshot_id: str, chunk_ids: Iterable[str]
+    ) -> list[Record]:
+        """Tombstones removing a snapshot's chunk markers (e.g. with the completion record)."""
+        return [
+            Record(self.topic, partition.chunk_key(snapshot_id, chunk_id), None)
+            for chunk_id in sorted(set(map(str, chunk_ids)))
+        ]
+
+    def tombstone(self, partition: OffsetPartition) -> Record:
+        return Record(self.topic, partition.key(), None)
+
+    def incremental_request(self, connector: str, server_id: str) -> dict[str, Any] | None:
+        """The stored incremental snapshot request of a connector (JSON), or None."""
+        return self.read_everything().requests.get((connector, server_id))
+
+    def write_incremental_request(self, connector: str, server_id: str, request: Mapping[str, Any]) -> None:
+        """Store a connector's incremental snapshot request (replacing the previous one)."""
+        self._commit([Record(self.topic, request_key(server_id, connector), compact(dict(request)))])
+
+    # -- operator actions (each in its own transaction) --
+    def write(self, partition: OffsetPartition, state: OffsetState) -> OffsetState:
+        """Store ``state`` for ``partition``; returns it as stored."""
+        record = self.offset_record(partition, state)
+        self._commit([record])
+        return OffsetState.from_bytes(record.value)
+
+    def reset(self, partition: OffsetPartition) -> OffsetState | None:
+        """Delete the partition's offset and its chunk markers; returns the state it had.
+
+        The next run starts as if the connector had never run for this partition (a snapshot
+        when snapshot.mode asks for one).
+        """
+        everything = self.read_everything()
+        before = everything.states.get(partition)
+        records = [self.tombstone(partition)]
+        for (owner, snapshot_id), markers in everything.chunks.items():
+            if owner == partition and markers:
+                records.extend(self.chunk_tombstones(partition, snapshot_id, markers))
+        self._commit(records)
+        return before
+
+    def set_position(
+        self, partition: OffsetPartition, position: Position | Timestamp | Mapping[str, Any]
+    ) -> tuple[OffsetState | None, OffsetState]:
+        """Move the partition to ``position`` (a Position, a resume token or a cluster time);
+        returns ``(before, after)``. Counters and snapshot state are kept."""
+        if isinstance(position, Timestamp):
+            position = Position(cluster_time=position)
+        elif not isinstance(position, Position):
+            position = Position(resume_token=position)
+        before = self.read(partition)
+        after = self.write(partition, (before or OffsetState()).with_position(position))
+        return before, after
+
+    def import_debezium(
+        self,
+        partition: OffsetPartition,
+        connect_topic: str,
+        debezium_connector: str | None = None,
+    ) -> tuple[DebeziumOffset, OffsetState | None, OffsetState]:
+        """Move ``partition`` to the position of a Debezium MongoDB connector, read from the Kafka
+        Connect offsets topic ``connect_topic`` (either resume token form); returns
+        ``(the Debezium entry, before, after)``. The next window resumes right after the last
+        change Debezium processed. Counters and snapshot state are kept."""
+        entries = read_debezium_offsets(self.kafka_config, connect_topic, read_timeout_s=self.read_timeout_s)
+        entry = find_debezium_offset(entries, debezium_connector, partition.server_id, partition.rs)
+        position = entry.position()
+        before = self.read(partition)
+        base = before or OffsetState()
+        if base.snapshot.status == SNAPSHOT_IN_PROGRESS:
+            base = replace(base, snapshot=SnapshotState())  # Debezium's position replaces it
+        after = self.write(partition, base.with_position(position))
+        return entry, before, after
+
+    def export_debezium(
+        self, partition: OffsetPartition, connect_topic: str, debezium_connector: str
+    ) -> tuple[OffsetState, bytes, bytes]:
+        """Write ``partition``'s position as a Debezium 3.x MongoDB connector's offset (connector
+        ``debezium_connector``, server_id = the topic prefix) into the Kafka Connect offsets topic
+        ``connect_topic``; returns ``(our state, key, value)``. Debezium then resumes right after
+        the last change this connector delivered."""
+        state = self.read(partition)
+        if state is None or state.position is None:
+            raise OffsetError(
+                f"No position to export for {partition.describe()}",
+                cause="no offset is stored" if state is None else "the offset holds no stream position",
+                fix="run a snapshot or window first (mongocdc offsets show lists what is stored)",
+            )
+        if state.snapshot.status == SNAPSHOT_IN_PROGRESS:
+            raise OffsetError(
+                f"A snapshot of {partition.describe()} is in progress",
+                cause="its events are only partly written; Debezium would stream after its start and "
+                "never copy the rest",
+                fix="let the snapshot finish (or reset the offset), then export",
+            )
+        key, value = write_debezium_offset(
+            self.kafka_config, connect_topic, debezium_connector, partition.server_id, state.position
+        )
+        return state, key, value
+
+    def _commit(self, records: list[Record]) -> None:
+        self.ensure_topic()
+        with TransactionalWriter(self.kafka_config, self.admin_transactional_id) as writer:
+            writer.begin()
+            writer.commit(records)

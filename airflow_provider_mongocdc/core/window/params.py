@@ -1,0 +1,149 @@
+"""How far and how long a stream window reads (:class:`WindowParams`), and the window's times.
+
+A window ends at the cluster time ``Timestamp(<whole seconds of window_end>, 0)``
+(:func:`end_timestamp`); the idle timeout is at least :data:`MIN_IDLE_TIMEOUT_S`, twice MongoDB's
+longest periodic no-op interval (docs/design.md, "Stream windows").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from bson.timestamp import Timestamp
+
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+# MongoDB's periodicNoopIntervalSecs: an idle primary writes a no-op to its oplog this often (the
+# default, and the largest value the server accepts), which moves the cluster time and the PBRT.
+MONGODB_NOOP_INTERVAL_S = 10
+# The shortest idle timeout accepted: twice the no-op interval, so a quiet but healthy server
+# always shows progress before the window gives up.
+MIN_IDLE_TIMEOUT_S = 2.0 * MONGODB_NOOP_INTERVAL_S
+DEFAULT_MAX_DURATION_S = 3600.0
+DEFAULT_POLL_MS = 1000
+# Kafka Connect's offset.flush.interval.ms default: a batch is committed at least this often, so
+# that no Kafka transaction stays open near the broker's transaction timeout.
+DEFAULT_COMMIT_INTERVAL_S = 60.0
+
+
+def parse_time(value: Any) -> datetime:
+    """An aware UTC datetime from an ISO-8601 text (``Z`` allowed), a datetime or a cluster time
+    (its whole seconds)."""
+    if isinstance(value, Timestamp):
+        parsed = datetime.fromtimestamp(value.time, timezone.utc)
+    elif isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"The window end {value!r} is not an ISO-8601 time",
+                fix="pass window_end like 2024-05-01T10:00:00Z",
+            ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+# A time as ISO-8601 UTC with "Z" (operators and tools import it from here, or from core.window).
+
+
+def end_timestamp(window_end: datetime) -> Timestamp:
+    """The cluster time a window ends at: the whole second of ``window_end``, increment 0 (every
+    change has an increment of 1 or more, so none sits exactly on it)."""
+    return Timestamp(int(math.floor(window_end.timestamp())), 0)
+
+
+@dataclass(frozen=True)
+class WindowParams:
+    """How far and how long a window reads.
+
+    ``window_end``: where it stops (see :func:`end_timestamp`); ``idle_timeout_s``: stop after
+    this long without a change or PBRT progress (at least :data:`MIN_IDLE_TIMEOUT_S`; with the
+    end in the past the window then fails, see docs/design.md); ``max_duration_s``:
+    stop (at the next point between transactions) after this long; ``poll_ms``: the server's
+    wait for new changes per request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when
+    set); ``commit_interval_s``: commit the batch at least this often (at a point between
+    transactions), even when it holds fewer than ``max.batch.size`` events.
+    """
+
+    window_end: datetime
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    max_duration_s: float = DEFAULT_MAX_DURATION_S
+    poll_ms: int = DEFAULT_POLL_MS
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
+    # Whether the window works on a requested incremental snapshot after streaming (only when the
+    # connector reads one stream: the chunks are de-duplicated against that stream).
+    incremental_snapshots: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window_end", parse_time(self.window_end))
+        for name in ("idle_timeout_s", "max_duration_s", "commit_interval_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(
+                    f"The window parameter {name}={value!r} is invalid",
+                    fix=f"give {name} as a number of seconds greater than 0",
+                )
+        if self.idle_timeout_s < MIN_IDLE_TIMEOUT_S:
+            raise ConfigError(
+                f"The window parameter idle_timeout_s={self.idle_timeout_s!r} is too short",
+                cause="an idle MongoDB replica set moves its cluster time only by the no-op it writes to "
+                f"its oplog every {MONGODB_NOOP_INTERVAL_S} s (periodicNoopIntervalSecs), so a window "
+                "would give up before the cluster time passes an end that has already passed",
+                fix=f"give idle_timeout_s (the operator's idle_timeout) at least {MIN_IDLE_TIMEOUT_S:g} s, "
+                f"or leave the default ({DEFAULT_IDLE_TIMEOUT_S:g} s)",
+            )
+        if isinstance(self.poll_ms, bool) or not isinstance(self.poll_ms, int) or self.poll_ms <= 0:
+            raise ConfigError(
+                f"The window parameter poll_ms={self.poll_ms!r} is invalid",
+                fix="give poll_ms as a whole number of milliseconds greater than 0",
+            )
+
+    @property
+    def end(self) -> Timestamp:
+        return end_timestamp(self.window_end)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], config: ConnectorConfig | None = None) -> WindowParams:
+        """From a job spec's ``params`` (``window_end`` required)."""
+        if not params.get("window_end"):
+            raise ConfigError(
+                "The stream window has no end",
+                cause="the job parameters lack window_end",
+                fix="start the window through MongoStreamWindowOperator, or pass "
+                "window_end as an ISO-8601 time",
+            )
+        poll = params.get("poll_ms")
+        if poll is None:
+            poll = (
+                config.cursor_max_await_time_ms
+                if config is not None and config.cursor_max_await_time_ms
+                else DEFAULT_POLL_MS
+            )
+        return cls(
+            window_end=parse_time(params["window_end"]),
+            idle_timeout_s=float(params.get("idle_timeout_s") or DEFAULT_IDLE_TIMEOUT_S),
+            max_duration_s=float(params.get("max_duration_s") or DEFAULT_MAX_DURATION_S),
+            poll_ms=int(poll),
+            commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S),
+            incremental_snapshots=bool(params.get("incremental_snapshots", True)),
+        )
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "window_end": iso_z(self.window_end),
+            "idle_timeout_s": self.idle_timeout_s,
+            "max_duration_s": self.max_duration_s,
+            "poll_ms": self.poll_ms,
+            "commit_interval_s": self.commit_interval_s,
+            "incremental_snapshots": self.incremental_snapshots,
+        }

@@ -1,0 +1,185 @@
+"""A window's run summary: why each stream stopped (:class:`StopReason`), what it emitted
+(:class:`WindowStats`, with lag percentiles from a uniform sample), and the window's summary over
+all of its streams (:func:`merge_summaries`). Summaries are plain JSON-able dicts.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.window.params import WindowParams
+
+
+class StopReason(str, Enum):
+    """Why a stream's window stopped: the summaries' ``stop_reason``. Its members are their
+    values as text (``str()``, formatting, JSON), as an ``enum.StrEnum`` (Python 3.11+) is."""
+
+    END_REACHED = "end_reached"
+    ALREADY_PAST_END = "already_past_end"
+    IDLE_TIMEOUT = "idle_timeout"
+    CLUSTER_TIME_STALLED = "cluster_time_stalled"  # idle while the window end lies in the past
+    MAX_DURATION = "max_duration"
+    INVALIDATED = "invalidated"
+    INITIAL_ONLY = "initial_only"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+LAG_SAMPLES = 10_000
+
+
+@dataclass
+class WindowStats:
+    """What a window emitted (committed batches only once merged)."""
+
+    events: int = 0
+    events_by_op: dict[str, int] = field(default_factory=dict)
+    events_by_collection: dict[str, int] = field(default_factory=dict)
+    tombstones: int = 0
+    transactions: int = 0
+    heartbeats: int = 0
+    skipped_oversize: int = 0
+    bytes: int = 0
+    lags_ms: list[int] = field(default_factory=list)
+    lag_count: int = 0
+    lag_max_ms: int | None = None
+
+    def count_event(self, op: str, collection: str) -> None:
+        """One data event of operation ``op`` (``c``, ``u``, ``d``, ``r``) on ``collection``."""
+        self.events += 1
+        self.events_by_op[op] = self.events_by_op.get(op, 0) + 1
+        self.events_by_collection[collection] = self.events_by_collection.get(collection, 0) + 1
+
+    def add_lag(self, lag_ms: int, rng: random.Random) -> None:
+        self.lag_count += 1
+        self.lag_max_ms = lag_ms if self.lag_max_ms is None else max(self.lag_max_ms, lag_ms)
+        if len(self.lags_ms) < LAG_SAMPLES:
+            self.lags_ms.append(lag_ms)
+        else:  # reservoir sampling keeps a uniform sample of every lag seen
+            slot = rng.randrange(self.lag_count)
+            if slot < LAG_SAMPLES:
+                self.lags_ms[slot] = lag_ms
+
+    def merge(self, other: WindowStats, rng: random.Random) -> None:
+        self.events += other.events
+        for target, source in (
+            (self.events_by_op, other.events_by_op),
+            (self.events_by_collection, other.events_by_collection),
+        ):
+            for key, count in source.items():
+                target[key] = target.get(key, 0) + count
+        self.tombstones += other.tombstones
+        self.transactions += other.transactions
+        self.heartbeats += other.heartbeats
+        self.skipped_oversize += other.skipped_oversize
+        self.bytes += other.bytes
+        for lag in other.lags_ms:
+            self.add_lag(lag, rng)
+        if other.lag_max_ms is not None:
+            self.lag_max_ms = max(self.lag_max_ms or 0, other.lag_max_ms)
+        self.lag_count += max(0, other.lag_count - len(other.lags_ms))
+
+
+def percentiles(samples: list[int], maximum: int | None) -> dict[str, int | None]:
+    """``{"p50", "p95", "max"}`` (nearest-rank) of lag samples in milliseconds."""
+    if not samples:
+        return {"p50": None, "p95": None, "max": maximum}
+    ordered = sorted(samples)
+
+    def rank(p: float) -> int:
+        return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "max": maximum if maximum is not None else ordered[-1]}
+
+
+def empty_summary(
+    partition: str, params: WindowParams, reason: StopReason = StopReason.INITIAL_ONLY
+) -> dict[str, Any]:
+    """The summary of a stream that read nothing (e.g. streaming disabled by initial_only)."""
+    return {
+        "partition": partition,
+        "replica_set": partition,
+        "stop_reason": str(reason),
+        "reached_end": reason != StopReason.INITIAL_ONLY,
+        "window_end": iso_z(params.window_end),
+        "start_position": None,
+        "end_position": None,
+        "events": 0,
+        "events_by_op": {},
+        "events_by_collection": {},
+        "tombstones": 0,
+        "transactions": 0,
+        "heartbeats": 0,
+        "skipped_oversize": 0,
+        "bytes": 0,
+        "batches_committed": 0,
+        "reconnects": 0,
+        "lag_ms": {"p50": None, "p95": None, "max": None},
+        "duration_s": 0.0,
+    }
+
+
+def merge_summaries(
+    summaries: list[dict[str, Any]], window_end: datetime, duration_s: float | None = None
+) -> dict[str, Any]:
+    """The window's summary over all of its streams."""
+    rng = random.Random(0)
+    totals = WindowStats()
+    partitions = []
+    for summary in sorted(summaries, key=lambda item: item["partition"]):
+        stats = WindowStats(
+            events=summary["events"],
+            events_by_op=summary["events_by_op"],
+            events_by_collection=summary["events_by_collection"],
+            tombstones=summary["tombstones"],
+            transactions=summary["transactions"],
+            heartbeats=summary["heartbeats"],
+            skipped_oversize=summary["skipped_oversize"],
+            bytes=summary["bytes"],
+            lags_ms=list(summary.get("lag_samples") or []),
+            lag_count=summary.get("lag_count", 0),
+            lag_max_ms=summary["lag_ms"].get("max"),
+        )
+        totals.merge(stats, rng)
+        partitions.append(
+            {key: value for key, value in summary.items() if key not in ("lag_samples", "lag_count")}
+        )
+    skipped = bool(partitions) and all(item["stop_reason"] == StopReason.INITIAL_ONLY for item in partitions)
+    incremental = next(
+        (item["incremental_snapshot"] for item in partitions if item.get("incremental_snapshot")), None
+    )
+    return {
+        "status": "skipped" if skipped else "completed",
+        "message": (
+            "streaming disabled by snapshot.mode=initial_only: the snapshot completed and "
+            "no change stream is read"
+        )
+        if skipped
+        else None,
+        "window_end": iso_z(window_end),
+        "reached_end": all(item["reached_end"] for item in partitions),
+        "events": totals.events,
+        "events_by_op": dict(sorted(totals.events_by_op.items())),
+        "events_by_collection": dict(sorted(totals.events_by_collection.items())),
+        "tombstones": totals.tombstones,
+        "transactions": totals.transactions,
+        "heartbeats": totals.heartbeats,
+        "skipped_oversize": totals.skipped_oversize,
+        "bytes": totals.bytes,
+        "batches_committed": sum(item["batches_committed"] for item in partitions),
+        "start_position": {item["partition"]: item["start_position"] for item in partitions},
+        "end_position": {item["partition"]: item["end_position"] for item in partitions},
+        "lag_ms": percentiles(totals.lags_ms, totals.lag_max_ms),
+        "duration_s": round(duration_s, 3)
+        if duration_s is not None
+        else max((item["duration_s"] for item in partitions), default=0.0),
+        "incremental_snapshot": incremental,
+        "partitions": partitions,
+    }
