@@ -41,7 +41,7 @@ def _resolve_spec_path(path: str) -> str:
     return base if os.path.exists(base) else path
 
 
-_TASK_ERROR = re.compile(r"airflow_provider_mongocdc\.core\.errors\.(\w+): (.+?)\s*$", re.MULTILINE)
+_TASK_ERROR = re.compile(r"airflow_provider_mongocdc\.core\.base\.errors\.(\w+): (.+?)\s*$", re.MULTILINE)
 
 
 def task_error(error: BaseException) -> MongoCdcError | None:
