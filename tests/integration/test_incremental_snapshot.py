@@ -217,3 +217,44 @@ def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, u
     assert entry["offset"]["incremental_snapshot"]["documents"] == 35
     (stored_request,) = offsets["incremental_snapshot_requests"]
     assert stored_request["request"]["id"] == request.request_id
+
+
+def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, kafka_bootstrap, unique_name):
+    # A window whose chunk phase ended early (here by its document limit; in production a kill -9
+    # after a chunk's commit) has committed a position past its end (the chunk's high watermark).
+    # Its retry has the same window end (the run's data interval): it has nothing to stream, but
+    # the requested incremental snapshot must go on.
+    db_name = unique_name[:40]
+    marker_db = f"{db_name}_m"
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(
+        prefix,
+        db_name,
+        {"incremental.snapshot.chunk.size": 10, "incremental.snapshot.window.max.documents": 10},
+    )
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    client[db_name]["items"].insert_many([{"_id": number, "v": 0} for number in range(35)])
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    request = IncrementalRequest.new([f"{db_name}.items"])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
+    pass_second(client, end, marker_db)
+    params = WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
+
+    first = run_window(target, config, kafka, params)
+    assert first["incremental_snapshot"]["documents"] == 10, first["incremental_snapshot"]
+    assert store.read(partition).position.cluster_time > end, "the chunk's commit is past the window end"
+
+    retry = run_window(target, config, kafka, params)
+
+    assert retry["stop_reason"] == "already_past_end" and retry["reached_end"] is True, retry
+    incremental = retry["incremental_snapshot"]
+    assert incremental is not None, f"the retry ran no incremental snapshot phase: {retry}"
+    assert incremental["documents"] == 10 and incremental["status"] == "running", incremental
+    reads = [event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items") if event.op == "r"]
+    assert sorted(int(_key(event)) for event in reads) == list(range(20))
+    stored = IncrementalProgress.from_json(store.read(partition).incremental)
+    assert (stored.documents, stored.chunks, stored.status) == (20, 2, "running"), stored
