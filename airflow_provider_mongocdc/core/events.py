@@ -347,6 +347,21 @@ class EventBuilder:
             records.append(Record(info.topic, key, None))
         return records
 
+    def omits_document(self, change: Mapping[str, Any]) -> bool:
+        """Whether ``change`` leaves a document in its collection that no event of it carries
+        whole: an update whose event holds the change only (``updateDescription``: capture modes
+        without ``update_full``, ``event.format=oplog``, or a lookup that found nothing), or an
+        insert, update or replace whose operation ``skipped.operations`` drops. A delete leaves no
+        document; drops and renames are not about one document."""
+        operation = change.get("operationType")
+        if operation not in ("insert", "update", "replace"):
+            return False
+        if operation not in self._operations:  # skipped: no event at all
+            return True
+        if operation == "update":
+            return self._oplog or not self.config.update_full or change.get("fullDocument") is None
+        return False
+
     def build_snapshot(
         self,
         document: Mapping[str, Any],

@@ -421,7 +421,7 @@ class StreamWindow:
                 if self.pending_changes >= max_batch or self._batch_due(now):
                     self._commit(self.position, last=False)
             if self._chunk is not None:
-                self._chunk.apply(change)
+                self._chunk.apply(change, self.builder.omits_document(change))
             self._emit(change, cluster_time)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
             self._last_transaction = transaction

@@ -66,10 +66,13 @@ def _position(event) -> tuple[int, int]:
     return event.payload["source"]["ts_ms"] // 1000, event.payload["source"]["ord"]
 
 
+# change_streams: update events carry the change only, so a document whose read row the stream
+# dropped reaches the topic whole only through a re-read.
+@pytest.mark.parametrize("capture_mode", ["change_streams_update_full", "change_streams"])
 def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection(
-    mongodb_uri, kafka_bootstrap, unique_name
+    capture_mode, mongodb_uri, kafka_bootstrap, unique_name
 ):
-    db_name = unique_name[:40]
+    db_name = f"{unique_name[:30]}_{unique_name[-8:]}"  # unique_name ends with a random suffix
     marker_db = f"{db_name}_m"
     prefix = unique_name
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -77,6 +80,7 @@ def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection
         prefix,
         db_name,
         {
+            "capture.mode": capture_mode,
             "incremental.snapshot.chunk.size": 9,
             "incremental.snapshot.window.max.documents": 30,
             "snapshot.fetch.size": 3,
@@ -151,10 +155,12 @@ def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection
         event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.other") if event.payload
     ]
 
-    # The state rebuilt from the topic equals MongoDB, and no key's state goes back in time.
+    # The state rebuilt from the topic equals MongoDB, no key's state goes back in time, and every
+    # document reached the topic whole (a read event, or a change carrying it).
     state: dict[str, dict] = {}
     last_v: dict[str, int] = {}
     last_change: dict[str, tuple[int, int]] = {}
+    whole: set[str] = set()
     for event in events:
         key = _key(event)
         if event.op != "r":
@@ -165,13 +171,20 @@ def test_incremental_snapshot_over_windows_while_a_writer_changes_the_collection
             state.pop(key, None)
             continue
         after = event.payload["after"]
-        if after is None:  # an update whose lookup found the document deleted
+        if after is not None:
+            document = json_util.loads(after)
+            whole.add(key)
+        elif event.op == "u" and key in state:  # an update delta (capture.mode=change_streams)
+            changed = json_util.loads(event.payload["updateDescription"]["updatedFields"])
+            document = {**state[key], **changed}
+        else:  # a delta before any whole document of the key, or a lookup that found it deleted
             continue
-        document = json_util.loads(after)
         assert document["v"] >= last_v.get(key, -1), f"{key}: state went back in time at {event.op}"
         last_v[key] = document["v"]
         state[key] = document
     expected = {json_util.dumps(document["_id"]): document["v"] for document in items.find()}
+    missing = sorted(set(expected) - whole)
+    assert not missing, f"{len(missing)} documents never reached the topic whole, e.g. {missing[:5]}"
     rebuilt = {key: document["v"] for key, document in state.items()}
     assert rebuilt == expected
 
@@ -258,3 +271,54 @@ def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, ka
     assert sorted(int(_key(event)) for event in reads) == list(range(20))
     stored = IncrementalProgress.from_json(store.read(partition).incremental)
     assert (stored.documents, stored.chunks, stored.status) == (20, 2, "running"), stored
+
+
+def test_update_deltas_during_a_chunk_leave_no_document_without_a_full_image(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    # capture.mode=change_streams: an update event carries the change (updateDescription), not the
+    # document. A key the stream updates between a chunk's read and its high watermark loses its
+    # read row (DBLog's de-duplication, as in Debezium); its document must still reach the topic
+    # whole after the request, as a read event of a later re-read.
+    db_name = unique_name[:40]
+    marker_db = f"{db_name}_m"
+    prefix = unique_name
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(
+        prefix, db_name, {"capture.mode": "change_streams", "incremental.snapshot.chunk.size": 10}
+    )
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    items = client[db_name]["items"]
+    items.insert_many([{"_id": number, "v": 0} for number in range(25)])
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    request = IncrementalRequest.new([f"{db_name}.items"])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
+    pass_second(client, end, marker_db)
+    # Updated after the window end, before the window runs: the window streams these updates up to
+    # its first chunk's high watermark, so that chunk's row of key 3 is dropped.
+    for key in (3, 14, 24):
+        items.update_one({"_id": key}, {"$inc": {"v": 1}})
+
+    summary = run_window(
+        target, config, kafka, WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
+    )
+
+    incremental = summary["incremental_snapshot"]
+    assert incremental["status"] == "completed" and incremental["dropped"] >= 1, incremental
+    events = [event for event in topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items") if event.payload]
+    updates = [event for event in events if event.op == "u"]
+    assert updates and all(event.payload["after"] is None for event in updates), "updates carry no document"
+    images: dict[int, dict] = {}  # the last full image of each key on the topic
+    for event in events:
+        if event.payload["after"] is not None:
+            images[int(_key(event))] = json_util.loads(event.payload["after"])
+    missing = sorted(set(range(25)) - set(images))
+    assert not missing, f"documents with no full image on the topic after the request: {missing}"
+    assert images == {document["_id"]: document for document in items.find()}
+    reads = [int(_key(event)) for event in events if event.op == "r"]
+    assert len(reads) == len(set(reads)), f"a document was read twice: {sorted(reads)}"
+    stored = IncrementalProgress.from_json(store.read(partition).incremental)
+    assert stored.status == "completed" and stored.documents == len(reads), stored
