@@ -9,6 +9,7 @@ from typing import Any
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.lease import WINDOW
 from airflow_provider_mongocdc.core.window_params import WindowParams, iso, parse_time
+from airflow_provider_mongocdc.core.window_summary import describe_incremental
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -104,6 +105,9 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
             summary.get("start_position"),
             summary.get("end_position"),
         )
+        incremental = describe_incremental(summary.get("incremental_snapshot"))
+        if incremental:
+            self.log.info("%s", incremental)
         for partition in summary.get("partitions", []):
             if not partition.get("reached_end"):
                 self.log.warning(

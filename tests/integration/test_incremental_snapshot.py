@@ -19,11 +19,15 @@ from pathlib import Path
 import pytest
 from bson import json_util
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 from pymongo import MongoClient
+from structlog.testing import capture_logs
 
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window import WindowParams, connection_details, plan_streams, run_window
+from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+from airflow_provider_mongocdc.spark_apps.runtime import SUMMARY_MARKER
 from tests.integration.window_helpers import (
     connector,
     failing_commands,
@@ -48,13 +52,33 @@ def _ids(count: int) -> list:
     return ids
 
 
-def _run_window(uri: str, props: dict, kafka: dict, client: MongoClient, marker_db: str) -> dict:
-    config = ConnectorConfig.from_properties(props)
-    (target,) = plan_streams(connection_details({"connection_string": uri}), config)
+def _requested(uri: str, kafka: dict, props: dict, namespace: str) -> tuple:
+    """The stream's current position as the offset, and an incremental snapshot request of
+    ``namespace``: ``(store, partition, request)``."""
+    store, partition = seed_offset(uri, kafka, props)
+    request = IncrementalRequest.new([namespace])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+    return store, partition, request
+
+
+def _passed_end(client: MongoClient, marker_db: str) -> Timestamp:
+    """A window end that the server's cluster time has passed."""
     end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
     pass_second(client, end, marker_db)
-    params = WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
-    return run_window(target, config, kafka, params)
+    return end
+
+
+def _window(uri: str, props: dict, kafka: dict, end: Timestamp) -> dict:
+    """The window ending at ``end``, run in this process (the code a Spark task runs)."""
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": uri}), config)
+    return run_window(
+        target, config, kafka, WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
+    )
+
+
+def _run_window(uri: str, props: dict, kafka: dict, client: MongoClient, marker_db: str) -> dict:
+    return _window(uri, props, kafka, _passed_end(client, marker_db))
 
 
 def _key(event) -> str:
@@ -203,9 +227,7 @@ def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, u
     props = connector(prefix, db_name, {"incremental.snapshot.chunk.size": 10})
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     client[db_name]["items"].insert_many([{"_id": number, "v": 0} for number in range(35)])
-    store, partition = seed_offset(mongodb_uri, kafka, props)
-    request = IncrementalRequest.new([f"{db_name}.items"])
-    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+    store, _, request = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
 
     summary = _run_window(mongodb_uri, props, kafka, client, f"{db_name}_m")
 
@@ -248,20 +270,14 @@ def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, ka
     )
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     client[db_name]["items"].insert_many([{"_id": number, "v": 0} for number in range(35)])
-    store, partition = seed_offset(mongodb_uri, kafka, props)
-    request = IncrementalRequest.new([f"{db_name}.items"])
-    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
-    config = ConnectorConfig.from_properties(props)
-    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
-    pass_second(client, end, marker_db)
-    params = WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
+    store, partition, _ = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
+    end = _passed_end(client, marker_db)
 
-    first = run_window(target, config, kafka, params)
+    first = _window(mongodb_uri, props, kafka, end)
     assert first["incremental_snapshot"]["documents"] == 10, first["incremental_snapshot"]
     assert store.read(partition).position.cluster_time > end, "the chunk's commit is past the window end"
 
-    retry = run_window(target, config, kafka, params)
+    retry = _window(mongodb_uri, props, kafka, end)
 
     assert retry["stop_reason"] == "already_past_end" and retry["reached_end"] is True, retry
     incremental = retry["incremental_snapshot"]
@@ -290,21 +306,14 @@ def test_update_deltas_during_a_chunk_leave_no_document_without_a_full_image(
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     items = client[db_name]["items"]
     items.insert_many([{"_id": number, "v": 0} for number in range(25)])
-    store, partition = seed_offset(mongodb_uri, kafka, props)
-    request = IncrementalRequest.new([f"{db_name}.items"])
-    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
-    config = ConnectorConfig.from_properties(props)
-    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
-    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
-    pass_second(client, end, marker_db)
+    store, partition, _ = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
+    end = _passed_end(client, marker_db)
     # Updated after the window end, before the window runs: the window streams these updates up to
     # its first chunk's high watermark, so that chunk's row of key 3 is dropped.
     for key in (3, 14, 24):
         items.update_one({"_id": key}, {"$inc": {"v": 1}})
 
-    summary = run_window(
-        target, config, kafka, WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
-    )
+    summary = _window(mongodb_uri, props, kafka, end)
 
     incremental = summary["incremental_snapshot"]
     assert incremental["status"] == "completed" and incremental["dropped"] >= 1, incremental
@@ -322,3 +331,55 @@ def test_update_deltas_during_a_chunk_leave_no_document_without_a_full_image(
     assert len(reads) == len(set(reads)), f"a document was read twice: {sorted(reads)}"
     stored = IncrementalProgress.from_json(store.read(partition).incremental)
     assert stored.status == "completed" and stored.documents == len(reads), stored
+
+
+def test_the_window_task_log_says_where_the_incremental_snapshot_stands(
+    mongodb_uri, kafka_bootstrap, unique_name, monkeypatch
+):
+    # One INFO line of the window's task log (what the operator logs, spark-submit's output
+    # included) names the running snapshot, its collection, the documents so far and its status.
+    db_name = f"inclog_{unique_name[-8:]}"  # unique_name ends with a random suffix
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name, {"incremental.snapshot.chunk.size": 10})
+    props["incremental.snapshot.window.max.documents"] = 20
+    for conn_id, fields in (
+        ("inc_mongo", {"conn_type": "mongocdc", "host": mongodb_uri}),
+        ("inc_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
+        ("inc_spark", {"conn_type": "spark", "host": "local[1]"}),
+    ):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+    client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
+    client[db_name]["items"].insert_many([{"_id": number} for number in range(35)])
+    _, _, request = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
+    end = _passed_end(client, f"{db_name}_m")
+    operator = MongoStreamWindowOperator(
+        task_id="window",
+        connector_config=props,
+        mongo_conn_id="inc_mongo",
+        kafka_conn_id="inc_kafka",
+        spark_conn_id="inc_spark",
+        conf={"spark.ui.enabled": "false"},
+    )
+
+    with capture_logs() as entries:
+        summary = operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
+
+    assert summary["incremental_snapshot"]["documents"] == 20, summary["incremental_snapshot"]
+    lines = [
+        (entry.get("log_level"), line)
+        for entry in entries
+        for line in str(entry.get("event", "")).splitlines()
+    ]
+    # (The summary's JSON line, which the operator reads, holds the id too.)
+    about = [
+        (level, line)
+        for level, line in lines
+        if request.request_id in line and not line.startswith(SUMMARY_MARKER)
+    ]
+    assert len(about) == 1, "one line about the incremental snapshot, not:\n" + "\n".join(
+        line for _, line in about or lines[-40:]
+    )
+    ((level, line),) = about
+    assert level == "info", (level, line)
+    for words in (f"{db_name}.items", "20 documents so far", "running"):
+        assert words in line, f"{words!r} missing from the task log line: {line}"

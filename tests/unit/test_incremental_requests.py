@@ -28,6 +28,7 @@ from airflow_provider_mongocdc.core.incremental import (
     key_bytes,
     reconcile,
 )
+from airflow_provider_mongocdc.core.window_summary import describe_incremental
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, merged_request
 
@@ -225,3 +226,36 @@ def test_rows_dropped_for_update_deltas_are_read_again_before_the_snapshot_compl
     dropped_again.apply(_change("update", 1), omitted=True)
     still = after_chunk(progress, dropped_again, len(dropped_again.rows))
     assert still.status == RUNNING and still.reread == progress.reread
+
+
+def test_the_task_log_line_names_the_snapshot_its_collection_documents_and_status():
+    running = {
+        "id": "incremental-1",
+        "chunks": 2,
+        "documents": 20,
+        "status": "running",
+        "left": ["shop.orders", "shop.customers"],
+        "reread": 3,
+        "total_documents": 120,
+        "finished_earlier": False,
+    }
+    assert describe_incremental(running) == (
+        "Incremental snapshot incremental-1: running, collection shop.orders, then shop.customers; "
+        "120 documents so far (20 in 2 chunk(s) in this window); 3 document(s) to read again"
+    )
+    many = {**running, "left": [f"shop.c{n}" for n in range(9)], "reread": 0}
+    assert "collection shop.c0, then shop.c1, shop.c2, shop.c3, shop.c4, shop.c5 and 3 more;" in (
+        describe_incremental(many)
+    )
+    completed = {**running, "status": "completed", "left": [], "done": ["shop.orders"], "reread": 0}
+    assert describe_incremental(completed) == (
+        "Incremental snapshot incremental-1: completed, 1 collection(s) copied (shop.orders); "
+        "120 documents (20 in 2 chunk(s) in this window)"
+    )
+    stopped = {**completed, "status": "stopped", "message": "stopped on request", "chunks": 0, "documents": 0}
+    assert describe_incremental(stopped).startswith(
+        "Incremental snapshot incremental-1: stopped (stopped on request)"
+    )
+    # Nothing to say when there is none, or it ended in an earlier window.
+    assert describe_incremental(None) is None
+    assert describe_incremental({**completed, "finished_earlier": True}) is None
