@@ -7,11 +7,11 @@ stops at the first change at or past its end's cluster time, or when the server'
 ``postBatchResumeToken`` passes it; batches never cut a MongoDB transaction; a stall before an end
 in the past fails with :class:`WindowEndNotReachedError` after committing what was read. After
 streaming to its end (or finding its stored position already past it) the window works on a
-requested incremental snapshot (:mod:`.incremental_phase`). The parameters live in :mod:`.window_params`, the streams in
-:mod:`.window_streams`, the errors in :mod:`.stream_errors`, the summaries in
-:mod:`.window_summary`; their names are importable from here too. Starting point, end, idle
-servers, the stored position, exactly once, faults and sharded clusters: docs/design.md,
-"Stream windows".
+requested incremental snapshot (:mod:`.incremental_phase`). The parameters live in
+:mod:`.window_params`, the streams in :mod:`.window_streams`, the errors in
+:mod:`.stream_errors`, the summaries in :mod:`.window_summary`; their names are importable from
+here too. Starting point, end, idle servers, the stored position, exactly once, faults and sharded
+clusters: docs/design.md, "Stream windows".
 """
 
 from __future__ import annotations
@@ -303,9 +303,12 @@ class StreamWindow:
         time_read = position_time(self.position)
         if self.position.resume_token:
             return time_read
-        with self.client.start_session(causal_consistency=False) as session:
-            self.client.admin.command("ping", session=session)
-            server = (session.cluster_time or {}).get("clusterTime")
+        try:
+            with self.client.start_session(causal_consistency=False) as session:
+                self.client.admin.command("ping", session=session)
+                server = (session.cluster_time or {}).get("clusterTime")
+        except PyMongoError:  # the chunk's read reports an unreachable server in words
+            return time_read
         if not isinstance(server, Timestamp) or time_read is None:
             return time_read or server
         return min(time_read, server)
