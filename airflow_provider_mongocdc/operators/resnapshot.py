@@ -111,8 +111,7 @@ def active_progress(
         if progress is not None and progress.request_id == request.request_id:
             if not progress.running:
                 return None
-            remaining = ((progress.current,) if progress.current else ()) + progress.pending
-            return replace(progress, pending=remaining)
+            return replace(progress, pending=progress.collections_left)
     # not started by a window yet
     return IncrementalProgress(request.request_id, pending=request.collections, filters=dict(request.filters))
 

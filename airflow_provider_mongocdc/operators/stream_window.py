@@ -10,6 +10,7 @@ from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.offsets.lease import WINDOW
 from airflow_provider_mongocdc.core.window.params import WindowParams, parse_time
+from airflow_provider_mongocdc.core.window.summary import describe_incremental
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -105,6 +106,9 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
             summary.get("start_position"),
             summary.get("end_position"),
         )
+        incremental = describe_incremental(summary.get("incremental_snapshot"))
+        if incremental:
+            self.log.info("%s", incremental)
         for partition in summary.get("partitions", []):
             if not partition.get("reached_end"):
                 self.log.warning(

@@ -163,10 +163,11 @@ class Case:
     def spec(self, name: str, end) -> tuple[Path, Path]:
         return write_window_spec(self.tmp, name, self.props, self.uri, self.kafka, end)
 
-    def run_window(self, client: MongoClient) -> dict:
-        """A window in this process (the code a Spark task runs), ending after the current time."""
+    def run_window(self, client: MongoClient, end=None) -> dict:
+        """A window in this process (the code a Spark task runs), ending at ``end``, else after
+        the current time."""
         (target,) = plan_streams(connection_details({"connection_string": self.uri}), self.config)
-        end = self.window_end(client)
+        end = end or self.window_end(client)
         params = WindowParams(window_end=datetime.fromtimestamp(end.time, timezone.utc))
         return run_window(target, self.config, self.kafka, params)
 
@@ -329,13 +330,16 @@ def test_incremental_window_killed_at_a_random_point_then_windows_complete_it_on
                     interrupted,
                 )
 
+                # Airflow's retry of the killed task: the same window end. Its stored position may
+                # lie past that end (a chunk was committed); the snapshot goes on all the same.
+                retry = case.run_window(client, end)["incremental_snapshot"]
+                assert retry is not None and (retry["chunks"] > 0 or retry["status"] == "completed"), (
+                    f"the retry of the killed window copied no chunk: {retry}"
+                )
                 # Windows (each fencing the killed run's writer) until the snapshot is completed.
-                outcomes = []
-                for _ in range(MAX_RERUNS):
-                    summary = case.run_window(client)
-                    outcomes.append(summary["incremental_snapshot"])
-                    if (summary["incremental_snapshot"] or {}).get("status") == "completed":
-                        break
+                outcomes = [retry]
+                while (outcomes[-1] or {}).get("status") != "completed" and len(outcomes) <= MAX_RERUNS:
+                    outcomes.append(case.run_window(client)["incremental_snapshot"])
                 assert outcomes[-1] and outcomes[-1]["status"] == "completed", (
                     f"not completed after {MAX_RERUNS} windows: {outcomes}"
                 )

@@ -5,7 +5,8 @@ The expected texts follow Debezium 3.x's code (debezium-connector-mongodb): ``Js
 (keys with ``SIMPLE_JSON_SETTINGS``: relaxed, compact; documents with ``COMPACT_JSON_SETTINGS``:
 strict, compact), ``MongoDbCollectionSchema`` (``updatedFields`` with ``BsonDocument.toJson()``:
 relaxed, the driver's default layout), ``SourceInfo``/``MongoDbSourceInfoStructMaker`` (``ts_ms``
-from ``wallTime``, no ``rs``, ``wallTime`` null for snapshot reads), ``MongoDbSchema`` and
+from ``wallTime``, no ``rs``, ``wallTime`` null for snapshot reads, whose times are the instant of
+the read), ``MongoDbSchema`` and
 ``SchemaFactory`` (schemas), ``TransactionMonitor``/``TransactionContext`` (END records) and the
 MongoDB Java driver's ``JsonWriter`` (``Double.toString``, string escaping, relaxed dates).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 import uuid
 
 import pytest
@@ -228,13 +230,61 @@ def test_oplog_format_keeps_rs_and_cluster_time():
     assert source["rs"] == "rs0" and source["ts_ms"] == 1_700_000_000_000
 
 
-def test_snapshot_read_source_has_the_start_position_and_no_wall_time():
-    [event] = builder().build_snapshot(
+def test_snapshot_read_source_times_are_the_instant_of_the_read():
+    # Debezium 3.x: the snapshot's offset holds the stream's resume token without a cluster time
+    # (MongoDbSnapshotChangeEventSource.initSnapshotStartOffsets, SourceInfo.noEvent), so
+    # SourceInfo.timestamp() is null and AbstractSourceInfoStructMaker stamps ts_ms/ts_us/ts_ns
+    # with Instant.now(), to the nanosecond on Java 17.
+    config = ConnectorConfig.from_properties({"topic.prefix": "fulfillment"})
+    before = time.time_ns()
+    [event] = EventBuilder(config).build_snapshot(
         {"_id": OID}, "inventory", "customers", position=Timestamp(1_699_999_000, 3)
     )
+    after = time.time_ns()
     source = payload(event)["source"]
-    assert (source["ts_ms"], source["ord"], source["wallTime"]) == (1_699_999_000_000, 3, None)
-    assert payload(event)["ts_ms"] == NOW_MS
+    assert before <= source["ts_ns"] <= after, (before, source["ts_ns"], after)
+    assert source["ts_us"] == source["ts_ns"] // 1000
+    assert source["ts_ms"] == source["ts_ns"] // 1_000_000
+    assert (source["ord"], source["wallTime"]) == (3, None)
+
+
+def test_snapshot_read_source_times_keep_their_nanoseconds():
+    config = ConnectorConfig.from_properties(
+        {"topic.prefix": "fulfillment", "value.converter.schemas.enable": "false"}
+    )
+    events = EventBuilder(config, clock=lambda: NOW_MS, clock_ns=lambda: 1_700_000_123_456_789_012)
+    [event] = events.build_snapshot(
+        {"_id": OID}, "inventory", "customers", last=True, position=Timestamp(9, 3)
+    )
+    assert (
+        '"source":{"version":"' + __version__ + '","connector":"mongodb","name":"fulfillment",'
+        '"ts_ms":1700000123456,"snapshot":"last","db":"inventory","sequence":null,'
+        '"ts_us":1700000123456789,"ts_ns":1700000123456789012,"collection":"customers","ord":3,'
+        '"lsid":null,"txnNumber":null,"wallTime":null},"op":"r","ts_ms":' + str(NOW_MS) + ","
+    ) in event.value.decode()
+
+
+def test_incremental_snapshot_reads_carry_the_stream_position_time():
+    # MongoDbIncrementalSnapshotChangeEventSource.sendEvent: readEvent keeps the streaming
+    # offset's position, whose cluster time SourceInfo.timestamp() gives in whole seconds.
+    [event] = builder().build_snapshot(
+        {"_id": OID}, "inventory", "customers", position=Timestamp(1_699_999_000, 3), incremental=True
+    )
+    source = payload(event)["source"]
+    assert (source["ts_ms"], source["ts_us"], source["ts_ns"], source["ord"]) == (
+        1_699_999_000_000,
+        1_699_999_000_000_000,
+        1_699_999_000_000_000_000,
+        3,
+    )
+    assert source["snapshot"] == "incremental" and payload(event)["ts_ms"] == NOW_MS
+
+
+def test_oplog_format_snapshot_reads_carry_the_start_position_time():
+    [event] = builder(**{"event.format": "oplog"}).build_snapshot(
+        {"_id": OID}, "inventory", "customers", position=Timestamp(1_699_999_000, 3)
+    )
+    assert payload(event)["source"]["ts_ms"] == 1_699_999_000_000
 
 
 def test_lsid_and_txn_number_only_together():

@@ -1,23 +1,34 @@
 """Incremental snapshot requests: the trigger form's modes and filters, the request's life cycle
-(start, stop, replacement), and the chunk queries over mixed _id types."""
+(start, stop, replacement), the chunk queries over mixed _id types, and the documents read again
+when a change without the document dropped their rows."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
+from bson import json_util
+from bson.codec_options import CodecOptions
+from bson.json_util import CANONICAL_JSON_OPTIONS
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
 from airflow_provider_mongocdc.core.window.incremental import (
     COMPLETED,
     RUNNING,
     STOPPED,
+    Chunk,
     IncrementalProgress,
     IncrementalRequest,
+    after_chunk,
     after_query,
+    key_bytes,
     reconcile,
 )
+from airflow_provider_mongocdc.core.window.summary import describe_incremental
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, merged_request
 
@@ -150,3 +161,101 @@ def test_a_gap_resnapshot_that_moves_the_offset_ends_a_running_incremental_snaps
     assert ended.message == "superseded by the blocking snapshot 20261124T000000Z-abcd"
     completed = OffsetState(incremental=running.finish(COMPLETED).to_json())
     assert superseded_incremental(completed, "x") is completed
+
+
+def _change(operation: str, key, **extra) -> dict:
+    return {
+        "operationType": operation,
+        "ns": {"db": "shop", "coll": "orders"},
+        "documentKey": {"_id": key},
+        **extra,
+    }
+
+
+def _chunk(keys, *, rereads=(), exhausted=True) -> Chunk:
+    options = CodecOptions()
+    rows = {key_bytes(key, options): {"_id": key} for key in keys}
+    last = None if rereads else json_util.dumps(max(keys), json_options=CANONICAL_JSON_OPTIONS)
+    return Chunk("shop.orders", rows, last, exhausted, Timestamp(9, 1), options, rereads=rereads)
+
+
+@pytest.mark.parametrize(
+    ("properties", "change", "omitted"),
+    [
+        ({"capture.mode": "change_streams"}, _change("update", 1, updateDescription={}), True),
+        ({}, _change("update", 1, fullDocument={"_id": 1}), False),
+        ({}, _change("update", 1, fullDocument=None), True),  # the lookup found nothing
+        ({"event.format": "oplog"}, _change("update", 1, fullDocument={"_id": 1}), True),
+        ({"capture.mode": "change_streams"}, _change("replace", 1, fullDocument={"_id": 1}), False),
+        ({}, _change("insert", 1, fullDocument={"_id": 1}), False),
+        ({"skipped.operations": "c"}, _change("insert", 1, fullDocument={"_id": 1}), True),
+        ({"capture.mode": "change_streams"}, _change("delete", 1), False),
+    ],
+)
+def test_events_that_do_not_carry_the_document_a_change_leaves(properties, change, omitted):
+    config = ConnectorConfig.from_properties({"topic.prefix": "shop", **properties})
+    assert EventBuilder(config).omits_document(change) is omitted
+
+
+def test_rows_dropped_for_update_deltas_are_read_again_before_the_snapshot_completes():
+    chunk = _chunk([1, 2, 3, 4, 5])
+    chunk.apply(_change("update", 1), omitted=True)  # a delta: to read again
+    chunk.apply(_change("update", 2), omitted=True)
+    chunk.apply(_change("replace", 2))  # ... unless a later change carries the document
+    chunk.apply(_change("update", 3), omitted=True)
+    chunk.apply(_change("delete", 3))  # ... or deletes it
+    chunk.apply(_change("update", 4))  # a full document
+    chunk.apply(_change("update", 9), omitted=True)  # not a row of this chunk
+    assert sorted(chunk.rows) == [key_bytes(5, CodecOptions())] and chunk.dropped == 4
+    running = IncrementalProgress("incremental-1", current="shop.orders", max_key='{"$numberInt": "5"}')
+
+    progress = after_chunk(running, chunk, len(chunk.rows))
+
+    # The collection's range is done, but the snapshot is not: key 1 waits to be read again.
+    assert progress.status == RUNNING and progress.current is None and progress.done == ("shop.orders",)
+    assert progress.reread == {"shop.orders": ('{"$numberInt": "1"}',)}
+    assert progress.collections_left == ("shop.orders",)
+    assert "1 document(s) to read again" in progress.describe()
+    assert IncrementalProgress.from_json(progress.to_json()) == progress  # committed with the chunk
+
+    again = _chunk([1], rereads=progress.reread["shop.orders"])
+    completed = after_chunk(progress, again, len(again.rows))
+    assert completed.status == COMPLETED and completed.reread == {} and completed.documents == 2
+    # A re-read row dropped again for another delta stays queued.
+    dropped_again = _chunk([1], rereads=progress.reread["shop.orders"])
+    dropped_again.apply(_change("update", 1), omitted=True)
+    still = after_chunk(progress, dropped_again, len(dropped_again.rows))
+    assert still.status == RUNNING and still.reread == progress.reread
+
+
+def test_the_task_log_line_names_the_snapshot_its_collection_documents_and_status():
+    running = {
+        "id": "incremental-1",
+        "chunks": 2,
+        "documents": 20,
+        "status": "running",
+        "left": ["shop.orders", "shop.customers"],
+        "reread": 3,
+        "total_documents": 120,
+        "finished_earlier": False,
+    }
+    assert describe_incremental(running) == (
+        "Incremental snapshot incremental-1: running, collection shop.orders, then shop.customers; "
+        "120 documents so far (20 in 2 chunk(s) in this window); 3 document(s) to read again"
+    )
+    many = {**running, "left": [f"shop.c{n}" for n in range(9)], "reread": 0}
+    assert "collection shop.c0, then shop.c1, shop.c2, shop.c3, shop.c4, shop.c5 and 3 more;" in (
+        describe_incremental(many)
+    )
+    completed = {**running, "status": "completed", "left": [], "done": ["shop.orders"], "reread": 0}
+    assert describe_incremental(completed) == (
+        "Incremental snapshot incremental-1: completed, 1 collection(s) copied (shop.orders); "
+        "120 documents (20 in 2 chunk(s) in this window)"
+    )
+    stopped = {**completed, "status": "stopped", "message": "stopped on request", "chunks": 0, "documents": 0}
+    assert describe_incremental(stopped).startswith(
+        "Incremental snapshot incremental-1: stopped (stopped on request)"
+    )
+    # Nothing to say when there is none, or it ended in an earlier window.
+    assert describe_incremental(None) is None
+    assert describe_incremental({**completed, "finished_earlier": True}) is None

@@ -140,12 +140,14 @@ class _Collection:
             + ',"h":null}'
         )
 
-    def source(self, ts_ms: int, snapshot: str, increment: int, session: str) -> str:
-        """The 3.x source block: ``snapshot`` its value (``false``, ``true``, ``last``,
-        ``incremental``), ``session`` the text of its ``lsid``, ``txnNumber`` and ``wallTime``."""
+    def source(self, ts_ns: int, snapshot: str, increment: int, session: str) -> str:
+        """The 3.x source block: ``ts_ns`` its instant in epoch nanoseconds (``ts_ms``, ``ts_us``
+        and ``ts_ns`` are that instant, as AbstractSourceInfoStructMaker writes it), ``snapshot``
+        its value (``false``, ``true``, ``last``, ``incremental``), ``session`` the text of its
+        ``lsid``, ``txnNumber`` and ``wallTime``."""
         return (
-            f'{self.source_head}{ts_ms},"snapshot":"{snapshot}"{self.db_part},"sequence":null,'
-            f'"ts_us":{ts_ms * 1000},"ts_ns":{ts_ms * 1_000_000}{self.collection_part}{increment}{session}}}'
+            f'{self.source_head}{ts_ns // 1_000_000},"snapshot":"{snapshot}"{self.db_part},"sequence":null,'
+            f'"ts_us":{ts_ns // 1000},"ts_ns":{ts_ns}{self.collection_part}{increment}{session}}}'
         )
 
     def rs_part(self, replica_set: str) -> str:
@@ -159,12 +161,19 @@ class EventBuilder:
     """Builds the records of change events, snapshot reads and heartbeats for one configuration.
 
     ``replica_set`` fills ``source.rs`` of ``event.format=oplog`` events (the replica set or shard
-    the stream reads; a call can override it). ``clock`` returns the current time in epoch milliseconds (``ts_ms``). One
-    builder follows one stream: it holds the transaction state of that stream.
+    the stream reads; a call can override it). ``clock`` returns the current time in epoch
+    milliseconds (the envelope's ``ts_ms``); ``clock_ns`` in epoch nanoseconds (the source times of
+    snapshot reads; default: ``clock``'s time when ``clock`` is given, else the system clock's).
+    One builder follows one stream: it holds the transaction state of that stream.
     """
 
     def __init__(
-        self, config: ConnectorConfig, *, replica_set: str = "", clock: Callable[[], int] | None = None
+        self,
+        config: ConnectorConfig,
+        *,
+        replica_set: str = "",
+        clock: Callable[[], int] | None = None,
+        clock_ns: Callable[[], int] | None = None,
     ):
         self.config = config
         self.replica_set = replica_set
@@ -184,6 +193,7 @@ class EventBuilder:
             TransactionTracker(config, namer=self.namer) if config.provide_transaction_metadata else None
         )
         self._clock = clock or now_ms
+        self._clock_ns = clock_ns or ((lambda: clock() * 1_000_000) if clock else time.time_ns)
         self._oplog = config.event_format == EventFormat.OPLOG
         skipped = config.skipped_operations
         self._operations = {name: code for name, code in OPERATION_CODES.items() if code not in skipped}
@@ -307,7 +317,7 @@ class EventBuilder:
             # MongoDbSourceInfoStructMaker: lsid and txnNumber only together, wallTime only when set.
             session = lsid is not None and txn_number is not None
             source = info.source(
-                source_ms,
+                source_ms * 1_000_000,
                 "false",
                 increment,
                 ',"lsid":'
@@ -335,6 +345,21 @@ class EventBuilder:
             records.append(Record(info.topic, key, None))
         return records
 
+    def omits_document(self, change: Mapping[str, Any]) -> bool:
+        """Whether ``change`` leaves a document in its collection that no event of it carries
+        whole: an update whose event holds the change only (``updateDescription``: capture modes
+        without ``update_full``, ``event.format=oplog``, or a lookup that found nothing), or an
+        insert, update or replace whose operation ``skipped.operations`` drops. A delete leaves no
+        document; drops and renames are not about one document."""
+        operation = change.get("operationType")
+        if operation not in ("insert", "update", "replace"):
+            return False
+        if operation not in self._operations:  # skipped: no event at all
+            return True
+        if operation == "update":
+            return self._oplog or not self.config.update_full or change.get("fullDocument") is None
+        return False
+
     def build_snapshot(
         self,
         document: Mapping[str, Any],
@@ -348,9 +373,19 @@ class EventBuilder:
     ) -> list[Record]:
         """The read event (``op`` ``r``) of one snapshot document. ``last`` marks the snapshot's
         final event (``source.snapshot`` "last"); ``position`` is the ``bson.Timestamp`` of the
-        stream position recorded when the snapshot started (``source.ts_ms``/``ord``).
-        ``incremental``: a row of an incremental snapshot (``source.snapshot`` "incremental",
-        ``position`` the stream position it was emitted at), as Debezium writes them."""
+        stream position recorded when the snapshot started (``source.ord``). ``incremental``: a
+        row of an incremental snapshot (``source.snapshot`` "incremental", ``position`` the
+        stream position it was emitted at), as Debezium writes them.
+
+        The source times (``ts_ms``, ``ts_us``, ``ts_ns``), as Debezium 3.x sets them: a read of
+        an initial or blocking snapshot carries the instant its event is built. Debezium's snapshot offset holds
+        the stream's resume token without a cluster time (MongoDbSnapshotChangeEventSource
+        ``initSnapshotStartOffsets``, ``SourceInfo.noEvent``), so ``SourceInfo.timestamp()`` is
+        null and ``AbstractSourceInfoStructMaker.commonStruct`` takes ``Instant.now()``. An
+        incremental read carries the cluster time of the stream position in whole seconds
+        (MongoDbIncrementalSnapshotChangeEventSource ``sendEvent``: ``readEvent`` keeps the
+        streaming offset's position, and ``timestamp()`` gives its seconds); so does every read
+        of ``event.format=oplog`` (Debezium 1.x: the position recorded at the start)."""
         if "_id" not in document:
             raise MongoCdcError(
                 f"A snapshot document of {database}.{collection} has no _id",
@@ -362,13 +397,15 @@ class EventBuilder:
         now = self._clock()
         if position is not None:
             seconds, increment = position.time, position.inc
-            source_ms = seconds * 1000
+            source_ns = seconds * 1_000_000_000
         else:
-            seconds, increment, source_ms = now // 1000, 0, now
+            seconds, increment, source_ns = now // 1000, 0, now * 1_000_000
+        if not incremental and not self._oplog:
+            source_ns = self._clock_ns()
         after_text = quote_text(self._dumps(fields.document(document) if fields else document))
         if self._oplog:
             rs = info.rs_part(replica_set if replica_set is not None else self.replica_set)
-            source = info.oplog_source(source_ms, "true", rs, increment)
+            source = info.oplog_source(source_ns // 1_000_000, "true", rs, increment)
             payload = (
                 '{"after":'
                 + after_text
@@ -380,7 +417,7 @@ class EventBuilder:
             )
         else:
             source = info.source(
-                source_ms,
+                source_ns,
                 "incremental" if incremental else "last" if last else "true",
                 increment,
                 ',"lsid":null,"txnNumber":null,"wallTime":null',

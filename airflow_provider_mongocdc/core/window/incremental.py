@@ -5,7 +5,9 @@ collections; each window, after streaming to its end (:mod:`airflow_provider_mon
 chunks by ``_id`` with the watermark de-duplication of DBLog (:class:`ChunkReader`,
 :meth:`Chunk.apply`; docs/design.md, "Incremental snapshots") and commits each chunk's read events
 (``source.snapshot`` ``"incremental"``) together with its progress (:class:`IncrementalProgress`,
-kept in the partition's offset) in one Kafka transaction.
+kept in the partition's offset) in one Kafka transaction. A row dropped for a change whose event
+does not carry the document (an update delta) is read again in a later chunk of its own
+(``IncrementalProgress.reread``), so that every document reaches the topic whole.
 """
 
 from __future__ import annotations
@@ -155,6 +157,9 @@ class IncrementalProgress:
     max_key: str | None = None  # the largest _id of ``current`` when its copy began
     filters: Mapping[str, str] = field(default_factory=dict)
     done: tuple[str, ...] = ()
+    # Documents to read again, by collection: the _ids (canonical extended JSON) whose rows were
+    # dropped for a change whose event does not carry the document (see Chunk.apply).
+    reread: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     documents: int = 0  # read events emitted
     dropped: int = 0  # chunk rows left out because the stream changed them meanwhile
     chunks: int = 0
@@ -185,6 +190,7 @@ class IncrementalProgress:
             max_key=data.get("max_key"),
             filters=dict(data.get("filters") or {}),
             done=tuple(data.get("done") or ()),
+            reread={str(name): tuple(keys) for name, keys in (data.get("reread") or {}).items()},
             documents=int(data.get("documents") or 0),
             dropped=int(data.get("dropped") or 0),
             chunks=int(data.get("chunks") or 0),
@@ -196,13 +202,26 @@ class IncrementalProgress:
     def finish(self, status: str, message: str | None = None) -> IncrementalProgress:
         return replace(self, status=status, completed_at=datetime.now(timezone.utc), message=message)
 
+    @property
+    def rereads(self) -> int:
+        """How many documents wait to be read again."""
+        return sum(len(keys) for keys in self.reread.values())
+
+    @property
+    def collections_left(self) -> tuple[str, ...]:
+        """The collections with work left: the current one, the pending ones, and those with
+        documents to read again."""
+        left = ([self.current] if self.current else []) + list(self.pending)
+        return tuple(left + [name for name in self.reread if name not in left])
+
     def describe(self) -> str:
         if self.status != RUNNING:
             return f"incremental snapshot {self.request_id} {self.status}: {self.documents} documents"
-        remaining = ([self.current] if self.current else []) + list(self.pending)
+        remaining = self.collections_left
+        again = f", {self.rereads} document(s) to read again" if self.reread else ""
         return (
             f"incremental snapshot {self.request_id}: {self.documents} documents in {self.chunks} chunks, "
-            f"{len(self.done)} collection(s) done, next: {', '.join(remaining) or 'none'}"
+            f"{len(self.done)} collection(s) done, next: {', '.join(remaining) or 'none'}{again}"
         )
 
 
@@ -290,27 +309,49 @@ def _and(*queries: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass
 class Chunk:
     """The rows of one chunk, keyed by their encoded ``_id``, until the stream passes its high
-    watermark; rows the stream changes meanwhile are dropped (:meth:`drop`)."""
+    watermark; rows the stream changes meanwhile are dropped (:meth:`drop`). A range chunk holds
+    the next documents by ``_id`` (``last_key``, ``exhausted``); a re-read chunk the documents
+    whose ``_id``s ``rereads`` lists (queued by earlier chunks)."""
 
     namespace: str
     rows: dict[bytes, Mapping[str, Any]]
-    last_key: str  # the chunk's last _id (canonical extended JSON)
+    last_key: str | None  # a range chunk's last _id (canonical extended JSON)
     exhausted: bool  # no document after this chunk up to the collection's maximum key
     high_watermark: Timestamp
     codec_options: CodecOptions
+    bounds_options: CodecOptions | None = None  # decodes _ids exactly as stored (the queue's keys)
+    rereads: tuple[str, ...] = ()  # the queued _ids a re-read chunk reads again
     dropped: int = 0
+    _dropped_keys: set[bytes] = field(default_factory=set, init=False, repr=False)
+    _reread: dict[bytes, None] = field(
+        default_factory=dict, init=False, repr=False
+    )  # of those, to read again
 
-    def drop(self, document_key: Any) -> None:
-        if self.rows.pop(key_bytes(document_key, self.codec_options), None) is not None:
+    def drop(self, document_key: Any, omitted: bool = False) -> None:
+        """Drop the row of ``document_key``; ``omitted``: the change that drops it leaves the
+        document in place but no event carries it whole, so it is to be read again (unless a
+        later change of the window carries it, or deletes it)."""
+        encoded = key_bytes(document_key, self.codec_options)
+        if self.rows.pop(encoded, None) is not None:
             self.dropped += 1
+            self._dropped_keys.add(encoded)
+        if encoded in self._dropped_keys:
+            if omitted:
+                self._reread[encoded] = None
+            else:
+                self._reread.pop(encoded, None)
 
     def clear(self) -> None:
+        """Drop every row: the collection was dropped or replaced (its documents are gone)."""
         self.dropped += len(self.rows)
         self.rows.clear()
+        self._reread.clear()
 
-    def apply(self, change: Mapping[str, Any]) -> None:
+    def apply(self, change: Mapping[str, Any], omitted: bool = False) -> None:
         """A streamed change of the chunk's collection supersedes its row (DBLog's
-        de-duplication); a drop or rename of the collection, or its database's drop, all rows."""
+        de-duplication); a drop or rename of the collection, or its database's drop, all rows.
+        ``omitted``: no event of ``change`` carries the document it leaves (see
+        :meth:`~airflow_provider_mongocdc.core.events.builder.EventBuilder.omits_document`), so its dropped row is read again later."""
         namespace = change.get("ns") or {}
         database, _, collection = self.namespace.partition(".")
         target = change.get("to") or {}
@@ -321,11 +362,17 @@ class Chunk:
         elif namespace.get("coll") == collection:
             key = change.get("documentKey")
             if key is not None and "_id" in key:
-                self.drop(key["_id"])
+                self.drop(key["_id"], omitted)
             elif change.get("operationType") in ("drop", "rename"):
                 self.clear()
         elif namespace.get("coll") is None and change.get("operationType") == "dropDatabase":
             self.clear()
+
+    def reread_keys(self) -> tuple[str, ...]:
+        """The ``_id``s (canonical extended JSON) whose rows were dropped for a change that no
+        event carries whole: the documents to read again."""
+        options = self.bounds_options or self.codec_options
+        return tuple(_exact(bson.decode(encoded, codec_options=options)["_id"]) for encoded in self._reread)
 
 
 def key_bytes(value: Any, codec_options: CodecOptions) -> bytes:
@@ -357,8 +404,12 @@ class ChunkReader:
         self, progress: IncrementalProgress, low_watermark: Timestamp, size: int
     ) -> tuple[IncrementalProgress, Chunk | None]:
         """The progress (moved past empty or finished collections) and the next chunk, or None
-        when the snapshot has nothing left (the progress is then completed)."""
+        when the snapshot has nothing left (the progress is then completed). Documents queued to
+        be read again come first, as a re-read chunk of up to ``size`` of them."""
         try:
+            if progress.reread:
+                namespace, keys = next(iter(progress.reread.items()))
+                return progress, self._reread(progress, namespace, keys[:size], low_watermark)
             while True:
                 if progress.current is None:
                     if not progress.pending:
@@ -408,40 +459,63 @@ class ChunkReader:
     ) -> Chunk | None:
         last = _from_exact(progress.last_key) if progress.last_key else None
         maximum = _from_exact(progress.max_key)
-        ranged = _and(after_query(last, maximum), query)
+        rows, more, high = self._find(namespace, _and(after_query(last, maximum), query), low_watermark, size)
+        if not rows:
+            return None
+        exact_last = bson.decode(next(reversed(rows)), codec_options=self.bounds_options)["_id"]
+        return Chunk(
+            namespace,
+            rows,
+            _exact(exact_last),
+            exhausted=not more,
+            high_watermark=high,
+            codec_options=self.documents_options,
+            bounds_options=self.bounds_options,
+        )
+
+    def _reread(
+        self, progress: IncrementalProgress, namespace: str, keys: tuple[str, ...], low_watermark: Timestamp
+    ) -> Chunk:
+        """The documents of the queued ``keys`` (those deleted since are simply not found)."""
+        wanted = {"_id": {"$in": [_from_exact(key) for key in keys]}}
+        rows, _, high = self._find(
+            namespace, _and(wanted, self._query(progress, namespace)), low_watermark, len(keys)
+        )
+        return Chunk(
+            namespace,
+            rows,
+            None,
+            exhausted=False,
+            high_watermark=high,
+            codec_options=self.documents_options,
+            bounds_options=self.bounds_options,
+            rereads=keys,
+        )
+
+    def _find(
+        self, namespace: str, query: Mapping[str, Any], low_watermark: Timestamp, size: int
+    ) -> tuple[dict[bytes, Mapping[str, Any]], bool, Timestamp]:
+        """Up to ``size`` documents matching ``query`` by ``_id`` (keyed by their encoded
+        ``_id``), whether more match, and the high watermark of the read."""
         rows: dict[bytes, Mapping[str, Any]] = {}
+        more = False
         # A causally consistent session reading after the low watermark: the chunk reflects at
         # least every change the stream has already delivered.
         with self.client.start_session(causal_consistency=True) as session:
             if low_watermark is not None:
                 session.advance_operation_time(low_watermark)
             collection = self._collection(namespace, self.documents_options)
-            cursor = collection.find(ranged, sort=[("_id", 1)], limit=size + 1, session=session)
+            cursor = collection.find(query, sort=[("_id", 1)], limit=size + 1, session=session)
             if self.config.snapshot_fetch_size:
                 cursor = cursor.batch_size(self.config.snapshot_fetch_size)
-            last_document = None
-            more = False
             for document in cursor:
                 if len(rows) == size:
                     more = True
                     break
                 rows[key_bytes(document["_id"], self.documents_options)] = document
-                last_document = document
             cursor.close()
             high = _session_time(session) or low_watermark
-        if last_document is None:
-            return None
-        exact_last = bson.decode(
-            key_bytes(last_document["_id"], self.documents_options), codec_options=self.bounds_options
-        )["_id"]
-        return Chunk(
-            namespace,
-            rows,
-            _exact(exact_last),
-            exhausted=not more,
-            high_watermark=max(time for time in (high, low_watermark) if time is not None),
-            codec_options=self.documents_options,
-        )
+        return rows, more, max(time for time in (high, low_watermark) if time is not None)
 
 
 def _session_time(session) -> Timestamp | None:
@@ -456,18 +530,30 @@ def _session_time(session) -> Timestamp | None:
 
 
 def after_chunk(progress: IncrementalProgress, chunk: Chunk, emitted: int) -> IncrementalProgress:
-    """The progress once ``chunk`` is committed (its collection done when it was the last one)."""
+    """The progress once ``chunk`` is committed: a range chunk moves the copy on (its collection
+    done when it was the last one); a re-read chunk takes its keys off the queue; the documents
+    the chunk dropped for a change no event carries whole join the queue. The snapshot is
+    completed when no collection and no queued document is left."""
+    queue = dict(progress.reread)
+    read_again = set(chunk.rereads)
+    # Ordered and without duplicates: the keys still waiting, then the ones this chunk dropped.
+    waiting = dict.fromkeys(key for key in queue.pop(chunk.namespace, ()) if key not in read_again)
+    waiting.update(dict.fromkeys(chunk.reread_keys()))
+    if waiting:
+        queue[chunk.namespace] = tuple(waiting)
     progress = replace(
         progress,
-        last_key=chunk.last_key,
+        reread=queue,
         documents=progress.documents + emitted,
         dropped=progress.dropped + chunk.dropped,
         chunks=progress.chunks + 1,
     )
-    if chunk.exhausted:
-        progress = replace(progress, current=None, done=(*progress.done, chunk.namespace))
-        if not progress.pending:
-            progress = progress.finish(COMPLETED)
+    if not chunk.rereads:
+        progress = replace(progress, last_key=chunk.last_key)
+        if chunk.exhausted:
+            progress = replace(progress, current=None, done=(*progress.done, chunk.namespace))
+    if progress.current is None and not progress.pending and not progress.reread:
+        progress = progress.finish(COMPLETED)
     return progress
 
 

@@ -143,11 +143,19 @@ class IncrementalPhase:
             current=progress.current,
             pending=list(progress.pending),
             done=list(progress.done),
+            left=list(progress.collections_left),
+            reread=progress.rereads,
             total_documents=progress.documents,
+            total_chunks=progress.chunks,
+            # Ended in an earlier window: this one had nothing to do for it.
+            finished_earlier=stored is not None
+            and stored.request_id == progress.request_id
+            and not stored.running,
             duration_s=round(time.monotonic() - began, 3),
             message=progress.message,
         )
-        log.info("Window of %s: %s", self.partition.describe(), progress.describe())
+        # The task log's line is the operator's, from the summary (window_summary.describe_incremental).
+        log.debug("Window of %s: %s", self.partition.describe(), progress.describe())
         return summary
 
     def _resolve_collections(self, names: list[str]) -> list[str]:

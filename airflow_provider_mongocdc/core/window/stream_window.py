@@ -6,12 +6,12 @@ of its own, see ``spark_apps/stream_window.py``), which drives a :class:`StreamW
 stops at the first change at or past its end's cluster time, or when the server's
 ``postBatchResumeToken`` passes it; batches never cut a MongoDB transaction; a stall before an end
 in the past fails with :class:`WindowEndNotReachedError` after committing what was read. After
-streaming to its end the window works on a requested incremental snapshot
-(:mod:`airflow_provider_mongocdc.core.window.incremental_phase`). The parameters live in :mod:`airflow_provider_mongocdc.core.window.params`, the streams in
-:mod:`airflow_provider_mongocdc.core.window.streams`, the errors in :mod:`airflow_provider_mongocdc.core.mongo.stream_errors`, the summaries in
-:mod:`airflow_provider_mongocdc.core.window.summary`; their names are importable from here too. Starting point, end, idle
-servers, the stored position, exactly once, faults and sharded clusters: docs/design.md,
-"Stream windows".
+streaming to its end (or finding its stored position already past it) the window works on a
+requested incremental snapshot (:mod:`airflow_provider_mongocdc.core.window.incremental_phase`). The parameters live in
+:mod:`airflow_provider_mongocdc.core.window.params`, the streams in :mod:`airflow_provider_mongocdc.core.window.streams`, the errors in
+:mod:`airflow_provider_mongocdc.core.mongo.stream_errors`, the summaries in :mod:`airflow_provider_mongocdc.core.window.summary`; their names are importable from
+here too. Starting point, end, idle servers, the stored position, exactly once, faults and sharded
+clusters: docs/design.md, "Stream windows".
 """
 
 from __future__ import annotations
@@ -173,14 +173,23 @@ class StreamWindow:
         self.committed_position = self.position = self.start
         start_time = position_time(self.start)
         if start_time is not None and start_time >= self.end:
-            # The window ends where (or before) the stored offset stands: nothing to read, and the
-            # offset must not move back.
+            # The window ends where (or before) the stored offset stands: nothing to stream, and
+            # the offset must not move back. A retried window whose first run committed an
+            # incremental snapshot chunk (its high watermark lies past the end) stands here too:
+            # the requested snapshot goes on from the stored position.
             log.info(
-                "Window of %s: the stored position (%s) is not before the window end %s; nothing to read",
+                "Window of %s: the stored position (%s) is not before the window end %s; nothing to stream",
                 self.partition.describe(),
                 self.start.describe(),
                 iso_z(self.params.window_end),
             )
+            try:
+                self._incremental = self._incremental_phase().run(
+                    self.state.incremental if self.state else None, self._request, started
+                )
+            except BaseException:
+                self._abort_quietly()
+                raise
             return self._summary(StopReason.ALREADY_PAST_END, started)
         log.info(
             "Window of %s from %s to %s",
@@ -204,29 +213,60 @@ class StreamWindow:
             # A stalled window commits what it read but is not a finished window.
             self._commit(final, last=reason != StopReason.CLUSTER_TIME_STALLED)
             if reason == StopReason.END_REACHED:
-                self._incremental = IncrementalPhase(
-                    self.config,
-                    self.client,
-                    self.partition,
-                    self.params,
-                    commit=self._commit,
-                    stream_to=self._stream_to,
-                    read_events=self._chunk_records,
-                    committed=lambda: self.committed_position,
-                    low_watermark=lambda: position_time(self.position),
-                ).run(self.state.incremental if self.state else None, self._request, started)
-        except BaseException:
-            try:
-                self._abort()
-            except MongoCdcError as error:  # the window's own error is the one to report
-                log.warning(
-                    "Window of %s: could not abort the open Kafka transaction (%s); it is "
-                    "aborted when the next run's writer starts",
-                    self.partition.describe(),
-                    error,
+                self._incremental = self._incremental_phase().run(
+                    self.state.incremental if self.state else None, self._request, started
                 )
+        except BaseException:
+            self._abort_quietly()
             raise
         return self._summary(reason, started)
+
+    def _incremental_phase(self) -> IncrementalPhase:
+        """The requested incremental snapshot's work after the stream part (see
+        :mod:`airflow_provider_mongocdc.core.window.incremental_phase`), with this window's steps."""
+        return IncrementalPhase(
+            self.config,
+            self.client,
+            self.partition,
+            self.params,
+            commit=self._commit,
+            stream_to=self._stream_to,
+            read_events=self._chunk_records,
+            committed=lambda: self.committed_position,
+            low_watermark=self._low_watermark,
+        )
+
+    def _low_watermark(self) -> Timestamp | None:
+        """The cluster time of the furthest position read: every change emitted so far is at or
+        before it, and the server has reached it. A position without a resume token (a window
+        that read nothing stands at its stored one) may lie one increment past anything the
+        server has reached (a committed chunk's high watermark + 1) when no change came since:
+        then the server's own cluster time, which is at least that high watermark (MongoDB
+        refuses an afterClusterTime past its cluster time)."""
+        time_read = position_time(self.position)
+        if self.position.resume_token:
+            return time_read
+        try:
+            with self.client.start_session(causal_consistency=False) as session:
+                self.client.admin.command("ping", session=session)
+                server = (session.cluster_time or {}).get("clusterTime")
+        except PyMongoError:  # the chunk's read reports an unreachable server in words
+            return time_read
+        if not isinstance(server, Timestamp) or time_read is None:
+            return time_read or server
+        return min(time_read, server)
+
+    def _abort_quietly(self) -> None:
+        """Abort the open Kafka transaction after a failure; the failure is the error to report."""
+        try:
+            self._abort()
+        except MongoCdcError as error:
+            log.warning(
+                "Window of %s: could not abort the open Kafka transaction (%s); it is "
+                "aborted when the next run's writer starts",
+                self.partition.describe(),
+                error,
+            )
 
     def _check_lease(self) -> None:
         """Refuse to run while a snapshot of the connector holds its lease (see :mod:`airflow_provider_mongocdc.core.offsets.lease`)."""
@@ -327,7 +367,7 @@ class StreamWindow:
                 if self.pending_changes >= max_batch or self._batch_due(now):
                     self._commit(self.position, last=False)
             if self._chunk is not None:
-                self._chunk.apply(change)
+                self._chunk.apply(change, self.builder.omits_document(change))
             self._emit(change, cluster_time)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
             self._last_transaction = transaction

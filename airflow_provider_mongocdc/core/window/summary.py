@@ -1,12 +1,14 @@
 """A window's run summary: why each stream stopped (:class:`StopReason`), what it emitted
-(:class:`WindowStats`, with lag percentiles from a uniform sample), and the window's summary over
-all of its streams (:func:`merge_summaries`). Summaries are plain JSON-able dicts.
+(:class:`WindowStats`, with lag percentiles from a uniform sample), the window's summary over
+all of its streams (:func:`merge_summaries`), and the task log's line about its incremental
+snapshot (:func:`describe_incremental`). Summaries are plain JSON-able dicts.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -97,6 +99,39 @@ def percentiles(samples: list[int], maximum: int | None) -> dict[str, int | None
         return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
     return {"p50": rank(0.50), "p95": rank(0.95), "max": maximum if maximum is not None else ordered[-1]}
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+def describe_incremental(incremental: Mapping[str, Any] | None) -> str | None:
+    """The task log's line about a window's incremental snapshot (a summary's
+    ``incremental_snapshot``): its id, status, collection, documents so far and what is left.
+    None when the window had none, or only one that ended in an earlier window."""
+    if not incremental or incremental.get("finished_earlier"):
+        return None
+    status = incremental.get("status")
+    total = incremental.get("total_documents", 0)
+    window = f"{incremental.get('documents', 0)} in {incremental.get('chunks', 0)} chunk(s) in this window"
+    line = f"Incremental snapshot {incremental.get('id')}: {status}"
+    if status == "running":
+        left = list(incremental.get("left") or [])
+        if left:
+            line += f", collection {left[0]}" + (f", then {_names(left[1:])}" if left[1:] else "")
+        line += f"; {total} documents so far ({window})"
+        if incremental.get("reread"):
+            line += f"; {incremental['reread']} document(s) to read again"
+    else:
+        done = list(incremental.get("done") or [])
+        line += f" ({incremental['message']})" if incremental.get("message") else ""
+        line += f", {len(done)} collection(s) copied" + (f" ({_names(done)})" if done else "")
+        line += f"; {total} documents ({window})"
+    if incremental.get("error"):
+        line += f"; the next chunk was not read: {incremental['error']}"
+    return line
 
 
 def empty_summary(
