@@ -36,7 +36,7 @@ browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
 		echo "chromium and chromedriver are installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update && apt-get install -y chromium chromium-driver; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
 	else \
 		echo "The browser test needs Debian's chromium and chromium-driver: run as root, or sudo apt-get install -y chromium chromium-driver" >&2; \
 		exit 1; \

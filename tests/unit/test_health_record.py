@@ -1,7 +1,7 @@
 """The MongoDB CDC page's record of one connector, built from what was read (no servers): the lag
 behind now, the headroom red below the watchdog's threshold, words for an unreachable server, the
-lease, an incremental snapshot's chunks left, and what never appears in a record (passwords,
-connection strings, full resume tokens)."""
+lease, an incremental snapshot's chunks left, and what never appears in a record or on the page
+(passwords, connection strings, full resume tokens)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
 from airflow_provider_mongocdc.core.offsets.lease import Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress
+from airflow_provider_mongocdc.plugins.health_page import render_page
 
 pytestmark = pytest.mark.unit
 
@@ -223,3 +224,30 @@ def test_cache_keeps_a_reading_for_its_ttl_then_reads_again():
     assert cache.get("k", read, refresh=True).value == 2  # read again on demand
     clock[0] += 15
     assert cache.get("k", read).value == 3  # expired
+
+
+def test_page_row_shows_lag_red_headroom_words_for_an_unreachable_server_and_no_secret():
+    state = state_at(7260)
+    low = report_with_headroom(state, 7260 + 3600)  # half full: about four hours of headroom
+    rows = [
+        record(Sources(offsets=view(state), oplog=Reading(low, NOW))),
+        record(
+            Sources(
+                offsets=view(state_at(30)),
+                oplog=Reading(
+                    None, NOW, "Could not connect to MongoDB at mongodb://cdc:pw1@db:1. Cause: refused"
+                ),
+            ),
+            name="lost",
+        ),
+    ]
+    html = render_page(
+        rows, generated_at=NOW, dag_id=None, list_errors=[], hidden=1, threshold_seconds=THRESHOLD
+    )
+    default = html[html.index('data-connector="default"') : html.index('data-connector="lost"')]
+    assert 'data-lag-seconds="7260"' in default and "lag 2 h 1 min" in default
+    assert '<div class="low"' in default and "rs0: 4 h 1 min" in default  # below 6 h: red
+    lost = html[html.index('data-connector="lost"') :]
+    assert "Could not connect to MongoDB at mongodb://cdc:***@db:1" in lost and "pw1" not in html
+    assert "1 connector(s) not shown: you may not read their DAGs" in html
+    assert TOKEN["_data"] not in html
