@@ -163,8 +163,10 @@ def run_cell(run: Mapping[str, Any] | None, kind: str) -> str:
     css = "failed" if state in ("failed", "upstream_failed", "up_for_retry") else ""
     text = f'<div class="{css}">{escape(state)} · {when(run.get("start_date"))}</div>'
     if kind == "window":
-        if run.get("events") is not None:
+        if run.get("events"):
             text += f"<div>{run['events']} events ({ops(run.get('events_by_op'))})</div>"
+        elif run.get("events") == 0:
+            text += "<div>no events</div>"
     else:
         if run.get("documents") is not None:
             text += f"<div>{run['documents']} documents</div>"
