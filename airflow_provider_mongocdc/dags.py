@@ -285,6 +285,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import DAG
 
+    from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
     from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, resnapshot_params
     from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
     from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
@@ -352,7 +353,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             poke_interval=timedelta(minutes=2),
             timeout=timedelta(minutes=8),
             soft_fail=True,
-            headroom_warning=timedelta(hours=6),
+            headroom_warning=HEADROOM_WARNING,
             resnapshot_dag_id=ids["resnapshot"],
             **connector.arguments(None),
         )

@@ -191,6 +191,11 @@ def get_provider_info() -> dict:
             {
                 "name": "mongocdc_pools",
                 "plugin-class": "airflow_provider_mongocdc.plugins.pools.MongoCdcPoolsPlugin",
-            }
+            },
+            # The MongoDB CDC page of the UI (navigation bar and a tab of each DAG) and its JSON API.
+            {
+                "name": "mongocdc_health",
+                "plugin-class": "airflow_provider_mongocdc.plugins.health.MongoCdcHealthPlugin",
+            },
         ],
     }

@@ -13,7 +13,7 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import GapChecker
-from airflow_provider_mongocdc.core.gap.report import GapReport
+from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
@@ -79,7 +79,7 @@ class OplogGapSensor(BaseSensorOperator):
         connector_config: Mapping[str, Any] | str,
         mongo_conn_id: str = "mongocdc_default",
         kafka_conn_id: str = "kafka_default",
-        headroom_warning: timedelta | float = timedelta(hours=6),
+        headroom_warning: timedelta | float = HEADROOM_WARNING,
         connect_max_attempts: int = 2,
         connector: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),

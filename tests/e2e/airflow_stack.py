@@ -1,11 +1,12 @@
 """What the end-to-end modules share: a stack (the MongoDB simulator, the real Kafka broker and an
-Airflow environment), Airflow's CLI and REST API, and the views of the topics the tests compare
-with MongoDB."""
+Airflow environment), Airflow's CLI and REST API, the views of the topics the tests compare with
+MongoDB, and the README's setup commands with the test's servers in place of its examples."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -310,3 +311,27 @@ def assert_all_tasks_succeed(api, dag_id: str, run_id: str) -> None:
     failed = [task for task, state in states.items() if state != "success"]
     logs = "\n".join(api.task_log(dag_id, run_id, task) for task in failed)
     assert run["state"] == "success" and not failed, f"{dag_id} {run_id}: {states}\n{logs}"
+
+
+# -- the README's setup ------------------------------------------------------------------------
+# The README's example values, replaced by the test's servers and a topic prefix of its own.
+README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
+README_KAFKA = "broker1:9092"
+README_PREFIX = '"topic.prefix": "shop"'
+
+
+def readme_setup_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"<!-- setup:start -->\s*```bash\n(.*?)```\s*<!-- setup:end -->", text, re.S)
+    assert match, "README.md has no setup block between <!-- setup:start --> and <!-- setup:end -->"
+    commands = [line.strip() for line in match.group(1).splitlines() if line.strip()]
+    assert commands and all(command.startswith("airflow ") for command in commands), commands
+    return commands
+
+
+def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
+    joined = "\n".join(commands)
+    for old, new in values.items():
+        assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
+        joined = joined.replace(old, new)
+    return joined.splitlines()

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -28,42 +27,24 @@ from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
-    REPO,
+    README_KAFKA,
+    README_MONGO_URI,
+    README_PREFIX,
     Stack,
     assert_all_tasks_succeed,
     connections_env,
     dag_folder,
     own_airflow,
+    readme_setup_commands,
     reads,
     start_airflow,
     stop,
+    substitute,
     trigger,
     wait_for,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
-
-# The README's example values, replaced by the test's servers and a topic prefix of its own.
-README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
-README_KAFKA = "broker1:9092"
-README_PREFIX = '"topic.prefix": "shop"'
-
-
-def readme_setup_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    match = re.search(r"<!-- setup:start -->\s*```bash\n(.*?)```\s*<!-- setup:end -->", text, re.S)
-    assert match, "README.md has no setup block between <!-- setup:start --> and <!-- setup:end -->"
-    commands = [line.strip() for line in match.group(1).splitlines() if line.strip()]
-    assert commands and all(command.startswith("airflow ") for command in commands), commands
-    return commands
-
-
-def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
-    joined = "\n".join(commands)
-    for old, new in values.items():
-        assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
-        joined = joined.replace(old, new)
-    return joined.splitlines()
 
 
 # -- 1: the README's setup -----------------------------------------------------------------------------

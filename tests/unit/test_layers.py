@@ -206,6 +206,7 @@ CORE_FLOORS = (
     "gap",
     "snapshot",
     "window",
+    "health",
 )
 
 
@@ -317,3 +318,18 @@ def test_no_module_level_alias_of_an_imported_name():
             ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
     assert not found, "second names for the provider's own names (use the original): " + "; ".join(found)
+
+
+def test_the_wheel_lists_every_package_of_the_provider():
+    """setuptools ships only the packages pyproject.toml lists: a sub-package missing there would be
+    missing from the installed provider and from the executors' archive built from it."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    )
+    present = {module_name(init.parent / "__init__.py") for init in REPO.glob(f"{PACKAGE}/**/__init__.py")}
+    present |= {SPARK_APPS}
+    assert present == listed, (
+        f"in the tree but not listed: {sorted(present - listed)}; listed, absent: {sorted(listed - present)}"
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bson.timestamp import Timestamp
@@ -37,6 +37,8 @@ OK, GAP, NO_OFFSET, NO_POSITION, SNAPSHOT_RUNNING = (
 )
 # Outcomes of the stream check.
 RESUMABLE, HISTORY_LOST = "resumable", "history_lost"
+# Below this headroom the watchdog's sensor warns and the MongoDB CDC page shows the headroom red.
+HEADROOM_WARNING = timedelta(hours=6)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -222,10 +222,11 @@ class ConnectorLease:
         return f"ConnectorLease({self.topic_prefix!r}, topic={self.store.topic!r})"
 
     # -- reading --
-    def current(self) -> Lease | None:
-        """The stored lease (live or expired), or None when free."""
+    def current(self, records: Iterable[tuple[bytes | None, bytes | None]] | None = None) -> Lease | None:
+        """The stored lease (live or expired), or None when free; from ``records`` when given (the
+        offsets topic's committed records, read before)."""
         value: bytes | None = None
-        for key, record_value in self.store.read_committed_records():
+        for key, record_value in self.store.read_committed_records() if records is None else records:
             if key == self.key:
                 value = record_value
         if value is None:

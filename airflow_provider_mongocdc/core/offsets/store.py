@@ -151,10 +151,13 @@ class OffsetStore:
             )
 
     # -- reading --
-    def read_everything(self) -> OffsetTopicContents:
-        """Fold the committed records of the topic: the last value per key, tombstones delete."""
+    def read_everything(
+        self, records: Iterable[tuple[bytes | None, bytes | None]] | None = None
+    ) -> OffsetTopicContents:
+        """Fold the committed records of the topic (or ``records``, read from it before): the last
+        value per key, tombstones delete."""
         folded = OffsetTopicContents()
-        for key, value in self.read_committed_records():
+        for key, value in self.read_committed_records() if records is None else records:
             parsed = parse_key(key)
             if parsed is None:
                 owner = request_owner(key)

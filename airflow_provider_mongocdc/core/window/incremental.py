@@ -441,6 +441,26 @@ class ChunkReader:
                 "window continues the incremental snapshot from its last committed chunk",
             ) from None
 
+    def documents_left(self, progress: IncrementalProgress) -> dict[str, int]:
+        """How many documents each collection still to copy holds: the current one after its last
+        copied ``_id`` (up to the largest ``_id`` it had when its copy began), the pending ones
+        whole, each with the connector's and the request's filters."""
+        left: dict[str, int] = {}
+        try:
+            for namespace in ([progress.current] if progress.current else []) + list(progress.pending):
+                query = self._query(progress, namespace)
+                if namespace == progress.current and progress.max_key is not None:
+                    last = _from_exact(progress.last_key) if progress.last_key else None
+                    query = _and(after_query(last, _from_exact(progress.max_key)), query)
+                left[namespace] = self._collection(namespace, self.bounds_options).count_documents(query)
+        except PyMongoError as error:
+            raise ConnectionFailedError(
+                "Counting the documents left to the incremental snapshot failed",
+                cause=error_text(error),
+                fix="check that MongoDB is reachable and the user may read the collections",
+            ) from None
+        return left
+
     def _maximum(self, namespace: str, query: Mapping[str, Any]) -> Any:
         found = (
             self._collection(namespace, self.bounds_options)

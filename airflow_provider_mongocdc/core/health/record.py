@@ -1,0 +1,419 @@
+"""One connector's health record: what the MongoDB CDC page shows in a row and its JSON API returns.
+
+Built without I/O from what was read elsewhere (:mod:`airflow_provider_mongocdc.core.health.probes`
+reads Kafka and MongoDB, the Airflow plugin reads runs and pools): the committed positions and the
+lag behind now, the oplog headroom of each position (low below the watchdog's threshold), the last
+window and snapshot, a running incremental snapshot, the lease, the pool, the events per window of
+the last day. Each value read elsewhere comes as a :class:`Reading` (value or error, and when it
+was read), so the record says how old it is, and an unreachable MongoDB or Kafka becomes words in
+the record instead of an error.
+
+What is left out: connection strings, passwords and the connector's properties never enter a
+record (only connection ids, the topic prefix and the offsets topic); resume tokens are cut to
+:data:`TOKEN_SHOWN` characters (their cluster time; the full token: ``mongocdc offsets show``);
+error texts pass through :func:`~airflow_provider_mongocdc.core.base.redaction.redact_uri`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Generic, TypeVar
+
+from airflow_provider_mongocdc.core.base.redaction import redact_uri
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.gap.report import GAP, OK, SNAPSHOT_RUNNING, GapReport, PartitionCheck
+from airflow_provider_mongocdc.core.mongo.oplog_span import ts_json
+from airflow_provider_mongocdc.core.offsets.lease import NOUNS, Lease
+from airflow_provider_mongocdc.core.offsets.model import (
+    SNAPSHOT_IN_PROGRESS,
+    OffsetPartition,
+    OffsetState,
+    Position,
+    position_time,
+    timestamp_datetime,
+)
+from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
+from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, IncrementalRequest
+
+T = TypeVar("T")
+
+# Characters of a resume token's _data shown: the type byte and the cluster time (seconds and
+# increment), which is what tells where the connector stands; the rest stays in the offsets topic.
+TOKEN_SHOWN = 18
+# Longest error text shown for one value.
+ERROR_SHOWN = 600
+OK_STATUS, WARNING_STATUS, ERROR_STATUS = "ok", "warning", "error"
+_RANK = {OK_STATUS: 0, WARNING_STATUS: 1, ERROR_STATUS: 2}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def shown_error(error: BaseException | str) -> str:
+    """An error as the page shows it: one line, credentials hidden, bounded length."""
+    text = " ".join(redact_uri(str(error)).split())
+    return text if len(text) <= ERROR_SHOWN else text[: ERROR_SHOWN - 1] + "…"
+
+
+def headline(error: str) -> str:
+    """The first sentence of an error (its problem, without cause and fix), for a list of problems."""
+    first = error.split(". Cause: ")[0].rstrip(".")
+    return first if len(first) <= 200 else first[:199] + "…"
+
+
+@dataclass(frozen=True)
+class Reading(Generic[T]):
+    """A value read from MongoDB, Kafka or Airflow at ``as_of``, or the error that reading gave."""
+
+    value: T | None
+    as_of: datetime
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is not None:  # whoever wrote it, an error is shown without credentials
+            object.__setattr__(self, "error", shown_error(self.error))
+
+    @classmethod
+    def of(cls, read: Callable[[], T], now: Callable[[], datetime] = utcnow) -> Reading[T]:
+        """Call ``read``; its value, or its error in words (never raised)."""
+        as_of = now()
+        try:
+            return cls(read(), as_of)
+        except Exception as error:  # shown on the page instead of breaking it
+            return cls(None, as_of, str(error))
+
+    def age_seconds(self, now: datetime) -> int:
+        return max(0, int((now - self.as_of).total_seconds()))
+
+    def meta(self, now: datetime) -> dict[str, Any]:
+        return {"as_of": iso_z(self.as_of), "age_seconds": self.age_seconds(now), "error": self.error}
+
+
+@dataclass(frozen=True)
+class ConnectorIdentity:
+    """What the connector list says about a connector, resolved at run time (connections may be
+    overridden by Variables for the connector ``default``)."""
+
+    name: str
+    dag_ids: Mapping[str, str]
+    conn_ids: Mapping[str, str]
+    pool: str
+    topic_prefix: str | None = None  # None: the configuration could not be read
+    offsets_topic: str | None = None
+    config_error: str | None = None
+    chunk_size: int = 1024  # incremental.snapshot.chunk.size
+
+
+@dataclass(frozen=True)
+class OffsetsView:
+    """One read of the connector's offsets topic: its partitions' states, incremental snapshot
+    request and lease."""
+
+    states: Mapping[OffsetPartition, OffsetState] = field(default_factory=dict)
+    request: Mapping[str, Any] | None = None
+    lease: Lease | None = None
+
+    @classmethod
+    def of(cls, contents: OffsetTopicContents, lease: Lease | None, topic_prefix: str) -> OffsetsView:
+        """The connector's part of everything in its offsets topic."""
+        states = {
+            partition: state
+            for partition, state in contents.states.items()
+            if partition.server_id == topic_prefix and partition.connector_name == topic_prefix
+        }
+        return cls(states, contents.requests.get((topic_prefix, topic_prefix)), lease)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything read for one connector."""
+
+    offsets: Reading[OffsetsView] | None = None  # None: no configuration, nothing to read
+    oplog: Reading[GapReport] | None = None  # None: not probed (no configuration or offsets)
+    documents_left: Reading[Mapping[str, int]] | None = None  # of a running incremental snapshot
+    runs: Reading[Mapping[str, Any]] | None = None  # last_window, last_snapshot, windows (day)
+    pool: Reading[Mapping[str, Any]] | None = None
+    registered_dags: frozenset[str] | None = None  # the connector's DAG ids known to Airflow
+
+
+# -- the parts of a record --------------------------------------------------------------------------
+def lag_seconds(position: Position | None, now: datetime) -> int | None:
+    """How far the committed position is behind ``now``: now minus its cluster time, in seconds."""
+    ts = position_time(position)
+    if ts is None:
+        return None
+    return max(0, int((now - timestamp_datetime(ts)).total_seconds()))
+
+
+def short_token(position: Position | None) -> str | None:
+    """A resume token's ``_data`` cut to :data:`TOKEN_SHOWN` characters (the full one is not shown)."""
+    token = position.resume_token if position else None
+    if not token:
+        return None
+    data = token.get("_data")
+    if isinstance(data, str):
+        return data if len(data) <= TOKEN_SHOWN else data[:TOKEN_SHOWN] + "…"
+    return "(binary token)"
+
+
+def position_row(partition: OffsetPartition, state: OffsetState, now: datetime) -> dict[str, Any]:
+    """One partition's committed position and lag."""
+    position = state.position
+    ts = position_time(position)
+    snapshot = state.snapshot
+    return {
+        "partition": partition.rs,
+        "cluster_time": iso_z(timestamp_datetime(ts)),
+        "cluster_time_ts": ts_json(ts),
+        "lag_seconds": lag_seconds(position, now),
+        "resume_token": short_token(position),
+        "last_window_end": iso_z(state.last_window_end),
+        "updated_at": iso_z(state.updated_at),
+        "snapshot": {
+            "status": snapshot.status,
+            "id": snapshot.snapshot_id,
+            "started_at": iso_z(snapshot.started_at),
+            "completed_at": iso_z(snapshot.completed_at),
+        },
+        "counters": {"events": state.events, "windows": state.windows, "snapshots": state.snapshots},
+    }
+
+
+def headroom_row(check: PartitionCheck, threshold_seconds: float) -> dict[str, Any]:
+    """One partition's oplog headroom: how long until the oplog rolls past its stored position,
+    ``low`` below ``threshold_seconds`` (the watchdog's warning)."""
+    headroom = check.headroom_seconds
+    return {
+        "partition": check.partition.rs,
+        "status": check.status,
+        "headroom_seconds": headroom,
+        "low": check.status == GAP
+        or (check.status in (OK, SNAPSHOT_RUNNING) and headroom is not None and headroom < threshold_seconds),
+        "oldest_oplog_time": iso_z(timestamp_datetime(check.oldest)),
+        "lost_seconds": check.lost_seconds,
+        "note": shown_error(check.note) if check.note else "",
+    }
+
+
+def lease_part(lease: Lease | None, now: datetime) -> dict[str, Any]:
+    """Free, or held by whom (an Airflow task instance ``<dag>/<run>/<task>``, or an offsets
+    command), for what, since and until when. An expired lease is free."""
+    if lease is None:
+        return {"state": "free"}
+    part = {
+        "state": "held" if lease.live(now) else "expired",
+        "owner": lease.owner,
+        "kind": NOUNS.get(lease.kind, lease.kind),
+        "host": lease.host,
+        "acquired_at": iso_z(lease.acquired_at),
+        "expires_at": iso_z(lease.expires_at),
+    }
+    dag_id, _, rest = lease.owner.partition("/")
+    run_id, _, task_id = rest.rpartition("/")
+    if dag_id and run_id and task_id and " " not in dag_id:
+        part["task_instance"] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+    return part
+
+
+def incremental_part(
+    view: OffsetsView, documents_left: Reading[Mapping[str, int]] | None, chunk_size: int, now: datetime
+) -> dict[str, Any] | None:
+    """A running incremental snapshot (or the last one's outcome): the collection being copied,
+    documents so far, chunks done and left (from the documents left, when they could be counted)."""
+    progress = running_incremental(view)
+    request = IncrementalRequest.from_json(view.request) if view.request else None
+    if progress is None:
+        if request is not None and not request.stop:
+            return {
+                "status": "requested",
+                "request_id": request.request_id,
+                "collections": list(request.collections) or None,
+                "requested_at": iso_z(request.requested_at),
+                "note": "waiting for the next window to start copying",
+            }
+        last = latest_incremental(view)
+        if last is None:
+            return None
+        return {
+            "status": last.status,
+            "request_id": last.request_id,
+            "documents": last.documents,
+            "chunks_done": last.chunks,
+            "completed_at": iso_z(last.completed_at),
+            "note": last.message or "",
+        }
+    part: dict[str, Any] = {
+        "status": progress.status,
+        "request_id": progress.request_id,
+        "collection": progress.current or (progress.pending[0] if progress.pending else None),
+        "collections_left": ([progress.current] if progress.current else []) + list(progress.pending),
+        "collections_done": list(progress.done),
+        "documents": progress.documents,
+        "chunks_done": progress.chunks,
+        "chunks_left": None,
+        "documents_left": None,
+        "started_at": iso_z(progress.started_at),
+        "counted": None,
+    }
+    if documents_left is not None:
+        part["counted"] = documents_left.meta(now)
+        if documents_left.value is not None:
+            left = dict(documents_left.value)
+            part["documents_left"] = sum(left.values())
+            part["chunks_left"] = sum(math.ceil(count / max(1, chunk_size)) for count in left.values())
+    return part
+
+
+def running_incremental(view: OffsetsView) -> IncrementalProgress | None:
+    """The running incremental snapshot's progress of any partition, or None."""
+    for state in view.states.values():
+        progress = IncrementalProgress.from_json(state.incremental)
+        if progress is not None and progress.running:
+            return progress
+    return None
+
+
+def latest_incremental(view: OffsetsView) -> IncrementalProgress | None:
+    found = [IncrementalProgress.from_json(state.incremental) for state in view.states.values()]
+    found = [progress for progress in found if progress is not None]
+    return (
+        max(found, key=lambda p: p.completed_at or p.started_at or datetime.min.replace(tzinfo=timezone.utc))
+        if found
+        else None
+    )
+
+
+def window_chart(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Events per window, oldest first: ``{"end", "events", "state"}``."""
+    return sorted(
+        (
+            {"end": point.get("end"), "events": point.get("events"), "state": point.get("state")}
+            for point in points
+        ),
+        key=lambda point: point["end"] or "",
+    )
+
+
+# -- the record -------------------------------------------------------------------------------------
+def connector_record(
+    identity: ConnectorIdentity, sources: Sources, *, now: datetime, headroom_threshold_seconds: float
+) -> dict[str, Any]:
+    """The health record of one connector (JSON-serialisable)."""
+    problems: list[tuple[str, str]] = []  # (status, words)
+    record: dict[str, Any] = {
+        "name": identity.name,
+        "dag_ids": dict(identity.dag_ids),
+        "conn_ids": dict(identity.conn_ids),
+        "topic_prefix": identity.topic_prefix,
+        "offsets_topic": identity.offsets_topic,
+        "generated_at": iso_z(now),
+    }
+    if identity.config_error:
+        problems.append((ERROR_STATUS, f"configuration: {headline(identity.config_error)}"))
+    if sources.registered_dags is not None:
+        missing = sorted(set(identity.dag_ids.values()) - set(sources.registered_dags))
+        record["dags_registered"] = not missing
+        if missing:
+            problems.append(
+                (
+                    WARNING_STATUS,
+                    f"DAGs not registered in Airflow yet: {', '.join(missing)} (see DAG import errors)",
+                )
+            )
+
+    def read(part: dict[str, Any], reading: Reading | None, status: str, words: str) -> Any:
+        """``reading``'s value (None without one); its age and error into ``part``, the error
+        into the problems."""
+        if reading is None:
+            return None
+        part.update(reading.meta(now))
+        if reading.error:
+            problems.append((status, f"{words}: {headline(reading.error)}"))
+        return reading.value
+
+    # offsets: positions, lag, lease, incremental snapshot
+    offsets: dict[str, Any] = {"partitions": [], "lag_seconds": None}
+    view: OffsetsView | None = read(
+        offsets, sources.offsets, ERROR_STATUS, "Kafka: the offsets could not be read"
+    )
+    if view is not None:
+        rows = [
+            position_row(partition, state, now)
+            for partition, state in sorted(view.states.items(), key=lambda item: item[0].rs)
+        ]
+        offsets["partitions"] = rows
+        lags = [row["lag_seconds"] for row in rows if row["lag_seconds"] is not None]
+        offsets["lag_seconds"] = max(lags) if lags else None
+        if not rows:
+            problems.append(
+                (WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
+            )
+        elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):
+            problems.append((WARNING_STATUS, "a snapshot is in progress"))
+    record["offsets"] = offsets
+    record["lease"] = lease_part(view.lease if view else None, now) | (
+        sources.offsets.meta(now) if sources.offsets is not None else {}
+    )
+    record["incremental_snapshot"] = (
+        incremental_part(view, sources.documents_left, identity.chunk_size, now) if view else None
+    )
+
+    # oplog headroom
+    oplog: dict[str, Any] = {
+        "threshold_seconds": int(headroom_threshold_seconds),
+        "partitions": [],
+        "headroom_seconds": None,
+    }
+    report: GapReport | None = read(
+        oplog, sources.oplog, WARNING_STATUS, "MongoDB: the oplog headroom is unknown"
+    )
+    if report is not None:
+        oplog["partitions"] = [headroom_row(check, headroom_threshold_seconds) for check in report.checks]
+        oplog["headroom_seconds"] = report.headroom_seconds
+        oplog["notes"] = [shown_error(note) for note in report.notes]
+        if report.gap:
+            lost = ", ".join(check.partition.rs for check in report.gaps)
+            problems.append(
+                (
+                    ERROR_STATUS,
+                    f"oplog gap: the stored position of {lost} is no longer in the oplog; re-snapshot "
+                    f"({identity.dag_ids.get('resnapshot')})",
+                )
+            )
+        elif any(row["low"] for row in oplog["partitions"]):
+            problems.append(
+                (
+                    WARNING_STATUS,
+                    f"oplog headroom below {_hours(headroom_threshold_seconds)}: run the window "
+                    "(or size the oplog) before the position is purged",
+                )
+            )
+    record["oplog"] = oplog
+
+    # runs and pool (from Airflow)
+    record["runs"] = {}
+    runs = read(record["runs"], sources.runs, WARNING_STATUS, "Airflow runs could not be read") or {}
+    record["last_window"] = runs.get("last_window")
+    record["last_snapshot"] = runs.get("last_snapshot")
+    record["windows_last_day"] = window_chart(runs.get("windows") or [])
+    if (record["last_window"] or {}).get("state") in ("failed", "upstream_failed"):
+        problems.append(
+            (WARNING_STATUS, f"the last window failed (run {record['last_window'].get('run_id')})")
+        )
+    pool_read: dict[str, Any] = {}
+    pool = read(pool_read, sources.pool, WARNING_STATUS, "the pool could not be read") or {}
+    record["pool"] = {"name": identity.pool, **pool, "read": pool_read}
+
+    worst = max((status for status, _ in problems), key=_RANK.__getitem__, default=OK_STATUS)
+    record["status"] = worst
+    record["problems"] = [words for _, words in sorted(problems, key=lambda item: -_RANK[item[0]])]
+    return record
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h"

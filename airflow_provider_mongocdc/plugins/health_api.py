@@ -1,0 +1,450 @@
+"""The MongoDB CDC page and its JSON API, mounted by the plugin at ``/mongocdc`` of the API server.
+
+* ``GET /mongocdc/`` the page (``?dag_id=<a connector's DAG>``: that connector only);
+* ``GET /mongocdc/api/connectors`` every connector the user may read, as JSON;
+* ``GET /mongocdc/api/connectors/<name>`` one connector (404 unknown, 403 not readable).
+
+Every endpoint takes the user as Airflow's own API does (:func:`airflow.api_fastapi.core_api.security.get_user`:
+the JWT of the ``Authorization: Bearer`` header, else the UI's ``_token`` cookie; 401 without one,
+403 for an invalid one) and shows a connector only to a user whom Airflow's auth manager allows to
+read (``GET``) all of its DAGs. ``?refresh=true`` reads Kafka and MongoDB again instead of using
+what was read less than :data:`OFFSETS_TTL_S` / :data:`PROBE_TTL_S` seconds ago.
+
+The connectors are those of the connector list (``MONGOCDC_CONNECTORS_FILE``, else
+``mongocdc_connectors.json`` in ``[core] dags_folder``, as the example DAG file reads it); their
+configuration and connections are read as the tasks read them (Variables, connections). What the
+record holds and leaves out: :mod:`airflow_provider_mongocdc.core.health.record`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse
+
+from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
+from airflow_provider_mongocdc.core.health.probes import (
+    ReadingCache,
+    count_documents_left,
+    probe_oplog,
+    read_offsets,
+)
+from airflow_provider_mongocdc.core.health.record import (
+    ConnectorIdentity,
+    Reading,
+    Sources,
+    connector_record,
+    running_incremental,
+    shown_error,
+    utcnow,
+)
+from airflow_provider_mongocdc.dags import Connector, ConnectorEntryError, load_connectors
+from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
+from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
+
+CONNECTORS_FILE_ENV = "MONGOCDC_CONNECTORS_FILE"
+CONNECTORS_FILE = "mongocdc_connectors.json"
+# How long a read of the offsets topic, and a MongoDB probe, is shown before it is read again.
+OFFSETS_TTL_S = 15.0
+PROBE_TTL_S = 60.0
+CHART_HOURS = 24
+WINDOW_TASK, SNAPSHOT_TASK, RESNAPSHOT_TASK = "window", "snapshot", "resnapshot"
+# Snapshot summaries of runs that copied nothing (snapshot.mode found nothing to do).
+NO_COPY_ACTIONS = ("nothing", "record_position")
+
+app = FastAPI(
+    title="MongoDB CDC",
+    description="Every MongoDB CDC connector's health: committed positions and lag, oplog headroom, "
+    "the last window and snapshot, incremental snapshots, the lease and the pool.",
+)
+offsets_cache = ReadingCache(OFFSETS_TTL_S)
+probe_cache = ReadingCache(PROBE_TTL_S)
+
+
+# -- the connectors ---------------------------------------------------------------------------------
+def connectors_file() -> Path:
+    """The connector list: ``MONGOCDC_CONNECTORS_FILE``, else the one in the DAGs folder."""
+    from airflow.configuration import conf
+
+    given = os.environ.get(CONNECTORS_FILE_ENV)
+    return Path(given) if given else Path(conf.get("core", "dags_folder")) / CONNECTORS_FILE
+
+
+def connector_list() -> tuple[list[Connector], list[str]]:
+    """The valid connectors of the list, and the words for what could not be read."""
+    path = connectors_file()
+    if not path.is_file():
+        return [], [
+            f"No connector list at {path}: set {CONNECTORS_FILE_ENV} on the API server to the "
+            f"connector list file (or put {CONNECTORS_FILE} in the DAGs folder)"
+        ]
+    try:
+        entries = load_connectors(path)
+    except (ConnectorEntryError, OSError) as error:
+        return [], [shown_error(error)]
+    connectors, errors, seen = [], [], set()
+    for index, entry in enumerate(entries):
+        try:
+            connector = Connector(entry, index)
+        except ConnectorEntryError as error:
+            errors.append(f"{shown_error(error)} (not shown; its DAG file has an import error)")
+            continue
+        if connector.name not in seen:
+            seen.add(connector.name)
+            connectors.append(connector)
+    return connectors, errors
+
+
+def identity(connector: Connector) -> tuple[ConnectorIdentity, ConnectorConfig | None]:
+    """What the page needs of a connector, its configuration read as a task reads it."""
+    conn_ids, config, error = dict(connector.conn_ids), None, None
+    try:
+        conn_ids = {kind: connector.conn_id(kind) for kind in connector.conn_ids}
+        properties = json.loads(connector.connector_config())
+        if not isinstance(properties, dict):
+            raise ValueError("the connector configuration is not a JSON object")
+        config = ConnectorConfig.from_properties(properties)
+    except Exception as failure:  # shown in words
+        error = shown_error(failure)
+    return (
+        ConnectorIdentity(
+            name=connector.name,
+            dag_ids=connector.dag_ids,
+            conn_ids=conn_ids,
+            pool=connector.pool,
+            topic_prefix=config.topic_prefix if config else None,
+            offsets_topic=config.offsets_topic if config else None,
+            config_error=error,
+            chunk_size=config.incremental_snapshot_chunk_size if config else 1024,
+        ),
+        config,
+    )
+
+
+# -- authorization ----------------------------------------------------------------------------------
+def readable(user, connectors: Iterable[Connector]) -> list[Connector]:
+    """The connectors all of whose DAGs the auth manager lets ``user`` read."""
+    from airflow.models.dag import DagModel
+
+    connectors = list(connectors)
+    dag_ids = sorted({dag_id for connector in connectors for dag_id in connector.dag_ids.values()})
+    teams = DagModel.get_dag_id_to_team_name_mapping(dag_ids) if dag_ids else {}
+    by_team: dict[str | None, set[str]] = {}
+    for dag_id in dag_ids:
+        by_team.setdefault(teams.get(dag_id), set()).add(dag_id)
+    manager = get_auth_manager()
+    allowed: set[str] = set()
+    for team, group in by_team.items():
+        allowed |= manager.filter_authorized_dag_ids(dag_ids=group, user=user, method="GET", team_name=team)
+    return [connector for connector in connectors if set(connector.dag_ids.values()) <= allowed]
+
+
+# -- what Airflow knows: runs, pools, DAGs --------------------------------------------------------------
+def _summaries(session, instances) -> dict[tuple[str, str, str], Any]:
+    """The return values (run summaries) of task instances, by (dag_id, run_id, task_id)."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select, tuple_
+
+    keys = {(ti.dag_id, ti.run_id, ti.task_id) for ti in instances}
+    if not keys:
+        return {}
+    rows = session.scalars(
+        select(XComModel).where(
+            XComModel.key == "return_value",
+            XComModel.map_index == -1,
+            tuple_(XComModel.dag_id, XComModel.run_id, XComModel.task_id).in_(sorted(keys)),
+        )
+    )
+    found = {}
+    for row in rows:
+        value = XComModel.deserialize_value(row)
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        found[(row.dag_id, row.run_id, row.task_id)] = value
+    return found
+
+
+# What the page shows of a window's and a snapshot's summary (XCom): name -> summary key.
+WINDOW_FIELDS = {"events": "events", "events_by_op": "events_by_op", "window_end": "window_end"}
+SNAPSHOT_FIELDS = {
+    "snapshot_id": "snapshot_id",
+    "documents": "documents",
+    "documents_by_collection": "collections",
+    "action": "action",
+}
+
+
+def _run(ti, summary: Any, fields: Mapping[str, str]) -> dict[str, Any]:
+    """A task instance and the ``fields`` of its summary."""
+    summary = summary if isinstance(summary, Mapping) else {}
+    duration = summary.get("duration_s")
+    if duration is None and ti.start_date and ti.end_date:
+        duration = round((ti.end_date - ti.start_date).total_seconds(), 1)
+    run = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "state": str(ti.state) if ti.state is not None else None,
+        "start_date": ti.start_date.isoformat() if ti.start_date else None,
+        "end_date": ti.end_date.isoformat() if ti.end_date else None,
+        "duration_s": duration,
+        "log_url": task_url(ti.dag_id, ti.run_id, ti.task_id, ti.try_number),
+    }
+    run.update({name: summary.get(key) for name, key in fields.items()})
+    if "resnapshot" in summary:
+        run["mode"] = (summary.get("resnapshot") or {}).get("mode")
+    return run
+
+
+def read_runs(dag_ids: Mapping[str, str], now: datetime) -> dict[str, Any]:
+    """The connector's last window, last snapshot and the windows of the last day."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from sqlalchemy import and_, or_, select
+
+    hourly, resnapshot = dag_ids["hourly"], dag_ids["resnapshot"]
+    with create_session() as session:
+        windows = list(
+            session.scalars(
+                select(TI)
+                .where(TI.dag_id == hourly, TI.task_id == WINDOW_TASK, TI.start_date.is_not(None))
+                .order_by(TI.start_date.desc())
+                .limit(200)
+            )
+        )
+        day = [
+            ti
+            for ti in windows
+            if ti.end_date is not None and ti.end_date >= now - timedelta(hours=CHART_HOURS)
+        ]
+        snapshots = list(
+            session.scalars(
+                select(TI)
+                .where(
+                    or_(
+                        and_(TI.dag_id == hourly, TI.task_id == SNAPSHOT_TASK),
+                        and_(TI.dag_id == resnapshot, TI.task_id == RESNAPSHOT_TASK),
+                    ),
+                    TI.start_date.is_not(None),
+                )
+                .order_by(TI.start_date.desc())
+                .limit(50)
+            )
+        )
+        summaries = _summaries(session, [*windows[:1], *day, *snapshots])
+        last_snapshot = None
+        for ti in snapshots:
+            summary = summaries.get((ti.dag_id, ti.run_id, ti.task_id))
+            copied = isinstance(summary, Mapping) and summary.get("action") not in (None, *NO_COPY_ACTIONS)
+            unfinished = ti.state not in ("success", "skipped")
+            if copied or (unfinished and (ti.task_id == RESNAPSHOT_TASK or ti.state != "running")):
+                last_snapshot = _run(ti, summary, SNAPSHOT_FIELDS)
+                break
+        points = []
+        for ti in day:
+            summary = summaries.get((hourly, ti.run_id, WINDOW_TASK))
+            summary = summary if isinstance(summary, Mapping) else {}
+            points.append(
+                {
+                    "end": summary.get("window_end") or ti.end_date.isoformat(),
+                    "events": summary.get("events"),
+                    "state": str(ti.state),
+                    "run_id": ti.run_id,
+                }
+            )
+        last = windows[0] if windows else None
+        return {
+            "last_window": _run(last, summaries.get((hourly, last.run_id, WINDOW_TASK)), WINDOW_FIELDS)
+            if last
+            else None,
+            "last_snapshot": last_snapshot,
+            "windows": points,
+        }
+
+
+def read_pool(name: str) -> dict[str, Any]:
+    """The pool's slots and the tasks that use them."""
+    from airflow.models.pool import Pool
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        stats = Pool.slots_stats(session=session).get(name)
+        if stats is None:
+            return {"exists": False, "note": "created with one slot when the connector's next run starts"}
+        users = session.execute(
+            select(TI.dag_id, TI.run_id, TI.task_id, TI.state, TI.try_number).where(
+                TI.pool == name, TI.state.in_(("running", "queued", "deferred", "scheduled"))
+            )
+        ).all()
+    total = stats["total"]
+    return {
+        "exists": True,
+        "slots": None if total == float("inf") else int(total),
+        "running": int(stats["running"]),
+        "queued": int(stats["queued"]),
+        "scheduled": int(stats["scheduled"]),
+        "deferred": int(stats["deferred"]),
+        "open": None if stats["open"] == float("inf") else int(stats["open"]),
+        "tasks": [
+            {
+                "dag_id": dag_id,
+                "run_id": run_id,
+                "task_id": task_id,
+                "state": str(state),
+                "url": task_url(dag_id, run_id, task_id, try_number),
+            }
+            for dag_id, run_id, task_id, state, try_number in users
+        ],
+    }
+
+
+def registered(dag_ids: Iterable[str]) -> tuple[frozenset[str], dict[str, bool]]:
+    """The DAG ids known to Airflow, and whether each is paused."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(list(dag_ids)))
+        ).all()
+    return frozenset(dag_id for dag_id, _ in rows), {dag_id: bool(paused) for dag_id, paused in rows}
+
+
+# -- one connector's record -----------------------------------------------------------------------------
+def gather(connector: Connector, *, refresh: bool, now: datetime) -> dict[str, Any]:
+    """The health record of ``connector``: Kafka and MongoDB read through the caches."""
+    from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
+    from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
+
+    who, config = identity(connector)
+    sources: dict[str, Any] = {}
+    if config is not None:
+        kafka_id, mongo_id = who.conn_ids["kafka"], who.conn_ids["mongo"]
+        offsets = offsets_cache.get(
+            ("offsets", kafka_id, config.offsets_topic, config.topic_prefix),
+            lambda: read_offsets(KafkaConfigHook(kafka_id).get_kafka_config(), config),
+            refresh=refresh,
+        )
+        sources["offsets"] = offsets
+        if offsets.value is None:
+            sources["oplog"] = Reading(None, offsets.as_of, "not checked: the offsets could not be read")
+        else:
+            view = offsets.value
+
+            def details():
+                return MongoTopologyHook.from_config(config, mongo_id).get_connection_details()
+
+            sources["oplog"] = probe_cache.get(
+                ("oplog", mongo_id, config.topic_prefix),
+                lambda: probe_oplog(config, details(), view),
+                refresh=refresh,
+            )
+            progress = running_incremental(view)
+            if progress is not None:
+                sources["documents_left"] = probe_cache.get(
+                    ("left", mongo_id, config.topic_prefix, progress.request_id, progress.chunks),
+                    lambda: count_documents_left(config, details(), view),
+                    refresh=refresh,
+                )
+    sources["runs"] = Reading.of(lambda: read_runs(connector.dag_ids, now))
+    sources["pool"] = Reading.of(lambda: read_pool(connector.pool))
+    known = Reading.of(lambda: registered(connector.dag_ids.values()))
+    if known.value is not None:
+        sources["registered_dags"] = known.value[0]
+    record = connector_record(
+        who, Sources(**sources), now=now, headroom_threshold_seconds=HEADROOM_WARNING.total_seconds()
+    )
+    record["paused"] = known.value[1] if known.value is not None else None
+    holder = record["lease"].get("task_instance")
+    if holder:
+        record["lease"]["url"] = task_url(holder["dag_id"], holder["run_id"], holder["task_id"])
+    record["links"] = {kind: ui_url("dags", dag_id) for kind, dag_id in connector.dag_ids.items()} | {
+        "resnapshot_form": ui_url("dags", connector.dag_ids["resnapshot"])
+    }
+    return record
+
+
+def gather_all(connectors: list[Connector], *, refresh: bool, now: datetime) -> list[dict[str, Any]]:
+    """The records of ``connectors`` at ``now``, read side by side (a slow server delays only its
+    own row)."""
+    if not connectors:
+        return []
+    with ThreadPoolExecutor(
+        max_workers=min(8, len(connectors)), thread_name_prefix="mongocdc-health"
+    ) as pool:
+        return list(pool.map(lambda connector: gather(connector, refresh=refresh, now=now), connectors))
+
+
+# -- the endpoints ----------------------------------------------------------------------------------------
+@app.exception_handler(HTTPException)
+async def _refusal(request: Request, error: HTTPException):
+    """A refused request for the page gets a page saying how to log in; the API answers JSON."""
+    if error.status_code in (401, 403) and request.scope.get("endpoint") is page:
+        login = get_auth_manager().get_url_login(next_url=str(request.url))
+        return HTMLResponse(
+            render_login(error.status_code, str(error.detail), login), status_code=error.status_code
+        )
+    return await http_exception_handler(request, error)
+
+
+@app.get("/", response_class=HTMLResponse, summary="The MongoDB CDC page")
+def page(user: GetUserDep, dag_id: str | None = None, refresh: bool = False) -> HTMLResponse:
+    connectors, errors = connector_list()
+    allowed = readable(user, connectors)
+    shown = (
+        [connector for connector in allowed if dag_id in connector.dag_ids.values()] if dag_id else allowed
+    )
+    now = utcnow()
+    return HTMLResponse(
+        render_page(
+            gather_all(shown, refresh=refresh, now=now),
+            generated_at=now,
+            dag_id=dag_id,
+            list_errors=errors,
+            hidden=len(connectors) - len(allowed),
+            threshold_seconds=HEADROOM_WARNING.total_seconds(),
+        )
+    )
+
+
+@app.get("/api/connectors", summary="Every connector's health record (those the user may read)")
+def list_connectors(user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+    connectors, errors = connector_list()
+    now = utcnow()
+    records = gather_all(readable(user, connectors), refresh=refresh, now=now)
+    return {
+        "connectors": records,
+        "total_entries": len(records),
+        "list_errors": errors,
+        "generated_at": iso_z(now),
+        "headroom_threshold_seconds": int(HEADROOM_WARNING.total_seconds()),
+    }
+
+
+@app.get("/api/connectors/{name}", summary="One connector's health record")
+def one_connector(name: str, user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+    connectors, _ = connector_list()
+    found = [connector for connector in connectors if connector.name == name]
+    if not found:
+        raise HTTPException(404, f"No connector {name!r} in the connector list {connectors_file()}")
+    if not readable(user, found):
+        raise HTTPException(403, f"You may not read the DAGs of connector {name!r}")
+    return gather_all(found, refresh=refresh, now=utcnow())[0]

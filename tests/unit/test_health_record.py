@@ -1,0 +1,253 @@
+"""The MongoDB CDC page's record of one connector, built from what was read (no servers): the lag
+behind now, the headroom red below the watchdog's threshold, words for an unreachable server, the
+lease, an incremental snapshot's chunks left, and what never appears in a record or on the page
+(passwords, connection strings, full resume tokens)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from bson.timestamp import Timestamp
+
+from airflow_provider_mongocdc.core.gap.plan import Probe
+from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport, assess
+from airflow_provider_mongocdc.core.health.probes import ReadingCache
+from airflow_provider_mongocdc.core.health.record import (
+    TOKEN_SHOWN,
+    ConnectorIdentity,
+    OffsetsView,
+    Reading,
+    Sources,
+    connector_record,
+)
+from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
+from airflow_provider_mongocdc.core.offsets.lease import Lease
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress
+from airflow_provider_mongocdc.plugins.health_page import render_page
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=timezone.utc)
+THRESHOLD = HEADROOM_WARNING.total_seconds()
+PARTITION = OffsetPartition("shop", "rs0")
+TOKEN = {"_data": "8267" + "45A1B2C3" + "00000001" + "2B022C0100296E5A1004" * 4}
+
+
+def identity(**changes) -> ConnectorIdentity:
+    values = dict(
+        name="default",
+        dag_ids={
+            "hourly": "mongocdc_hourly",
+            "resnapshot": "mongocdc_resnapshot",
+            "watchdog": "mongocdc_watchdog",
+        },
+        conn_ids={"mongo": "mongocdc_default", "kafka": "kafka_default", "spark": "spark_default"},
+        pool="mongocdc_default",
+        topic_prefix="shop",
+        offsets_topic="shop.offsets",
+        chunk_size=100,
+    )
+    values.update(changes)
+    return ConnectorIdentity(**values)
+
+
+def state_at(seconds_before_now: int, **changes) -> OffsetState:
+    position = Position(
+        resume_token=TOKEN, cluster_time=Timestamp(int(NOW.timestamp()) - seconds_before_now, 3)
+    )
+    return OffsetState(position=position, windows=2, **changes)
+
+
+def view(state: OffsetState, lease: Lease | None = None) -> Reading[OffsetsView]:
+    return Reading(OffsetsView({PARTITION: state}, None, lease), NOW - timedelta(seconds=5))
+
+
+def report_with_headroom(state: OffsetState, oldest_before_now: int, newest_before_now: int = 0) -> GapReport:
+    """The gap check's report for an oplog spanning from ``oldest_before_now`` s ago to now."""
+    span = OplogSpan(
+        "rs0",
+        oldest=Timestamp(int(NOW.timestamp()) - oldest_before_now, 1),
+        newest=Timestamp(int(NOW.timestamp()) - newest_before_now, 1),
+        size_bytes=500,
+        max_size_bytes=1000,
+    )
+    check = assess(Probe(PARTITION, state, None, (None,)), [span], stream="resumable")
+    return GapReport("shop", (check,), detected_at=NOW)
+
+
+def record(sources: Sources, **identity_changes) -> dict:
+    return connector_record(
+        identity(**identity_changes), sources, now=NOW, headroom_threshold_seconds=THRESHOLD
+    )
+
+
+def test_lag_is_now_minus_the_committed_cluster_time_and_each_value_says_its_age():
+    shown = record(Sources(offsets=view(state_at(754))))
+    (row,) = shown["offsets"]["partitions"]
+    assert row["partition"] == "rs0"
+    assert row["cluster_time"] == "2026-11-26T11:47:26Z"
+    assert row["cluster_time_ts"] == {"t": int(NOW.timestamp()) - 754, "i": 3}
+    assert row["lag_seconds"] == 754 and shown["offsets"]["lag_seconds"] == 754
+    assert shown["offsets"]["age_seconds"] == 5 and shown["offsets"]["error"] is None
+    assert shown["status"] == "ok" and shown["problems"] == []
+
+
+def test_resume_token_is_cut_to_its_cluster_time():
+    shown = record(Sources(offsets=view(state_at(10))))
+    token = shown["offsets"]["partitions"][0]["resume_token"]
+    assert token == TOKEN["_data"][:TOKEN_SHOWN] + "…"
+    assert TOKEN["_data"] not in json.dumps(shown)
+
+
+@pytest.mark.parametrize(
+    ("hours_of_headroom", "low"),
+    [(THRESHOLD / 3600 - 1, True), (THRESHOLD / 3600 + 1, False)],
+)
+def test_headroom_is_low_below_the_watchdogs_threshold(hours_of_headroom, low):
+    # Half full in the last hour with the stored position 10 min old: the oplog rolls past it in
+    # (oldest age - position age) scaled by the free share; choose the oldest entry accordingly.
+    state = state_at(600)
+    oldest = int(600 + hours_of_headroom * 3600 / 2)  # half full: headroom doubles the retained span
+    report = report_with_headroom(state, oldest)
+    shown = record(Sources(offsets=view(state), oplog=Reading(report, NOW)))
+    (row,) = shown["oplog"]["partitions"]
+    assert row["headroom_seconds"] == report.checks[0].headroom_seconds
+    assert (row["headroom_seconds"] < THRESHOLD) is low
+    assert row["low"] is low
+    assert shown["status"] == ("warning" if low else "ok")
+    if low:
+        assert "oplog headroom below 6 h" in shown["problems"][0]
+
+
+def test_an_unreachable_mongodb_or_kafka_is_words_with_credentials_hidden():
+    mongo_error = (
+        "MongoDB at mongodb://cdc:s3cret@db1:27017/?replicaSet=rs0 is not reachable. "
+        "Cause: No servers found yet. Fix: check the host"
+    )
+    kafka_error = (
+        "Could not read the offsets topic 'shop.offsets' from 'k1:9092'. Cause: sasl.password=hunter2 refused"
+    )
+    unreachable = record(Sources(offsets=view(state_at(30)), oplog=Reading(None, NOW, mongo_error)))
+    assert unreachable["status"] == "warning"
+    assert unreachable["oplog"]["error"].startswith("MongoDB at mongodb://cdc:***@db1:27017")
+    assert unreachable["problems"] == [
+        "MongoDB: the oplog headroom is unknown: MongoDB at mongodb://cdc:***@db1:27017/?replicaSet=rs0 "
+        "is not reachable"
+    ]
+    assert unreachable["offsets"]["lag_seconds"] == 30  # what Kafka says is still shown
+
+    no_kafka = record(Sources(offsets=Reading(None, NOW, kafka_error)))
+    assert no_kafka["status"] == "error"
+    assert no_kafka["offsets"]["partitions"] == [] and no_kafka["offsets"]["lag_seconds"] is None
+    assert no_kafka["problems"][0].startswith("Kafka: the offsets could not be read")
+    for text in (json.dumps(unreachable), json.dumps(no_kafka)):
+        assert "s3cret" not in text and "hunter2" not in text
+
+
+def test_reading_of_turns_an_error_into_words():
+    def unreachable():
+        raise ConnectionError("connect to mongodb://u:pw@h:1 refused")
+
+    reading = Reading.of(unreachable, lambda: NOW)
+    assert reading.value is None and reading.as_of == NOW
+    assert reading.error == "connect to mongodb://u:***@h:1 refused"
+
+
+def test_lease_held_by_a_task_names_the_run_until_when_and_an_expired_one_is_free():
+    held = Lease(
+        "mongocdc_hourly/scheduled__2026-11-26T11:00:00+00:00/window",
+        "window",
+        NOW,
+        NOW + timedelta(minutes=55),
+        "w1",
+    )
+    shown = record(Sources(offsets=view(state_at(10), held)))["lease"]
+    assert shown["state"] == "held" and shown["kind"] == "window"
+    assert shown["task_instance"] == {
+        "dag_id": "mongocdc_hourly",
+        "run_id": "scheduled__2026-11-26T11:00:00+00:00",
+        "task_id": "window",
+    }
+    assert shown["expires_at"] == "2026-11-26T12:55:00Z"
+    expired = Lease(
+        "mongocdc offsets reset by ops (pid 7)",
+        "offsets",
+        NOW - timedelta(hours=1),
+        NOW - timedelta(minutes=55),
+    )
+    shown = record(Sources(offsets=view(state_at(10), expired)))["lease"]
+    assert shown["state"] == "expired" and "task_instance" not in shown
+    assert record(Sources(offsets=view(state_at(10))))["lease"]["state"] == "free"
+
+
+def test_running_incremental_snapshot_shows_collection_documents_and_chunks_left():
+    progress = IncrementalProgress(
+        "incremental-1", pending=("shop.customers",), current="shop.orders", documents=250, chunks=3
+    )
+    state = state_at(10, incremental=progress.to_json())
+    left = Reading({"shop.orders": 150, "shop.customers": 201}, NOW - timedelta(seconds=20))
+    shown = record(Sources(offsets=view(state), documents_left=left), chunk_size=100)["incremental_snapshot"]
+    assert shown["status"] == "running" and shown["collection"] == "shop.orders"
+    assert shown["documents"] == 250 and shown["chunks_done"] == 3
+    assert shown["documents_left"] == 351 and shown["chunks_left"] == 2 + 3
+    assert shown["collections_left"] == ["shop.orders", "shop.customers"]
+    assert shown["counted"]["age_seconds"] == 20
+
+
+def test_no_configuration_is_a_problem_in_words_and_nothing_is_read():
+    shown = record(
+        Sources(),
+        topic_prefix=None,
+        offsets_topic=None,
+        config_error="Connector 'default' has no connector configuration. Cause: the Airflow Variable ...",
+    )
+    assert shown["status"] == "error"
+    assert shown["problems"] == ["configuration: Connector 'default' has no connector configuration"]
+    assert shown["offsets"]["partitions"] == [] and shown["lease"] == {"state": "free"}
+
+
+def test_cache_keeps_a_reading_for_its_ttl_then_reads_again():
+    clock = [100.0]
+    reads = []
+    cache = ReadingCache(15, clock=lambda: clock[0], now=lambda: NOW)
+
+    def read():
+        reads.append(1)
+        return len(reads)
+
+    assert cache.get("k", read).value == 1
+    clock[0] += 14
+    assert cache.get("k", read).value == 1  # kept
+    assert cache.get("k", read, refresh=True).value == 2  # read again on demand
+    clock[0] += 15
+    assert cache.get("k", read).value == 3  # expired
+
+
+def test_page_row_shows_lag_red_headroom_words_for_an_unreachable_server_and_no_secret():
+    state = state_at(7260)
+    low = report_with_headroom(state, 7260 + 3600)  # half full: about four hours of headroom
+    rows = [
+        record(Sources(offsets=view(state), oplog=Reading(low, NOW))),
+        record(
+            Sources(
+                offsets=view(state_at(30)),
+                oplog=Reading(
+                    None, NOW, "Could not connect to MongoDB at mongodb://cdc:pw1@db:1. Cause: refused"
+                ),
+            ),
+            name="lost",
+        ),
+    ]
+    html = render_page(
+        rows, generated_at=NOW, dag_id=None, list_errors=[], hidden=1, threshold_seconds=THRESHOLD
+    )
+    default = html[html.index('data-connector="default"') : html.index('data-connector="lost"')]
+    assert 'data-lag-seconds="7260"' in default and "lag 2 h 1 min" in default
+    assert '<div class="low"' in default and "rs0: 4 h 1 min" in default  # below 6 h: red
+    lost = html[html.index('data-connector="lost"') :]
+    assert "Could not connect to MongoDB at mongodb://cdc:***@db:1" in lost and "pw1" not in html
+    assert "1 connector(s) not shown: you may not read their DAGs" in html
+    assert TOKEN["_data"] not in html
