@@ -176,9 +176,15 @@ class Api:
         )
         try:  # Airflow 3.3 answers {"content": [{"event": ..., ...}, ...]}; text for messages
             content = response.json().get("content") or []
-            lines = [
-                item.get("event", str(item)) if isinstance(item, dict) else str(item) for item in content
-            ]
+            lines = []
+            for item in content:
+                if not isinstance(item, dict):
+                    lines.append(str(item))
+                    continue
+                lines.append(item.get("event", str(item)))
+                # An exception, as the UI shows it under its log line: type and message.
+                for error in item.get("error_detail") or []:
+                    lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
             text = "\n".join(lines)
         except ValueError:
             text = response.text
