@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -29,7 +28,6 @@ import pytest
 from airflow_provider_mongocdc.core.offsets import OffsetPartition, OffsetStore
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
-    REPO,
     RUN_TIMEOUT_S,
     Stack,
     assert_all_tasks_succeed,
@@ -42,30 +40,13 @@ from tests.e2e.airflow_stack import (
     trigger,
     wait_for,
 )
+from tests.readme_commands import README_KAFKA, setup_commands, substitute
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
 # The README's example values, replaced by the test's servers and a topic prefix of its own.
 README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
-README_KAFKA = "broker1:9092"
 README_PREFIX = '"topic.prefix": "shop"'
-
-
-def readme_setup_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    match = re.search(r"<!-- setup:start -->\s*```bash\n(.*?)```\s*<!-- setup:end -->", text, re.S)
-    assert match, "README.md has no setup block between <!-- setup:start --> and <!-- setup:end -->"
-    commands = [line.strip() for line in match.group(1).splitlines() if line.strip()]
-    assert commands and all(command.startswith("airflow ") for command in commands), commands
-    return commands
-
-
-def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
-    joined = "\n".join(commands)
-    for old, new in values.items():
-        assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
-        joined = joined.replace(old, new)
-    return joined.splitlines()
 
 
 # -- 1: the README's setup -----------------------------------------------------------------------------
@@ -98,7 +79,7 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
         stack = Stack(sim, prefix, kafka_bootstrap, env, home)
         try:
             commands = substitute(
-                readme_setup_commands(),
+                setup_commands(),
                 {
                     README_MONGO_URI: sim.uri,
                     README_KAFKA: kafka_bootstrap,
