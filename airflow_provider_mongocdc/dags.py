@@ -23,10 +23,10 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_mongocdc.core.dag_ids import DEFAULT_NAME, dag_ids
@@ -65,17 +65,9 @@ class ConnectorEntryError(ValueError):
     :func:`invalid_entry_dag`), or the list file cannot be read (an import error of the DAG file)."""
 
 
-class InvalidConnectorEntryOperator(BaseOperator):
+def fail_with(message: str) -> None:
     """The task of an invalid entry's DAG: fails, without retries, with the entry's message."""
-
-    ui_color = "#f4a6a6"
-
-    def __init__(self, *, message: str, **kwargs: Any) -> None:
-        super().__init__(retries=0, **kwargs)
-        self.message = message
-
-    def execute(self, context: Any) -> None:
-        raise AirflowFailException(self.message)
+    raise AirflowFailException(message)
 
 
 def gap_run_id(report: Any) -> str:
@@ -260,6 +252,7 @@ def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: se
     ``mongocdc_invalid_entry_<n>``; never one of ``taken``), its display name, description and Docs
     say what is wrong and how to fix it, and its one task, run once by itself, fails with that."""
     import pendulum
+    from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
     name = entry.get("name") if isinstance(entry, Mapping) else None
@@ -285,7 +278,8 @@ def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: se
         is_paused_upon_creation=False,
         tags=[*TAGS, "invalid"],
     ) as dag:
-        InvalidConnectorEntryOperator(task_id=INVALID_ENTRY_TASK_ID, message=message)
+        # The message is no template (it may hold braces): the callable takes it, not op_args.
+        PythonOperator(task_id=INVALID_ENTRY_TASK_ID, python_callable=partial(fail_with, message), retries=0)
     return dag
 
 

@@ -168,10 +168,10 @@ class Api:
             time.sleep(2)
         raise AssertionError(f"{dag_id} run {run_id} did not finish within {timeout} s: {run}")
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         response = self.call(
             "GET",
-            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
             headers={"Accept": "application/json"},
         )
         try:  # Airflow 3.3 answers {"content": [{"event": ..., ...}, ...]}; text for messages

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -47,6 +48,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 # The README's example values, replaced by the test's servers and a topic prefix of its own.
 README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
 README_PREFIX = '"topic.prefix": "shop"'
+# The one task of an invalid connector entry's DAG.
+TASK = "invalid_connector_entry"
 
 
 # -- 1: the README's setup -----------------------------------------------------------------------------
@@ -145,8 +148,17 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
                     timeout=RUN_TIMEOUT_S,
                 )
                 assert run["state"] == "failed", run
-                log = api.task_log(dag_id, run["dag_run_id"], "invalid_connector_entry")
-                assert all(word in log for word in words) and "side_connectors.json" in log, log
+
+                # The log file may still be completing when the run shows failed: wait for the words.
+                instance_path = f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/{TASK}"
+                deadline = time.monotonic() + 120
+                while True:
+                    instance = api.call("GET", instance_path).json()
+                    log = api.task_log(dag_id, run["dag_run_id"], TASK, instance["try_number"])
+                    if all(word in log for word in (*words, "side_connectors.json")):
+                        break
+                    assert time.monotonic() < deadline, (instance, log)
+                    time.sleep(2)
 
             # The UI: switch the DAG on, press Trigger (a logical date, the form's conf).
             for dag_id in ("mongocdc_hourly", "mongocdc_resnapshot"):
