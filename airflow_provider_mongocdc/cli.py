@@ -1,7 +1,8 @@
 """``mongocdc``: the operator commands (offsets show, reset, set, import-debezium, export-debezium).
 
 Entry point :func:`main`; its help text (:data:`HELP`) says what each command does. A command
-prints JSON on stdout; a refusal goes to stderr with its cause and fix (exit status 1, usage 2).
+prints JSON on stdout and its log lines on stderr; a refusal goes to stderr with its cause and fix
+(exit status 1, usage 2).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ here. Stop the Debezium connector first (Kafka Connect reads offsets when a task
 
 Kafka: ``--kafka-config FILE`` (a librdkafka JSON configuration, secrets included: keep them out of
 the command line), ``--kafka-conn-id ID`` (an Airflow connection whose extra is that
-configuration) or ``--bootstrap-servers HOSTS`` (clusters without authentication). The offsets
-topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
+configuration, read from Airflow's secrets backends, then its metadata database: run the command
+where Airflow is configured) or ``--bootstrap-servers HOSTS`` (clusters without authentication).
+The offsets topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
 
 ``reset``, ``set``, ``import-debezium`` and ``export-debezium`` hold the connector's lease (kind
 ``offsets``) while they change the offset: a running window or snapshot would overwrite the
