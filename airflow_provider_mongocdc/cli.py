@@ -1,12 +1,14 @@
 """``mongocdc``: the operator commands (offsets show, reset, set, import-debezium, export-debezium).
 
 Entry point :func:`main`; its help text (:data:`HELP`) says what each command does. A command
-prints JSON on stdout; a refusal goes to stderr with its cause and fix (exit status 1, usage 2).
+prints JSON on stdout and its log lines on stderr; a refusal goes to stderr with its cause and fix
+(exit status 1, usage 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -42,8 +44,9 @@ here. Stop the Debezium connector first (Kafka Connect reads offsets when a task
 
 Kafka: ``--kafka-config FILE`` (a librdkafka JSON configuration, secrets included: keep them out of
 the command line), ``--kafka-conn-id ID`` (an Airflow connection whose extra is that
-configuration) or ``--bootstrap-servers HOSTS`` (clusters without authentication). The offsets
-topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
+configuration, read from Airflow's secrets backends, then its metadata database: run the command
+where Airflow is configured) or ``--bootstrap-servers HOSTS`` (clusters without authentication).
+The offsets topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
 
 ``reset``, ``set``, ``import-debezium`` and ``export-debezium`` hold the connector's lease (kind
 ``offsets``) while they change the offset: a running window or snapshot would overwrite the
@@ -147,10 +150,49 @@ def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.kafka_config:
         return _kafka_config_file(Path(args.kafka_config))
     if args.kafka_conn_id:
-        from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
+        from airflow_provider_mongocdc.hooks.kafka import kafka_config_from_connection
 
-        return KafkaConfigHook(args.kafka_conn_id).get_kafka_config()
+        return kafka_config_from_connection(stored_connection(args.kafka_conn_id))
     return {"bootstrap.servers": args.bootstrap_servers}
+
+
+def stored_connection(conn_id: str):
+    """The Airflow connection ``conn_id`` wherever the Airflow configured here keeps it, as
+    ``airflow connections get`` finds it: its secrets backends (a configured backend,
+    ``AIRFLOW_CONN_<ID>``), then its metadata database. Outside a task the Task SDK reads only the
+    secrets backends, so the database is read here (``airflow.secrets.metastore``)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.secrets.metastore import MetastoreBackend
+    from airflow.settings import engine
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        pass
+    database = engine.url.render_as_string(hide_password=True) if engine is not None else "not configured"
+    try:
+        conn = MetastoreBackend().get_connection(conn_id)
+    except SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+        where = (
+            f"Airflow's metadata database ({database}) could not be read: {reason} (an Airflow home "
+            "whose database was never created needs `airflow db migrate`)"
+        )
+    else:
+        if conn is not None:
+            return conn
+        where = f"Airflow's metadata database ({database}) has no connection of that id"
+    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+    raise ConfigError(
+        f"Kafka connection {conn_id!r} was not found",
+        cause=f"it is in no secrets backend ({variable} is not set) and {where}",
+        fix="run the command where Airflow is configured (the AIRFLOW_HOME or "
+        f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN of the scheduler), or set {variable}, or give the "
+        "Kafka settings with --bootstrap-servers HOST:PORT or --kafka-config FILE instead of "
+        "--kafka-conn-id",
+    )
 
 
 def _kafka_config_file(path: Path) -> dict[str, Any]:
@@ -215,17 +257,25 @@ def parse_resume_token(text: str) -> dict[str, Any]:
     return token
 
 
-def _print(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False, default=str))
-
-
 def _state(state) -> dict[str, Any] | None:
     return None if state is None else state.to_dict()
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
+    out = sys.stdout
+    # stdout carries the command's JSON only: log lines (the provider's, and Airflow's, whose
+    # logging writes to stdout once a connection lookup imports it) go to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        result = _execute(args)
+    if result is None:
+        return EXIT_USAGE
+    print(json.dumps(result, indent=2, sort_keys=False, default=str), file=out)
+    return EXIT_OK
+
+
+def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The command's result (None: refused without --yes)."""
     from airflow_provider_mongocdc.core.offsets.model import Position
     from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
@@ -237,7 +287,7 @@ def run(argv: list[str] | None = None) -> int:
             f"current offset with 'mongocdc offsets show', then repeat the command with --yes.",
             file=sys.stderr,
         )
-        return EXIT_USAGE
+        return None
     target = None
     if args.action == "set":
         target = (
@@ -253,8 +303,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.action == "show":
         shown = store.show(args.topic_prefix, args.partition, args.connector)
         shown["topic_prefix"] = args.topic_prefix
-        _print(shown)
-        return EXIT_OK
+        return shown
     from airflow_provider_mongocdc.core.offsets.lease import (
         OFFSETS,
         OFFSETS_TTL,
@@ -267,7 +316,7 @@ def run(argv: list[str] | None = None) -> int:
         return _change(args, store, target)
 
 
-def _change(args: argparse.Namespace, store, target) -> int:
+def _change(args: argparse.Namespace, store, target) -> dict[str, Any]:
     """``reset``, ``set``, ``import-debezium`` or ``export-debezium`` (under the connector's lease)."""
     from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 
@@ -297,8 +346,7 @@ def _change(args: argparse.Namespace, store, target) -> int:
     else:
         before, after = store.set_position(partition, target)
         change.update(before=_state(before), after=_state(after), changed=True)
-    _print(change)
-    return EXIT_OK
+    return change
 
 
 def main(argv: list[str] | None = None) -> int:

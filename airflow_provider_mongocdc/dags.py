@@ -7,10 +7,13 @@ A DAG file (see ``dags/mongocdc_connectors.py``) calls::
 The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries); an entry's
 keys, their defaults and the DAG ids (:mod:`.core.dag_ids`): README, "The example DAGs". A
 ``config_variable`` is read when a task runs (macro ``mongocdc_connector_config()``), never while
-the DAG files are parsed. An entry that is not valid yields no DAGs but one import error of the DAG
-file naming the entry (the other connectors' DAGs still load): the factory returns a placeholder
-DAG for it that fails Airflow's DAG validation with the message. Missing pools are created by the
-scheduler plugin :mod:`airflow_provider_mongocdc.plugins.pools`.
+the DAG files are parsed. An entry that is not valid yields none of its DAGs but a DAG of its own,
+``mongocdc_invalid_<name>``, whose name, description and Docs name the entry, the problem and the
+fix, and whose one task fails with that message (it runs once by itself). It is no import error on
+purpose: Airflow 3.3 marks every DAG of a file with an import error stale (gone from the DAG list,
+never scheduled), which would take every other connector's DAGs away. A list file that is not JSON
+is an import error: no entry can be read. Missing pools are created by the scheduler plugin
+:mod:`airflow_provider_mongocdc.plugins.pools`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_mongocdc.core.base.dag_ids import DEFAULT_NAME, dag_ids
 
@@ -30,6 +36,7 @@ CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
 POOL_ENV = "MONGOCDC_POOL"
 DEFAULT_CONN_IDS = {"mongo": "mongocdc_default", "kafka": "kafka_default", "spark": "spark_default"}
 TAGS = ["mongocdc", "example"]
+DEFAULT_START_DATE = "2026-01-01"
 ENTRY_KEYS = {
     "name",
     "config",
@@ -48,10 +55,19 @@ WINDOW_TIMEOUT = timedelta(minutes=55)
 SNAPSHOT_TIMEOUT = timedelta(hours=6)
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# What Airflow accepts in a DAG id (KEY_REGEX) without a character that would need explaining.
+_DAG_ID_PART = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+INVALID_ENTRY_TASK_ID = "invalid_connector_entry"
 
 
 class ConnectorEntryError(ValueError):
-    """A connector entry of the list is not valid (reported as an import error of the DAG file)."""
+    """A connector entry of the list is not valid (reported by a DAG of its own, see
+    :func:`invalid_entry_dag`), or the list file cannot be read (an import error of the DAG file)."""
+
+
+def fail_with(message: str) -> None:
+    """The task of an invalid entry's DAG: fails, without retries, with the entry's message."""
+    raise AirflowFailException(message)
 
 
 def gap_run_id(report: Any) -> str:
@@ -67,16 +83,22 @@ def gap_run_id(report: Any) -> str:
     return f"gap__{report.get('connector')}__{'_'.join(positions) or 'unknown'}"
 
 
+def entry_label(entry: Any, index: int) -> str:
+    """``connector entry #<n>`` and, when it has one, its name: how messages name an entry."""
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    if isinstance(name, str) and name:
+        return f"connector entry #{index + 1} ({name!r})"
+    return f"connector entry #{index + 1}"
+
+
 class Connector:
     """One validated entry of the connector list."""
 
     def __init__(self, entry: Any, index: int):
-        label = f"connector entry #{index + 1}"
+        label = entry_label(entry, index)
         if not isinstance(entry, Mapping):
             raise ConnectorEntryError(f"{label} must be a JSON object, got {type(entry).__name__}")
         name = entry.get("name")
-        if isinstance(name, str) and name:
-            label = f"connector entry #{index + 1} ({name!r})"
         self.label = label
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConnectorEntryError(
@@ -131,7 +153,7 @@ class Connector:
         import pendulum
 
         try:
-            self.start_date = pendulum.parse(str(entry.get("start_date", "2026-01-01")), tz="UTC")
+            self.start_date = pendulum.parse(str(entry.get("start_date", DEFAULT_START_DATE)), tz="UTC")
         except Exception:
             raise ConnectorEntryError(
                 f"{label}: 'start_date' must be an ISO 8601 date, got {entry.get('start_date')!r}"
@@ -225,22 +247,39 @@ def load_connectors(path: str | os.PathLike) -> list[Any]:
     return data
 
 
-def _broken_dag(messages: list[str], fileloc: str | None):
-    """A placeholder that Airflow's DAG validation rejects with the entries' messages: the DAG file
-    gets one import error naming the invalid entries while the other connectors' DAGs are
-    registered (Airflow 3 records an exception of ``DAG.validate()`` as the file's import error and
-    keeps the file's other DAGs)."""
+def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: set[str]):
+    """The DAG standing for an invalid entry: named after it (``mongocdc_invalid_<name>``, else
+    ``mongocdc_invalid_entry_<n>``; never one of ``taken``), its display name, description and Docs
+    say what is wrong and how to fix it, and its one task, run once by itself, fails with that."""
+    import pendulum
+    from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
-    message = "\n".join(messages)
-
-    class InvalidConnectorEntries(DAG):
-        def validate(self):
-            raise ConnectorEntryError(message)
-
-    dag = InvalidConnectorEntries(dag_id="mongocdc_invalid_connector_entries", schedule=None)
-    if fileloc:
-        dag.fileloc = fileloc
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    usable = isinstance(name, str) and _DAG_ID_PART.match(name)
+    dag_id = f"mongocdc_invalid_{name}" if usable else f"mongocdc_invalid_entry_{index + 1}"
+    while dag_id in taken:
+        dag_id += f"_{index + 1}"
+    label = entry_label(entry, index)
+    message = (
+        f"{source} has an invalid entry: {error.rstrip('. ')}. It has no DAGs until it is fixed; the other "
+        "connectors' DAGs are not affected. Fix: correct the entry (its keys and defaults: README, "
+        '"The example DAGs"); this DAG goes away when the DAG file is parsed next.'
+    )
+    with DAG(
+        dag_id=dag_id,
+        dag_display_name=f"mongocdc: invalid {label}",
+        description=message,
+        doc_md=f"### MongoDB CDC: invalid connector entry\n\n{message}\n",
+        schedule="@once",
+        start_date=pendulum.parse(DEFAULT_START_DATE, tz="UTC"),
+        catchup=False,
+        # Runs (and fails) once by itself, so that the entry shows as a failed run too.
+        is_paused_upon_creation=False,
+        tags=[*TAGS, "invalid"],
+    ) as dag:
+        # The message is no template (it may hold braces): the callable takes it, not op_args.
+        PythonOperator(task_id=INVALID_ENTRY_TASK_ID, python_callable=partial(fail_with, message), retries=0)
     return dag
 
 
@@ -248,15 +287,15 @@ def connector_dags(
     connectors: list[Any] | None = None, *, path: str | os.PathLike | None = None
 ) -> dict[str, Any]:
     """The DAGs of every connector of ``connectors`` (entries) or of the list file ``path``:
-    ``{dag_id: DAG}``, for ``globals().update(...)`` in a DAG file. Invalid entries add one
-    placeholder that Airflow reports as an import error naming them."""
+    ``{dag_id: DAG}``, for ``globals().update(...)`` in a DAG file. Each invalid entry adds a DAG
+    that names it and fails (:func:`invalid_entry_dag`) instead of its connector's DAGs."""
     if connectors is None:
         if path is None:
             raise TypeError("connector_dags needs connectors= or path=")
         connectors = load_connectors(path)
     dags: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    errors: list[str] = []
+    invalid: list[tuple[int, Any, str]] = []
     for index, entry in enumerate(connectors):
         try:
             connector = Connector(entry, index)
@@ -267,16 +306,11 @@ def connector_dags(
             seen[connector.name] = connector.label
             dags.update(build_connector_dags(connector))
         except ConnectorEntryError as error:
-            errors.append(str(error))
-    if errors:
-        where = f" of {path}" if path is not None else ""
-        errors.append(
-            f"Invalid connector entr{'y' if len(errors) == 1 else 'ies'}{where}: no DAGs for "
-            f"{'it' if len(errors) == 1 else 'them'}; the other connectors' DAGs are loaded. Fix the "
-            "entry (see airflow_provider_mongocdc.dags for the keys)."
-        )
-        placeholder = _broken_dag(errors, None)
-        dags[placeholder.dag_id] = placeholder
+            invalid.append((index, entry, str(error)))
+    source = "The connector list" + (f" {path}" if path is not None else "")
+    for index, entry, error in invalid:
+        dag = invalid_entry_dag(entry, index, error, source, set(dags))
+        dags[dag.dag_id] = dag
     return dags
 
 

@@ -4,7 +4,8 @@ One Asset per connector, ``mongocdc://<topic.prefix>`` (name ``mongocdc.<topic.p
 window's outlet when ``topic.prefix`` is known at parse time; otherwise, and for snapshots, the
 AssetAlias ``mongocdc``, to which the run attaches the connector's Asset (a snapshot only when it
 copied data). The asset event's ``extra`` is the run's summary (events or documents per collection
-and per topic, end position, window end).
+and per topic, end position per partition, window end), with no key that Airflow's UI and REST API
+mask (the resume token is ``resume_point`` there).
 
 OpenLineage (``pip install airflow-provider-mongocdc[openlineage]``): inputs are the collections a
 run read (namespace ``mongodb://<first seed host>:<port>``, name ``<db>.<collection>``), outputs the
@@ -23,6 +24,8 @@ from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
 
 ASSET_SCHEME = "mongocdc"
+# The resume token's name in an asset event's extra (Airflow masks keys containing "token").
+RESUME_POINT = "resume_point"
 MONGODB_DEFAULT_PORT = 27017
 
 
@@ -63,32 +66,42 @@ def topics_by_collection(config: ConnectorConfig, collections: Iterable[str]) ->
     return topics
 
 
+def served_positions(positions: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """A summary's positions (``{partition: position}``) as an asset event's extra holds them: one
+    entry per partition, ``{"partition", "sec", "ord", "resume_point", "time"}``. Airflow's UI and
+    REST API mask every text under a key that looks like a secret (``resume_token``, or a replica
+    set named like one), so neither is a key here."""
+    served = []
+    for partition, position in sorted((positions or {}).items()):
+        entry = {"partition": partition}
+        for key, value in (position or {}).items():
+            entry[RESUME_POINT if key == "resume_token" else key] = value
+        served.append(entry)
+    return served
+
+
 def asset_extra(config: ConnectorConfig, application: str, summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The asset event's extra of a run: JSON-friendly, without credentials."""
+    """The asset event's extra of a run: JSON-friendly, without credentials, and with no key that
+    Airflow's UI and REST API would mask (see :func:`served_positions`)."""
     counts = dict(summary.get("events_by_collection") or summary.get("collections") or {})
     topics = topics_by_collection(config, counts)
+    window = application == "stream_window"
+    count = "events" if window else "documents"
     extra: dict[str, Any] = {
         "connector": config.topic_prefix,
         "run": application,
         "status": summary.get("status") or summary.get("action") or "ok",
         "topics": {topics[ns]: n for ns, n in counts.items()},
+        count: summary.get(count, 0),
+        f"{count}_by_collection": counts,
+        "bytes": summary.get("bytes", 0),
     }
-    if application == "stream_window":
-        extra |= {
-            "events": summary.get("events", 0),
-            "events_by_collection": counts,
-            "bytes": summary.get("bytes", 0),
-            "window_end": summary.get("window_end"),
-            "end_position": summary.get("end_position"),
-        }
+    if window:
+        extra["window_end"] = summary.get("window_end")
     else:
-        extra |= {
-            "documents": summary.get("documents", 0),
-            "documents_by_collection": counts,
-            "bytes": summary.get("bytes", 0),
-            "snapshot_id": summary.get("snapshot_id"),
-            "end_position": summary.get("start_position"),
-        }
+        extra["snapshot_id"] = summary.get("snapshot_id")
+    # A snapshot ends where the stream goes on: its start position.
+    extra["end_position"] = served_positions(summary.get("end_position" if window else "start_position"))
     return extra
 
 

@@ -3,9 +3,10 @@
 Each connector gets an hourly window DAG, a re-snapshot DAG (trigger form) and an oplog gap
 watchdog; the connector ``default`` keeps the ids ``mongocdc_hourly``, ``mongocdc_resnapshot`` and
 ``mongocdc_watchdog``, another connector ``<name>`` gets ``mongocdc_<name>_hourly`` ... The entries
-are described in :mod:`airflow_provider_mongocdc.dags`. An invalid entry shows as one import error
-of this file naming the entry; the other connectors' DAGs still load. Nothing here reads a Variable
-or the network: the connector configuration is read when a task runs.
+are described in :mod:`airflow_provider_mongocdc.dags`. An invalid entry shows as a DAG of its
+own, ``mongocdc_invalid_<name>``, that names the entry and the fix; the other connectors' DAGs still
+load. Nothing here reads a Variable or the network: the connector configuration is read when a task
+runs.
 """
 
 from __future__ import annotations

@@ -37,6 +37,13 @@ def _unset(value: Any) -> bool:
 def kafka_config_from_connection(conn) -> dict[str, Any]:
     """The librdkafka configuration of an Airflow Kafka connection (see the module's docstring for
     how the form's fields, the extra's keys, the host and login/password combine)."""
+    if conn.conn_type and conn.conn_type not in ACCEPTED_CONN_TYPES:
+        raise ConfigError(
+            f"Connection {conn.conn_id!r} has type {conn.conn_type!r}",
+            cause="the Kafka settings are read from a Kafka connection",
+            fix="use a connection of type 'mongocdc_kafka' or 'kafka' whose extra is the "
+            "librdkafka configuration",
+        )
     extras = conn.extra_dejson
     if isinstance(extras, str) or not isinstance(extras, dict):
         raise ConfigError(
@@ -95,15 +102,7 @@ class KafkaConfigHook(BaseHook):
 
     def get_kafka_config(self) -> dict[str, Any]:
         """The librdkafka configuration (with secrets: never log it; use :meth:`describe`)."""
-        conn = self.get_connection(self.kafka_conn_id)
-        if conn.conn_type and conn.conn_type not in ACCEPTED_CONN_TYPES:
-            raise ConfigError(
-                f"Connection {self.kafka_conn_id!r} has type {conn.conn_type!r}",
-                cause="the Kafka settings are read from a Kafka connection",
-                fix="use a connection of type 'mongocdc_kafka' or 'kafka' whose extra is the "
-                "librdkafka configuration",
-            )
-        return kafka_config_from_connection(conn)
+        return kafka_config_from_connection(self.get_connection(self.kafka_conn_id))
 
     def describe(self) -> str:
         return json.dumps(redact_config(self.get_kafka_config()), sort_keys=True)

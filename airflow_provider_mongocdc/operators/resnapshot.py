@@ -23,6 +23,9 @@ from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 
 GAP, MANUAL, INCREMENTAL, STOP = "gap", "manual", "incremental", "stop"
 MODES = (MANUAL, INCREMENTAL, GAP, STOP)
+# What parse_collections accepts, as a JSON schema pattern: blank, or after stripping a database
+# (not starting with a dot), a dot, and a collection that is not empty.
+COLLECTION_PATTERN = r"^\s*([^.\s][^.]*\.\s*\S.*)?$"
 
 
 def parse_collections(value: Any) -> list[str]:
@@ -69,7 +72,13 @@ def resnapshot_params() -> dict[str, Any]:
         "collections": Param(
             None,
             type=["null", "array"],
-            items={"type": "string"},
+            # Refused when the run is requested, before it exists: the API server validates the
+            # form's conf and the form shows its answer, which prints this schema (description first).
+            items={
+                "description": "<database>.<collection>, e.g. shop.orders, not orders",
+                "type": "string",
+                "pattern": COLLECTION_PATTERN,
+            },
             title="Collections",
             description="One <database>.<collection> per line, e.g. shop.orders. Empty: every "
             "captured collection.",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -170,17 +169,23 @@ class Api:
             time.sleep(2)
         raise AssertionError(f"{dag_id} run {run_id} did not finish within {timeout} s: {run}")
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         response = self.call(
             "GET",
-            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
             headers={"Accept": "application/json"},
         )
         try:  # Airflow 3.3 answers {"content": [{"event": ..., ...}, ...]}; text for messages
             content = response.json().get("content") or []
-            lines = [
-                item.get("event", str(item)) if isinstance(item, dict) else str(item) for item in content
-            ]
+            lines = []
+            for item in content:
+                if not isinstance(item, dict):
+                    lines.append(str(item))
+                    continue
+                lines.append(item.get("event", str(item)))
+                # An exception, as the UI shows it under its log line: type and message.
+                for error in item.get("error_detail") or []:
+                    lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
             text = "\n".join(lines)
         except ValueError:
             text = response.text
@@ -311,27 +316,3 @@ def assert_all_tasks_succeed(api, dag_id: str, run_id: str) -> None:
     failed = [task for task, state in states.items() if state != "success"]
     logs = "\n".join(api.task_log(dag_id, run_id, task) for task in failed)
     assert run["state"] == "success" and not failed, f"{dag_id} {run_id}: {states}\n{logs}"
-
-
-# -- the README's setup ------------------------------------------------------------------------
-# The README's example values, replaced by the test's servers and a topic prefix of its own.
-README_MONGO_URI = "mongodb://mongo1:27017/?replicaSet=rs0"
-README_KAFKA = "broker1:9092"
-README_PREFIX = '"topic.prefix": "shop"'
-
-
-def readme_setup_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    match = re.search(r"<!-- setup:start -->\s*```bash\n(.*?)```\s*<!-- setup:end -->", text, re.S)
-    assert match, "README.md has no setup block between <!-- setup:start --> and <!-- setup:end -->"
-    commands = [line.strip() for line in match.group(1).splitlines() if line.strip()]
-    assert commands and all(command.startswith("airflow ") for command in commands), commands
-    return commands
-
-
-def substitute(commands: list[str], values: dict[str, str]) -> list[str]:
-    joined = "\n".join(commands)
-    for old, new in values.items():
-        assert joined.count(old) == 1, f"the README setup should name {old!r} once:\n{joined}"
-        joined = joined.replace(old, new)
-    return joined.splitlines()

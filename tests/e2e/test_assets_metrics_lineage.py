@@ -7,7 +7,8 @@ Checked: the asset events and their extra (the runs' summaries) in Airflow's met
 consumer DAG queued by them, the StatsD datagrams Airflow's Stats sends to a UDP socket the test
 listens on, and the OpenLineage events the OpenLineage provider writes with its file transport.
 Then an Airflow API server, scheduler (LocalExecutor) and DAG processor on 127.0.0.1 run the queued
-consumer DAG, whose task reads the events' summaries (checked through the REST API).
+consumer DAG, whose task reads the events' summaries (checked through the REST API, which serves
+the extra unmasked).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     db = home / "airflow.db"
     topic = f"{prefix}.shop.orders"
     with MongoClient(sim.uri) as client:
+        sim_partition = client.admin.command("hello")["setName"]
         client.shop.orders.insert_many([{"_id": i, "total": i} for i in range(3)])
         run(env, home, "dags", "test", "mongocdc_assets_producer")
         # The consumer DAG starts following the connector's Asset now: the next window queues it.
@@ -235,6 +237,14 @@ def test_runs_emit_asset_events_metrics_and_lineage(stack, kafka_bootstrap):
     )
     assert upstream and upstream[-1]["source_task_id"] == "window", upstream
     assert upstream[-1]["extra"]["events"] == 2 and upstream[-1]["extra"]["topics"] == {topic: 2}
+    # The REST API (and so the UI) serves every extra as stored, nothing masked as a secret: the
+    # snapshot's end position holds the change stream's resume token, as resume_point.
+    served = api.call(
+        "GET", "/api/v2/assets/events", params={"source_dag_id": "mongocdc_assets_producer", "limit": 100}
+    ).json()["asset_events"]
+    assert [event["extra"] for event in sorted(served, key=lambda e: e["id"])] == [e for _, e in events]
+    (end,) = first_snapshot["end_position"]
+    assert end["partition"] == sim_partition and end["resume_point"] and end["sec"] > 0, end
     # The consumer's task read the summaries of the events that triggered it.
     expected: dict[str, int] = {}
     for event in upstream:

@@ -40,21 +40,17 @@ from airflow_provider_mongocdc.core.health.record import TOKEN_SHOWN
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
     HTTP_TIMEOUT_S,
-    README_KAFKA,
-    README_MONGO_URI,
-    README_PREFIX,
     Stack,
     assert_all_tasks_succeed,
     dag_folder,
     free_port,
     own_airflow,
-    readme_setup_commands,
     start_airflow,
     stop,
-    substitute,
     trigger,
     wait_for,
 )
+from tests.readme_commands import README_KAFKA, README_MONGO_URI, README_PREFIX, setup_commands, substitute
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
@@ -87,7 +83,7 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
         stack = Stack(sim, prefix, kafka_bootstrap, env, home)
         try:
             for command in substitute(
-                readme_setup_commands(),
+                setup_commands(),
                 {
                     README_MONGO_URI: sim.uri,
                     README_KAFKA: kafka_bootstrap,

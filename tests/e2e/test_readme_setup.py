@@ -7,9 +7,11 @@
    as the UI's Trigger button does (POST /api/v2/dags/{id}/dagRuns with a logical date and the
    form's conf) and every task succeeds in the connector's pool, which the scheduler created with one
    slot (the setup creates none); then the re-snapshot DAG with
-   the form as it opens (empty conf) succeeds. A second DAG file with a connector list holding one
-   invalid entry shows one import error naming it (/api/v2/importErrors) while its valid
-   connector's DAGs are registered.
+   the form as it opens (empty conf) succeeds, while a collection without its database is refused
+   by the trigger request itself (400 naming it, no run). A second DAG file with a connector list
+   holding two invalid entries gives no import error: its valid connector's DAGs are listed and
+   active (``is_stale`` false in ``GET /api/v2/dags``), and each invalid entry is a DAG of its own
+   whose name and description name the entry and the fix and whose one run fails with that message.
 2. Two connectors of one list run in ``airflow dags test`` with their own topics and offsets
    (their pools: tests/unit/test_connector_dags.py).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -27,24 +30,24 @@ from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
-    README_KAFKA,
-    README_MONGO_URI,
-    README_PREFIX,
+    RUN_TIMEOUT_S,
     Stack,
     assert_all_tasks_succeed,
     connections_env,
     dag_folder,
     own_airflow,
-    readme_setup_commands,
     reads,
     start_airflow,
     stop,
-    substitute,
     trigger,
     wait_for,
 )
+from tests.readme_commands import README_KAFKA, README_MONGO_URI, README_PREFIX, setup_commands, substitute
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
+
+# The one task of an invalid connector entry's DAG.
+TASK = "invalid_connector_entry"
 
 
 # -- 1: the README's setup -----------------------------------------------------------------------------
@@ -61,6 +64,7 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
                 "connectors": [
                     {"name": "side", "config": {"topic.prefix": side}},
                     {"name": "broken", "config": {"topic.prefix": "broken", "snapshot.mode": "sometimes"}},
+                    {"name": "bad-name", "config": {"topic.prefix": "bad"}},
                 ]
             }
         )
@@ -76,7 +80,7 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
         stack = Stack(sim, prefix, kafka_bootstrap, env, home)
         try:
             commands = substitute(
-                readme_setup_commands(),
+                setup_commands(),
                 {
                     README_MONGO_URI: sim.uri,
                     README_KAFKA: kafka_bootstrap,
@@ -94,21 +98,65 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
             def dag_loaded(dag_id: str):
                 return api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200
 
+            def listed_dags() -> dict[str, dict]:
+                # The UI's DAG list: GET /api/v2/dags leaves stale DAGs out.
+                response = api.call("GET", "/api/v2/dags", params={"limit": 100})
+                assert response.status_code == 200, response.text
+                return {dag["dag_id"]: dag for dag in response.json()["dags"]}
+
             wait_for(
                 "the dag-processor did not register mongocdc_hourly", lambda: dag_loaded("mongocdc_hourly")
             )
 
-            # The invalid entry: one import error, naming it; the valid connector of that list loads.
-            def side_errors():
+            # The invalid entries hide nothing: once side_connectors.py is parsed (an import error
+            # or its DAGs), there is no import error, the valid connector's DAGs are listed and
+            # active, and each invalid entry is a DAG that names it and the fix.
+            def side_parsed():
                 errors = api.call("GET", "/api/v2/importErrors").json()["import_errors"]
-                return [error for error in errors if error["filename"].endswith("side_connectors.py")]
+                return [e for e in errors if e["filename"].endswith("side_connectors.py")] or any(
+                    dag["fileloc"].endswith("side_connectors.py") for dag in listed_dags().values()
+                )
 
-            (error,) = wait_for("no import error for side_connectors.py", side_errors)
-            assert "connector entry #2 ('broken')" in error["stack_trace"], error["stack_trace"]
-            assert "snapshot.mode" in error["stack_trace"]
-            wait_for("mongocdc_side_hourly was not registered", lambda: dag_loaded("mongocdc_side_hourly"))
-            all_errors = api.call("GET", "/api/v2/importErrors").json()["import_errors"]
-            assert [e["filename"] for e in all_errors] == [error["filename"]], all_errors
+            wait_for("side_connectors.py was not parsed", side_parsed)
+            listed = listed_dags()
+            for kind in ("hourly", "resnapshot", "watchdog"):
+                dag_id = f"mongocdc_side_{kind}"
+                assert dag_id in listed and listed[dag_id]["is_stale"] is False, (dag_id, sorted(listed))
+            errors = api.call("GET", "/api/v2/importErrors").json()["import_errors"]
+            assert errors == [], errors
+            invalid = {
+                "mongocdc_invalid_broken": ("connector entry #2 ('broken')", "snapshot.mode"),
+                "mongocdc_invalid_bad-name": ("connector entry #3 ('bad-name')", "letters, digits and _"),
+            }
+            for dag_id, words in invalid.items():
+                dag = listed.get(dag_id)
+                assert dag is not None and dag["is_stale"] is False, (dag_id, sorted(listed))
+                assert words[0] in dag["dag_display_name"], dag
+                assert all(word in dag["description"] for word in words), dag
+                assert "side_connectors.json" in dag["description"], dag
+            # Each runs once, by itself, and fails with the message in its task log.
+            for dag_id, words in invalid.items():
+                (run,) = wait_for(
+                    f"no finished run of {dag_id}",
+                    lambda dag_id=dag_id: [
+                        run
+                        for run in api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns").json()["dag_runs"]
+                        if run["state"] in ("success", "failed")
+                    ],
+                    timeout=RUN_TIMEOUT_S,
+                )
+                assert run["state"] == "failed", run
+
+                # The log file may still be completing when the run shows failed: wait for the words.
+                instance_path = f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/{TASK}"
+                deadline = time.monotonic() + 120
+                while True:
+                    instance = api.call("GET", instance_path).json()
+                    log = api.task_log(dag_id, run["dag_run_id"], TASK, instance["try_number"])
+                    if all(word in log for word in (*words, "side_connectors.json")):
+                        break
+                    assert time.monotonic() < deadline, (instance, log)
+                    time.sleep(2)
 
             # The UI: switch the DAG on, press Trigger (a logical date, the form's conf).
             for dag_id in ("mongocdc_hourly", "mongocdc_resnapshot"):
@@ -121,6 +169,21 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
             assert pool.get("slots") == 1, pool
             assert reads(kafka_bootstrap, f"{prefix}.shop.orders") == 20
             assert reads(kafka_bootstrap, f"{prefix}.shop.customers") == 5
+
+            # A collection without its database: the trigger request is refused in words (the
+            # trigger form shows the answer's detail) and no run is created.
+            runs_before = api.call("GET", "/api/v2/dags/mongocdc_resnapshot/dagRuns").json()["total_entries"]
+            refused = api.call(
+                "POST",
+                "/api/v2/dags/mongocdc_resnapshot/dagRuns",
+                json={"logical_date": None, "conf": {"collections": ["shop.customers", "orders"]}},
+            )
+            assert refused.status_code == 400, refused.text
+            detail = refused.json()["detail"]
+            assert "'orders'" in detail and "<database>.<collection>" in detail, detail
+            assert "e.g. shop.orders" in detail, detail
+            runs_after = api.call("GET", "/api/v2/dags/mongocdc_resnapshot/dagRuns").json()["total_entries"]
+            assert runs_after == runs_before
 
             # The re-snapshot form as it opens: empty conf.
             resnapshot = trigger(api, "mongocdc_resnapshot", datetime.now(timezone.utc).isoformat())

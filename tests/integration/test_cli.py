@@ -1,18 +1,23 @@
-"""``mongocdc offsets show | reset | set`` run as a user runs it: a subprocess on the real broker."""
+"""``mongocdc offsets ...`` run as a user runs it: a subprocess on the real broker; the README's
+Operations commands as written, with the Kafka connection its setup adds to Airflow's metadata
+database (a throwaway Airflow home, SQLite)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from bson.timestamp import Timestamp
+from confluent_kafka import Producer
 
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from tests.readme_commands import README_KAFKA, operations_commands, setup_commands, substitute
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +150,96 @@ def test_unreachable_kafka_is_a_clear_error(tmp_path, unique_name):
     assert result.returncode == 1
     assert "Could not read the offsets topic" in result.stderr and "Fix:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- connections in Airflow's metadata database ------------------------------------------------------
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def airflow_home(tmp_path: Path, migrate: bool = True) -> dict[str, str]:
+    """The environment of a throwaway Airflow (SQLite, its own AIRFLOW_HOME) without connections or
+    Variables in the environment: only what ``airflow connections add`` stores."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_"))
+    }
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
+        }
+    )
+    if migrate:
+        airflow("db", "migrate", env=env)
+    return env
+
+
+def airflow(*args: str, env: dict[str, str]) -> str:
+    result = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (
+        f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    )
+    return result.stdout
+
+
+def test_readme_operations_commands_work_with_the_connection_the_readme_setup_adds(
+    kafka_bootstrap, unique_name, tmp_path
+):
+    env = airflow_home(tmp_path)
+    (add_kafka,) = [c for c in setup_commands() if c.startswith("airflow connections add kafka_default ")]
+    (add_kafka,) = substitute([add_kafka], {README_KAFKA: kafka_bootstrap})
+    airflow(*shlex.split(add_kafka)[1:], env=env)
+
+    prefix, connect_topic = unique_name, f"{unique_name}.connect-offsets"
+    store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{prefix}.offsets")
+    store.ensure_topic()
+    partition = OffsetPartition(prefix, "rs0")
+    store.write(partition, OffsetState(position=Position({"_data": "82AA"}, Timestamp(1714557600, 3))))
+    values = {"shop": prefix, "connect-offsets": connect_topic}
+    commands = {argv[2]: [values.get(arg, arg) for arg in argv] for argv in operations_commands()}
+    assert list(commands) == ["show", "set", "reset", "import-debezium", "export-debezium"]
+    assert all(argv[argv.index("--kafka-conn-id") + 1] == "kafka_default" for argv in commands.values())
+
+    def run(action: str) -> dict:
+        result = mongocdc(*commands[action][2:], env=env)
+        assert result.returncode == 0, f"{' '.join(commands[action])}:\n{result.stderr}"
+        return json.loads(result.stdout)
+
+    (shown,) = run("show")["partitions"]
+    assert shown["offset"]["sec"] == 1714557600 and shown["offset"]["resume_token"] == "82AA"
+    assert run("set")["after"]["cluster_time"] == "2026-11-21T10:00:00Z"
+    assert run("reset")["after"] is None and store.read(partition) is None
+    # The Debezium connector's offset, as its Kafka Connect worker stores it.
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    key = ["shop-mongodb", {"server_id": prefix}]
+    producer.produce(connect_topic, key=json.dumps(key), value=json.dumps({"sec": 1764000000, "ord": 5}))
+    assert producer.flush(120) == 0
+    assert run("import-debezium")["after"]["sec"] == 1764000000
+    assert store.read(partition).cluster_time == Timestamp(1764000000, 5)
+    exported = run("export-debezium")
+    assert exported["key"] == key and exported["value"]["sec"] == 1764000000
+
+
+def test_a_connection_airflow_does_not_have_is_one_error_naming_the_alternatives(
+    kafka_bootstrap, unique_name, tmp_path
+):
+    migrated = airflow_home(tmp_path / "migrated")
+    missing = mongocdc(
+        "show", "--kafka-conn-id", "no_such_kafka", "--topic-prefix", unique_name, env=migrated
+    )
+    # An Airflow home whose metadata database was never created: the error says so.
+    unmigrated = airflow_home(tmp_path / "new", migrate=False)
+    unreadable = mongocdc(
+        "show", "--kafka-conn-id", "kafka_default", "--topic-prefix", unique_name, env=unmigrated
+    )
+    for result, conn_id in ((missing, "no_such_kafka"), (unreadable, "kafka_default")):
+        assert result.returncode == 1 and result.stdout == "", result.stderr
+        error = result.stderr.strip()
+        assert "Traceback" not in error and len(error.splitlines()) == 1, error
+        assert error.startswith(f"mongocdc: Kafka connection '{conn_id}' was not found"), error
+        for alternative in ("--bootstrap-servers", "--kafka-config", f"AIRFLOW_CONN_{conn_id.upper()}"):
+            assert alternative in error, error
+    assert "metadata database" in missing.stderr
+    assert "no such table: connection" in unreadable.stderr and "airflow db migrate" in unreadable.stderr

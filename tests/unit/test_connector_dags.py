@@ -1,7 +1,7 @@
 """The DAGs built from a connector list, as Airflow 3.3's DAG processor loads them, and the
-re-snapshot trigger form: the DAG ids, pools and connections of each connector, one import error
-naming an invalid entry while the other connectors load, a form that validates as it opens, and
-re-snapshot messages in words."""
+re-snapshot trigger form: the DAG ids, pools and connections of each connector, a DAG of its own
+(no import error) naming each invalid entry while the other connectors load, a form that validates
+as it opens, and re-snapshot messages in words."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk.definitions.timetables.simple import OnceTimetable
+from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.operators.base import parse_connector_config
@@ -93,21 +96,68 @@ def test_two_connectors_have_their_own_dags_pools_and_connections(tmp_path, monk
     assert json.loads(orders.user_defined_macros["mongocdc_connector_config"]()) == {"topic.prefix": "orders"}
 
 
-def test_an_invalid_entry_is_one_import_error_naming_it_and_the_others_load(tmp_path, monkeypatch):
+def test_an_invalid_entry_is_a_dag_of_its_own_naming_it_and_the_others_load(tmp_path, monkeypatch):
+    # No import error: Airflow 3.3 would mark every DAG of the file stale, the valid ones included.
     connectors = [
         {"name": "orders", "config": {"topic.prefix": "orders"}},
         {"name": "billing", "config": {"topic.prefix": "billing", "snapshot.mode": "sometimes"}},
+        {"name": "bad-name", "config": {"topic.prefix": "bad"}},
     ]
-    bag = load(dag_folder(tmp_path, connectors), monkeypatch)
+    folder = dag_folder(tmp_path, connectors)
+    bag = load(folder, monkeypatch)
+    assert not bag.import_errors, bag.import_errors
     assert sorted(bag.dags) == [
+        "mongocdc_invalid_bad-name",
+        "mongocdc_invalid_billing",
         "mongocdc_orders_hourly",
         "mongocdc_orders_resnapshot",
         "mongocdc_orders_watchdog",
     ]
-    assert [Path(path).name for path in bag.import_errors] == ["mongocdc_connectors.py"]
-    (error,) = bag.import_errors.values()
-    assert "connector entry #2 ('billing')" in error and "snapshot.mode" in error
-    assert "orders" not in error
+    billing = bag.dags["mongocdc_invalid_billing"]
+    assert billing.dag_display_name == "mongocdc: invalid connector entry #2 ('billing')"
+    for text in (billing.description, billing.doc_md):
+        assert "connector entry #2 ('billing')" in text and "snapshot.mode" in text, text
+        assert str(folder / "mongocdc_connectors.json") in text and "Fix: correct the entry" in text
+        assert "orders" not in text.replace("the other connectors' DAGs", "")
+    bad_name = bag.dags["mongocdc_invalid_bad-name"].description
+    assert "connector entry #3 ('bad-name')" in bad_name and "letters, digits and _" in bad_name
+    # It runs once by itself and its one task fails, without retries, with the same words.
+    assert isinstance(billing.timetable, OnceTimetable) and billing.is_paused_upon_creation is False
+    (task,) = billing.tasks
+    assert task.task_id == "invalid_connector_entry" and task.retries == 0
+    with pytest.raises(AirflowFailException) as raised:
+        task.execute({})
+    assert str(raised.value) == billing.description
+
+
+def test_invalid_entries_without_a_usable_name_are_numbered_and_never_take_a_valid_dag_id(
+    tmp_path, monkeypatch
+):
+    connectors = [
+        {"name": "invalid", "config": {"topic.prefix": "inv"}},
+        42,
+        {"name": "two words"},
+        {"name": "hourly", "unknown": 1},
+        {"name": "invalid", "config": {"topic.prefix": "again"}},
+    ]
+    bag = load(dag_folder(tmp_path, connectors), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    invalid = {
+        dag_id: dag
+        for dag_id, dag in bag.dags.items()
+        if "invalid_" in dag_id and dag.tasks[0].task_id == "invalid_connector_entry"
+    }
+    assert sorted(invalid) == [
+        "mongocdc_invalid_entry_2",
+        "mongocdc_invalid_entry_3",
+        "mongocdc_invalid_hourly_4",  # mongocdc_invalid_hourly is the valid connector "invalid"'s
+        "mongocdc_invalid_invalid",
+    ]
+    assert "must be a JSON object, got int" in invalid["mongocdc_invalid_entry_2"].description
+    assert "already used by connector entry #1 ('invalid')" in invalid["mongocdc_invalid_invalid"].description
+    assert {"mongocdc_invalid_hourly", "mongocdc_invalid_resnapshot", "mongocdc_invalid_watchdog"} <= set(
+        bag.dags
+    )
 
 
 # -- the re-snapshot form ----------------------------------------------------------------------------
@@ -123,6 +173,20 @@ def test_resnapshot_form_is_valid_as_it_opens_and_left_empty(tmp_path, monkeypat
         params[name] = None
         params.validate()
         assert "Empty:" in params.get_param(name).description
+
+
+def test_resnapshot_form_refuses_a_collection_without_its_database_before_any_run(tmp_path, monkeypatch):
+    # What the API server does with the trigger form's conf (POST .../dagRuns): the serialized DAG's
+    # params, merged with the conf, validated; the error's text is the answer's detail.
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(resnapshot_dag(tmp_path, monkeypatch)))
+    for good in (["shop.orders", " shop.customers ", "", "shop.a.b"], [], None):
+        serialized.params.deep_merge({"collections": good}).validate()
+    for bad in ("orders", ".orders", "shop.", " shop. "):
+        with pytest.raises(ParamValidationError) as raised:
+            serialized.params.deep_merge({"collections": ["shop.customers", bad]}).validate()
+        message = str(raised.value)
+        assert message.startswith(f"Invalid input for param collections: {bad!r} does not match"), message
+        assert "<database>.<collection>" in message and "shop.orders" in message, message
 
 
 def test_resnapshot_collection_without_database_is_rejected_in_words():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
+from airflow.api_fastapi.core_api.datamodels.assets import AssetEventResponse
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.observability import stats
 
@@ -74,6 +76,48 @@ def test_lineage_and_asset_extra_name_the_collections_and_their_topics():
     extra = asset_extra(config, "stream_window", summary)
     assert extra["topics"] == {"shop.inv.items": 2, "shop.inv.orders": 1} and extra["events"] == 3
     json.dumps(extra)  # an asset event's extra must be JSON
+
+
+@pytest.mark.parametrize("run", ["stream_window", "snapshot"])
+def test_asset_event_extra_is_served_by_the_rest_api_without_masked_values(run):
+    # The REST API and the UI serve an asset event through AssetEventResponse, which replaces every
+    # text value under a key that looks like a secret (Airflow's sensitive names: "token", "secret",
+    # ...) by ***: no such key holds a text, neither a field's name nor a replica set's name (counts
+    # are numbers, never masked, so collections and topics may be keys).
+    config = ConnectorConfig.from_properties({"topic.prefix": "shop"})
+    counts = {"shop.orders": 2, "payments.authorizations": 1, "auth.tokens": 3}
+    token = "8266A0B1C2000000032B"
+    position = {"sec": 1714557600, "ord": 3, "resume_token": token, "time": "2024-05-01T10:00:00Z"}
+    summary = {
+        "status": "ok",
+        "events": 6,
+        "documents": 6,
+        "events_by_collection": counts,
+        "collections": counts,
+        "bytes": 600,
+        "window_end": "2024-05-01T10:00:00Z",
+        "end_position": {"secret-rs": position},
+        "start_position": {"secret-rs": {k: v for k, v in position.items() if k != "time"}},
+        "snapshot_id": "s1",
+    }
+    extra = asset_extra(config, run, summary)
+    served = AssetEventResponse(
+        id=1,
+        asset_id=1,
+        extra=extra,
+        source_map_index=-1,
+        created_dagruns=[],
+        timestamp=datetime.now(timezone.utc),
+    ).model_dump(mode="json")["extra"]
+    assert served == json.loads(json.dumps(extra)), served
+    assert served["topics"] == {f"shop.{name}": count for name, count in counts.items()}
+    (end,) = served["end_position"]
+    assert (end["partition"], end["sec"], end["ord"], end["resume_point"]) == (
+        "secret-rs",
+        1714557600,
+        3,
+        token,
+    )
 
 
 class Recorder:
