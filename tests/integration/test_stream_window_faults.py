@@ -39,6 +39,13 @@ from tests.spark_submit import app_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
+# Batches of 5 changes and retries after 10 to 50 ms: failures land inside the window's batches.
+QUICK_RETRIES = {
+    "max.batch.size": 5,
+    "connect.backoff.initial.delay.ms": 10,
+    "connect.backoff.max.delay.ms": 50,
+}
+
 
 def _ids(events) -> list:
     return [e.key["id"] for e in events if e.payload is not None]
@@ -283,11 +290,7 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
     sim = mongosim("replset")
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(
-        unique_name,
-        db_name,
-        {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 50},
-    )
+    props = connector(unique_name, db_name, QUICK_RETRIES)
     store, partition = seed_offset(sim.uri, kafka, props)
     with sim.client() as client:
         db = client[db_name]
@@ -338,11 +341,7 @@ def test_errors_the_server_labels_resumable_are_retried_without_loss_or_duplicat
     # after its cursor is checked out (pymongo resumes by the label).
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(
-        unique_name,
-        db_name,
-        {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 50},
-    )
+    props = connector(unique_name, db_name, QUICK_RETRIES)
     store, partition = seed_offset(mongodb_uri, kafka, props)
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
