@@ -134,7 +134,10 @@ class Spec:
                     )
                 self.split = True
                 continue
+            if name not in query.STAGES:
+                raise query.unrecognized_stage(name)
             if name not in ALLOWED_STAGES:
+                # Pipeline::validateCommon: a known stage that may not follow $changeStream.
                 raise CommandError(20, f"{name} is not permitted in a $changeStream pipeline")
             self.pipeline.append(item)
         self._match_only = all(next(iter(s)) == "$match" for s in self.pipeline)
@@ -349,7 +352,7 @@ class ChangeStreamCursor:
                 full_document = op["o"]
             else:
                 op_type = "update"
-                update_description = diff.parse_diff(op["o"]["diff"])
+                update_description = diff.parse_diff(op["o"]["diff"], disambiguate=self.spec.expanded)
         index = txn_op_index or 0
         token = tokens.encode_token(
             ts, tokens.TOKEN_TYPE_EVENT, index, False, uuid, _event_id(op_type, document_key)

@@ -250,35 +250,74 @@ def compute_diff(old: dict, new: dict, update) -> dict:
     return root.serialize()
 
 
-def parse_diff(diff: dict) -> dict:
-    """updateDescription {updatedFields, removedFields, truncatedArrays} of a delta diff."""
+def parse_diff(diff: dict, disambiguate: bool = False) -> dict:
+    """updateDescription {updatedFields, removedFields, truncatedArrays} of a delta diff, plus
+    ``disambiguatedPaths`` when ``disambiguate`` (a showExpandedEvents stream).
+
+    As MongoDB's change_stream_document_diff_parser.cpp: a path is ambiguous from a component on
+    that is a field name made of digits (not the first component) or holding a dot; its
+    disambiguated form lists the components, array indexes as integers.
+    """
     updated: dict = {}
     removed: list = []
     truncated: list = []
+    disambiguated: dict = {}
+    path: list = []  # (component, is array index, path ambiguous up to here)
 
-    def walk(node: dict, prefix: str, is_array: bool) -> None:
+    def push(name: str, is_index: bool) -> None:
+        if path and path[-1][2]:
+            path.append((name, is_index, True))
+            return
+        numeric = not is_index and len(path) >= 1 and _numeric_component(name)
+        dotted = not is_index and not numeric and "." in name
+        path.append((name, is_index, numeric or dotted))
+
+    def record(name: str, is_index: bool) -> str:
+        push(name, is_index)
+        dotted_path = ".".join(part for part, _index, _ambiguous in path)
+        if path[-1][2]:
+            disambiguated[dotted_path] = [int(part) if index else part for part, index, _amb in path]
+        path.pop()
+        return dotted_path
+
+    def walk(node: dict, is_array: bool) -> None:
         if is_array:
             if "l" in node:
-                truncated.append({"field": prefix[:-1], "newSize": node["l"]})
+                field = ".".join(part for part, _index, _ambiguous in path)
+                truncated.append({"field": field, "newSize": node["l"]})
+                if path[-1][2]:
+                    disambiguated[field] = [int(part) if index else part for part, index, _amb in path]
             for key, value in node.items():
                 if key in ("a", "l"):
                     continue
                 if key.startswith("u"):
-                    updated[prefix + key[1:]] = value
+                    updated[record(key[1:], True)] = value
                 elif key.startswith("s"):
-                    walk(value, prefix + key[1:] + ".", bool(value.get("a")))
+                    push(key[1:], True)
+                    walk(value, bool(value.get("a")))
+                    path.pop()
             return
         for key, value in node.items():
             if key == "d":
-                removed.extend(prefix + name for name in value)
+                removed.extend(record(name, False) for name in value)
             elif key in ("u", "i"):
                 for name, field_value in value.items():
-                    updated[prefix + name] = field_value
+                    updated[record(name, False)] = field_value
             elif key.startswith("s"):
-                walk(value, prefix + key[1:] + ".", isinstance(value, dict) and bool(value.get("a")))
+                push(key[1:], False)
+                walk(value, isinstance(value, dict) and bool(value.get("a")))
+                path.pop()
 
-    walk(diff, "", False)
-    return {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+    walk(diff, False)
+    out = {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+    if disambiguate:
+        out["disambiguatedPaths"] = disambiguated
+    return out
+
+
+def _numeric_component(name: str) -> bool:
+    """FieldRef::isNumericPathComponentStrict: digits only, no leading zero (but "0")."""
+    return name.isdigit() and name.isascii() and (name == "0" or not name.startswith("0"))
 
 
 def is_noop(old: dict, new: dict) -> bool:

@@ -12,14 +12,14 @@ from bson.timestamp import Timestamp
 
 from devtools.mongosim import auth as scram
 from devtools.mongosim import commands as cmds
-from devtools.mongosim.errors import (
-    RESUMABLE_CHANGE_STREAM_CODES,
-    RETRYABLE_WRITE_CODES,
-    STATE_CHANGE_CODES,
-    CloseConnection,
-    CommandError,
+from devtools.mongosim.errors import NOT_PRIMARY_ERRORS, CloseConnection, CommandError, error_labels
+from devtools.mongosim.failpoints import (
+    FAIL_COMMAND,
+    FAIL_GET_MORE,
+    FAILCOMMAND_MESSAGE,
+    FailPoint,
+    command_filter,
 )
-from devtools.mongosim.failpoints import FAILCOMMAND_MESSAGE, FailPoint
 from devtools.mongosim.oplog import wall_now
 from devtools.mongosim.wire import WireServer
 
@@ -43,12 +43,13 @@ class Endpoint:
     """A listening server: the shared part of members and mongos."""
 
     is_mongos = False
+    FAIL_POINTS = (FAIL_COMMAND, FAIL_GET_MORE)
 
     def __init__(self, deployment):
         # the server.Deployment that runs this endpoint (its lock, clock, credentials)
         self.deployment = deployment
         self.server: WireServer | None = None
-        self.failpoint = FailPoint()
+        self.failpoints = {name: FailPoint() for name in self.FAIL_POINTS}  # per process, as on MongoDB
         self.cursors = cmds.Cursors()
         self.process_id = ObjectId()
         self.topology_counter = 0
@@ -78,7 +79,7 @@ class Endpoint:
         failure = None
         if lname != "configurefailpoint":
             ns = f"{request.db}.{cmd[name]}" if isinstance(cmd.get(name), str) else None
-            failure = self.failpoint.should_fail(name, conn.app_name, ns)
+            failure = self.failpoints[FAIL_COMMAND].fire(command_filter(name, conn.app_name, ns))
         try:
             if failure is not None:
                 if failure.get("blockConnection"):
@@ -99,8 +100,18 @@ class Endpoint:
             else:
                 reply = self.run(conn, name, lname, cmd, request.db)
             if failure is not None and failure.get("writeConcernError"):
+                # failCommand's writeConcernError: the command ran, its reply carries the error
+                # (and the labels MongoDB adds for it, unless the fail point names them).
                 reply = dict(reply)
                 reply["writeConcernError"] = failure["writeConcernError"]
+                if "errorLabels" in failure:
+                    labels = list(failure["errorLabels"])
+                else:
+                    labels = _labels(cmd, lname, None, failure["writeConcernError"].get("code"), False)
+                if labels:
+                    reply["errorLabels"] = labels
+                if failure["writeConcernError"].get("code") in NOT_PRIMARY_ERRORS:
+                    reply["topologyVersion"] = self.topology_version()
         except CommandError as error:
             reply = self.error_reply(error, cmd, lname)
         except CloseConnection:
@@ -135,22 +146,11 @@ class Endpoint:
         raise NotImplementedError
 
     def error_reply(self, error: CommandError, cmd: dict, lname: str) -> dict:
-        if not getattr(error, "fixed_labels", False):
-            in_txn = cmd.get("autocommit") is False
-            commit_or_abort = lname in ("committransaction", "aborttransaction")
-            retryable = (lname in WRITE_COMMANDS and "txnNumber" in cmd and not in_txn) or commit_or_abort
-            if retryable and error.code in RETRYABLE_WRITE_CODES:
-                error.add_label("RetryableWriteError")
-            if (
-                in_txn
-                and not commit_or_abort
-                and (error.code in STATE_CHANGE_CODES or error.code in (112, 251))
-            ):
-                error.add_label("TransientTransactionError")
-            if getattr(error, "change_stream_getmore", False) and error.code in RESUMABLE_CHANGE_STREAM_CODES:
-                error.add_label("ResumableChangeStreamError")
+        if not error.fixed_labels:
+            change_stream = error.change_stream or (lname == "aggregate" and _opens_change_stream(cmd))
+            error.labels = _labels(cmd, lname, error.code, None, change_stream)
         reply = error.to_reply()
-        if error.code in STATE_CHANGE_CODES:
+        if error.code in NOT_PRIMARY_ERRORS:
             reply["topologyVersion"] = self.topology_version()
         return reply
 
@@ -280,9 +280,10 @@ class Endpoint:
 
 
 def configure_fail_point(call: cmds.Call) -> dict:
-    """``configureFailPoint`` (``failCommand`` only), as members and mongos both run it."""
+    """``configureFailPoint``, as members and mongos both run it (each with its own fail points)."""
     name = call.arg()
-    if name != "failCommand":
+    failpoint = call.endpoint.failpoints.get(name) if isinstance(name, str) else None
+    if failpoint is None:
         raise CommandError(
             2,
             f"Cannot find failpoint: {name}" if isinstance(name, str) else "bad failpoint name",
@@ -292,14 +293,34 @@ def configure_fail_point(call: cmds.Call) -> dict:
     if mode is None:
         raise CommandError(2, "'mode' must be specified", code_name="BadValue")
     data = call.cmd.get("data")
-    if mode != "off" and not (isinstance(data, dict) and isinstance(data.get("failCommands"), list)):
+    if (
+        name == FAIL_COMMAND
+        and mode != "off"
+        and not (isinstance(data, dict) and isinstance(data.get("failCommands"), list))
+    ):
         raise CommandError(
             2,
             "failCommand fail point requires 'failCommands' to be specified in 'data'",
             code_name="BadValue",
         )
-    count = call.endpoint.failpoint.configure(mode, data)
+    count = failpoint.configure(mode, data)
     return {"count": count}
+
+
+def _labels(cmd: dict, lname: str, code: int | None, wc_code: int | None, change_stream: bool) -> list:
+    return error_labels(lname, code, wc_code, "txnNumber" in cmd, "autocommit" in cmd, change_stream)
+
+
+def _opens_change_stream(cmd: dict) -> bool:
+    """Whether an aggregate is a ``$changeStream`` pipeline (ErrorLabelBuilder parses the command
+    for the ResumableChangeStreamError label)."""
+    pipeline = cmd.get("pipeline")
+    return (
+        isinstance(pipeline, list)
+        and bool(pipeline)
+        and isinstance(pipeline[0], dict)
+        and "$changeStream" in pipeline[0]
+    )
 
 
 def _check_after_cluster_time(cmd: dict, current) -> None:

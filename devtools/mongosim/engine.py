@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import time
+import uuid
 
 from bson.binary import Binary
 from bson.int64 import Int64
@@ -25,6 +26,9 @@ from devtools.mongosim.errors import CommandError
 from devtools.mongosim.oplog import Oplog, wall_now
 
 TRANSACTION_LIFETIME_S = 60.0
+# minSnapshotHistoryWindowInSeconds: how far back snapshot reads (readConcern snapshot with
+# atClusterTime) can look (MongoDB's documentation of the server parameter: 300 s by default).
+SNAPSHOT_HISTORY_S = 300.0
 LOCK_WAIT_S = 60.0
 EMPTY_UID = Binary(hashlib.sha256(b"").digest(), 0)
 
@@ -34,7 +38,6 @@ def write_conflict() -> CommandError:
         112,
         "Caused by :: Write conflict during plan execution and yielding is "
         "disabled. :: Please retry your operation or multi-document transaction.",
-        labels=["TransientTransactionError"],
     )
 
 
@@ -42,7 +45,6 @@ def no_such_transaction(txn_number) -> CommandError:
     return CommandError(
         251,
         f"Transaction with {{ txnNumber: {txn_number} }} has been aborted.",
-        labels=["TransientTransactionError"],
     )
 
 
@@ -53,9 +55,11 @@ class Session:
         self.txn: Txn | None = None
         self.outcomes: dict[int, str] = {}  # txnNumber -> committed / aborted
         self.commit_replies: dict[int, Timestamp] = {}
-        self.retry_replies: dict[int, dict] = {}  # txnNumber -> reply of a retryable write
+        # statement (index in its command) -> its result, for the retryable write last_txn_number
+        self.statements: dict[int, dict] = {}
         self.last_write_op_time: Timestamp | None = None
         self.last_used = time.monotonic()
+        self.last_use = wall_now()
 
 
 class Txn:
@@ -101,6 +105,34 @@ class OpCtx:
         self.stmt_id = 0
         self.op_time: Timestamp | None = None
         self.from_migrate = False
+        self.read_at: Timestamp | None = None  # a snapshot read outside a transaction: its atClusterTime
+        self.executed: dict | None = None  # a retryable write's executed statements (Session.statements)
+        self.write_fail_point = None  # the primary's onPrimaryTransactionalWrite fail point
+        self.write_check_pending = False  # the fail point fires at the next write
+        self.close_connection = False  # that fail point fired: no reply
+
+    def before_write(self) -> None:
+        """The primary's ``onPrimaryTransactionalWrite`` fail point, evaluated when a retryable
+        write is about to be written (once per statement, or per insert batch), as MongoDB's
+        TransactionParticipant does after each write: ``closeConnection`` (default true) drops
+        the reply, ``failBeforeCommitExceptionCode`` fails the statement before it is written."""
+        if not self.write_check_pending or self.write_fail_point is None:
+            return
+        self.write_check_pending = False
+        data = self.write_fail_point.fire()
+        if data is None:
+            return
+        if data.get("closeConnection", True):
+            self.close_connection = True
+        code = data.get("failBeforeCommitExceptionCode")
+        if code is not None:
+            error = CommandError(
+                int(code),
+                f"Failing write for {lsid_text(self.session.lsid)}:{self.txn_number} due to failpoint. "
+                "The write must not be reflected.",
+            )
+            error.write_fail_point = True
+            raise error
 
 
 class DataNode:
@@ -125,6 +157,10 @@ class DataNode:
         self.oplog_uuid = Binary(__import__("uuid").uuid4().bytes, 4)
         self.last_write: Timestamp = deployment.clock.now
         self.last_write_wall = wall_now()
+        # Recent document versions for snapshot reads: (ts key, ns, id key, document before the
+        # write or None, when), oldest first, kept for SNAPSHOT_HISTORY_S.
+        self.history: collections.deque = collections.deque()
+        self.history_floor = bsonutil.ts_key(self.last_write)  # no snapshot read before this
 
     # -- clock / oplog ---------------------------------------------------------------------------
     @property
@@ -179,6 +215,12 @@ class DataNode:
             return
         self.log(self._entry(None, "n", "", {"msg": message}))
 
+    def kill_sessions(self, keys: set | None) -> None:
+        """Abort the open transactions of these sessions (keys: ``session_key``s; None: all)."""
+        for key, session in self.sessions.items():
+            if (keys is None or key in keys) and session.txn is not None:
+                self.abort_transaction(session.txn)
+
     def _truncate_preimages(self, oldest_key: int) -> None:
         while self.preimages:
             key = next(iter(self.preimages))
@@ -196,12 +238,13 @@ class DataNode:
 
     # -- sessions --------------------------------------------------------------------------------
     def session(self, lsid: dict, user: str | None) -> Session:
-        key = bytes(lsid["id"]) if isinstance(lsid.get("id"), (bytes, Binary)) else repr(lsid["id"]).encode()
+        key = session_key(lsid)
         session = self.sessions.get(key)
         if session is None:
             uid = Binary(hashlib.sha256((user or "").encode()).digest(), 0) if user else EMPTY_UID
             session = self.sessions[key] = Session(lsid, uid)
         session.last_used = time.monotonic()
+        session.last_use = wall_now()
         return session
 
     # -- reading ---------------------------------------------------------------------------------
@@ -213,7 +256,48 @@ class DataNode:
                 return None, {}
             return coll, ctx.txn.snapshot[ns]
         coll = self.catalog.get(db, name)
-        return (coll, coll.docs) if coll is not None else (None, {})
+        if coll is None:
+            return None, {}
+        if ctx.read_at is not None:
+            return coll, self.docs_at(coll, ctx.read_at)
+        return coll, coll.docs
+
+    # -- snapshot history ------------------------------------------------------------------------
+    def remember(self, ns: str, key, before: dict | None, ts: Timestamp) -> None:
+        """Keep the version a write replaced, for snapshot reads at an earlier cluster time."""
+        now = time.monotonic()
+        self.history.append((bsonutil.ts_key(ts), ns, key, before, now))
+        while self.history and now - self.history[0][4] > SNAPSHOT_HISTORY_S:
+            self.history_floor = self.history.popleft()[0]
+
+    def check_snapshot(self, at: Timestamp) -> None:
+        """MongoDB refuses a snapshot read older than its history window (SnapshotTooOld)."""
+        if bsonutil.ts_key(at) < self.history_floor:
+            raise CommandError(
+                239,
+                f"Read timestamp {at} is older than the oldest available timestamp.",
+                code_name="SnapshotTooOld",
+            )
+
+    def docs_at(self, coll: Collection, at: Timestamp) -> dict:
+        """A collection's documents as they were at cluster time ``at`` (the versions written
+        after it replaced by the ones before)."""
+        limit = bsonutil.ts_key(at)
+        older: dict = {}
+        for ts_key, ns, key, before, _when in reversed(self.history):
+            if ts_key <= limit:
+                break
+            if ns == coll.ns:
+                older[key] = before
+        if not older:
+            return coll.docs
+        docs = dict(coll.docs)
+        for key, before in older.items():
+            if before is None:
+                docs.pop(key, None)
+            else:
+                docs[key] = before
+        return docs
 
     def candidates(self, docs: dict, spec) -> list:
         """Documents matching a filter, in natural order."""
@@ -282,7 +366,9 @@ class DataNode:
         check_namespace(db, name)
         existing = self.view(ctx, db, name)[0]
         if existing is not None:
-            if _options_equal(existing.options, options):
+            # Outside a transaction, creating an existing collection with the same options is a
+            # no-op; inside one it fails (MongoDB's create command).
+            if ctx.txn is None and _options_equal(existing.options, options):
                 return
             raise CommandError(48, f"Collection {db}.{name} already exists.")
         self.ensure_collection(ctx, db, name, options)
@@ -400,6 +486,14 @@ class DataNode:
                 continue
             if any(dict(i["key"]) == dict(spec["key"]) for i in coll.indexes):
                 continue
+            if ctx.txn is not None and coll.ns not in ctx.txn.created:
+                # An index build takes an exclusive lock: inside a transaction only a collection
+                # the transaction created gets new indexes (create_indexes.cpp).
+                raise CommandError(
+                    263,
+                    f"Cannot create new indexes on existing collection {coll.ns} in a multi-document "
+                    "transaction.",
+                )
             index = {"v": 2, "key": dict(spec["key"]), "name": spec["name"]}
             index.update({k: v for k, v in spec.items() if k not in ("v", "key", "name")})
             coll.indexes.append(index)
@@ -455,7 +549,6 @@ class DataNode:
                 117,
                 f"Unable to acquire an exclusive lock on collection {coll.ns}: a transaction holds "
                 "locks on it",
-                labels=[],
             )
 
     # -- document writes -------------------------------------------------------------------------
@@ -510,6 +603,7 @@ class DataNode:
                 (old_doc, new_doc) if coll.pre_and_post_images and old_doc is not None else None,
             )
             return
+        ctx.before_write()
         if new_doc is None:
             coll.remove(key)
         else:
@@ -519,6 +613,7 @@ class DataNode:
         )
         if coll.pre_and_post_images and old_doc is not None and entry["op"] in ("u", "d"):
             self.preimages[(bytes(coll.uuid), bsonutil.ts_key(entry_full["ts"]), 0)] = (old_doc, new_doc)
+        self.remember(coll.ns, key, old_doc, entry_full["ts"])
         self.log(entry_full, ctx)
 
     def _txn_append(self, ctx: OpCtx, coll: Collection, op: dict, preimage: tuple | None) -> None:
@@ -651,6 +746,7 @@ class DataNode:
         if txn.state != "in_progress":
             raise no_such_transaction(txn.txn_number)
         applied_keys: set = set()
+        replaced: list = []  # (ns, key, version before the commit)
         for coll in txn.created.values():
             if self.catalog.get(coll.db, coll.name) is None:
                 self.catalog.add(coll)
@@ -667,6 +763,7 @@ class DataNode:
             if (coll.ns, key) in applied_keys:
                 continue
             applied_keys.add((coll.ns, key))
+            replaced.append((coll.ns, key, live.docs.get(key)))
             final = txn.snapshot[coll.ns].get(key)
             if final is None:
                 live.remove(key)
@@ -689,6 +786,8 @@ class DataNode:
             for index, (coll, pre) in enumerate(zip(txn.op_colls, txn.preimages)):
                 if pre is not None:
                     self.preimages[(bytes(coll.uuid), bsonutil.ts_key(entry["ts"]), index)] = pre
+            for ns, key, before in replaced:
+                self.remember(ns, key, before, entry["ts"])
             self.log(entry)
             commit_ts = entry["ts"]
         txn.state = "committed"
@@ -715,6 +814,20 @@ class DataNode:
             txn = session.txn
             if txn is not None and txn.state == "in_progress" and now - txn.started > TRANSACTION_LIFETIME_S:
                 self.abort_transaction(txn)
+
+
+def session_key(lsid: dict) -> bytes:
+    """The key of a session (its id's bytes)."""
+    value = lsid.get("id")
+    return bytes(value) if isinstance(value, (bytes, bytearray)) else repr(value).encode()
+
+
+def lsid_text(lsid: dict) -> str:
+    """A session id as MongoDB writes it in messages (its UUID)."""
+    try:
+        return str(uuid.UUID(bytes=bytes(lsid["id"])))
+    except (KeyError, TypeError, ValueError):
+        return str(lsid)
 
 
 def _ddl(ctx: OpCtx | None) -> OpCtx | None:
@@ -859,6 +972,13 @@ class NodeBackend:
 
     def oplog_view(self):
         return self.node.oplog
+
+    def kill_sessions(self, ctx: OpCtx, keys: set | None) -> None:
+        self.node.kill_sessions(keys)
+
+    def local_sessions(self) -> list[dict]:
+        """The sessions in the server's cache, as ``$listLocalSessions`` lists them."""
+        return [{"_id": dict(s.lsid), "lastUse": s.last_use} for s in self.node.sessions.values()]
 
     def oplogs(self) -> list:
         return [self.node.oplog] if self.node.oplog is not None else []

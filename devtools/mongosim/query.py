@@ -508,8 +508,43 @@ def _limit_stage(docs, _database, options):
     return list(docs)[:options]
 
 
+def _project_stage(docs, database, options):
+    """mongomock's $project, with computed fields on dotted paths built as embedded documents
+    ({"ns.viewOn": "x"} gives {ns: {viewOn: "x"}}, as MongoDB's projection does) instead of
+    top-level fields named with a dot."""
+    projected = mm_aggregate._handle_project_stage(docs, database, options)  # pylint: disable=protected-access
+    dotted = [
+        field
+        for field, value in options.items()
+        if "." in field and not (isinstance(value, (bool, int, float)) and value in (0, 1))
+    ]
+    if not dotted:
+        return projected
+    out = []
+    for doc in projected:
+        doc = dict(doc)
+        for field in dotted:
+            if field not in doc:
+                continue
+            value = doc.pop(field)
+            *parents, last = field.split(".")
+            target = doc
+            for part in parents:
+                child = target.get(part)
+                child = dict(child) if isinstance(child, dict) else {}
+                target[part] = child
+                target = child
+            target[last] = value
+        out.append(doc)
+    return out
+
+
 mm_aggregate._PIPELINE_HANDLERS.update(
     {  # pylint: disable=protected-access
+        # Left out on purpose (README): answered as stages MongoDB does not know.
+        "$out": None,
+        "$merge": None,
+        "$project": _project_stage,
         "$bucketAuto": _bucket_auto,
         "$unset": _unset,
         "$replaceWith": _replace_with,
@@ -521,6 +556,56 @@ mm_aggregate._PIPELINE_HANDLERS.update(
         "$group": _group_stage,
     }
 )
+
+# The aggregation stages of MongoDB 7.0/8.0 (MongoDB's documentation, "Aggregation Stages"): a
+# name outside this list is "Unrecognized pipeline stage name" (40324), as on MongoDB; a listed
+# stage the simulator does not implement is refused with the same error (see the README).
+STAGES = {
+    "$addFields",
+    "$bucket",
+    "$bucketAuto",
+    "$changeStream",
+    "$changeStreamSplitLargeEvent",
+    "$collStats",
+    "$count",
+    "$currentOp",
+    "$densify",
+    "$documents",
+    "$facet",
+    "$fill",
+    "$geoNear",
+    "$graphLookup",
+    "$group",
+    "$indexStats",
+    "$limit",
+    "$listLocalSessions",
+    "$listSampledQueries",
+    "$listSearchIndexes",
+    "$listSessions",
+    "$lookup",
+    "$match",
+    "$merge",
+    "$out",
+    "$planCacheStats",
+    "$project",
+    "$querySettings",
+    "$redact",
+    "$replaceRoot",
+    "$replaceWith",
+    "$sample",
+    "$search",
+    "$searchMeta",
+    "$set",
+    "$setWindowFields",
+    "$shardedDataDistribution",
+    "$skip",
+    "$sort",
+    "$sortByCount",
+    "$unionWith",
+    "$unset",
+    "$unwind",
+    "$vectorSearch",
+}
 
 _READ_ONLY_STAGES = {
     "$match",
@@ -537,6 +622,12 @@ _READ_ONLY_STAGES = {
 }
 
 
+def unrecognized_stage(name: str) -> CommandError:
+    """MongoDB's error for a stage name it does not know (the simulator's answer for the stages it
+    leaves out, too)."""
+    return CommandError(40324, f"Unrecognized pipeline stage name: '{name}'", code_name="Location40324")
+
+
 def run_pipeline(docs: list, pipeline: list, resolver=None) -> list:
     """Run an aggregation pipeline over docs (which are not modified)."""
     if not isinstance(pipeline, list):
@@ -549,12 +640,8 @@ def run_pipeline(docs: list, pipeline: list, resolver=None) -> list:
                 code_name="Location40323",
             )
         name = next(iter(stage))
-        if name not in mm_aggregate._PIPELINE_HANDLERS:  # pylint: disable=protected-access
-            raise CommandError(
-                40324, f"Unrecognized pipeline stage name: '{name}'", code_name="Location40324"
-            )
-        if mm_aggregate._PIPELINE_HANDLERS[name] is None:  # pylint: disable=protected-access
-            raise CommandError(2, f"the {name} stage is not supported by the simulator")
+        if name not in STAGES or mm_aggregate._PIPELINE_HANDLERS.get(name) is None:  # pylint: disable=protected-access
+            raise unrecognized_stage(name)
     if any(next(iter(stage)) not in _READ_ONLY_STAGES for stage in pipeline):
         docs = copy.deepcopy(docs)
     else:

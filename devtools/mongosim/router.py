@@ -615,6 +615,21 @@ class RouterBackend:
     def oplog_view(self):
         return None
 
+    def local_sessions(self) -> list[dict]:
+        return [
+            {"_id": dict(s.lsid), "lastUse": s.last_use}
+            for shard in self.router.shards
+            for s in shard.sessions.values()
+        ]
+
+    def kill_sessions(self, ctx: RouterCtx, keys: set | None) -> None:
+        """End or kill sessions on every shard, and mongos's own transactions of them."""
+        for shard in self.router.shards:
+            shard.kill_sessions(keys)
+        for key, session in self.router.sessions.items():
+            if keys is None or key in keys:
+                self.router.abort(session)
+
     def oplogs(self) -> list:
         return [shard.oplog for shard in self.router.shards if shard.oplog is not None]
 

@@ -12,12 +12,14 @@ import time
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from devtools.mongosim import auth as scram
 from devtools.mongosim import commands as cmds
 from devtools.mongosim.endpoint import WRITE_COMMANDS, Endpoint, configure_fail_point
-from devtools.mongosim.engine import DataNode, NodeBackend, OpCtx, no_such_transaction
-from devtools.mongosim.errors import CommandError
+from devtools.mongosim.engine import DataNode, NodeBackend, OpCtx, lsid_text, no_such_transaction
+from devtools.mongosim.errors import CloseConnection, CommandError
+from devtools.mongosim.failpoints import FAIL_COMMAND, FAIL_GET_MORE, ON_PRIMARY_TRANSACTIONAL_WRITE
 from devtools.mongosim.oplog import INITIATING_SET, ClusterClock, wall_now
 from devtools.mongosim.router import Router
 
@@ -185,6 +187,8 @@ def _wall_seconds(wall) -> float:
 class Member(Endpoint):
     """One replica-set member (or the standalone server)."""
 
+    FAIL_POINTS = (FAIL_COMMAND, FAIL_GET_MORE, ON_PRIMARY_TRANSACTIONAL_WRITE)
+
     def __init__(self, deployment: Deployment, replset: ReplicaSet, index: int):
         super().__init__(deployment)
         self.replset = replset
@@ -257,6 +261,8 @@ class Member(Endpoint):
         ctx = OpCtx(rs, db, user=conn.user)
         if isinstance(lsid, dict) and "id" in lsid and rs.set_name is not None:
             ctx.session = rs.session(lsid, conn.user)
+        if autocommit is None:
+            ctx.read_at = self._snapshot_read(cmd, lname)
         if autocommit is False:
             ctx.txn_number = int(txn_number)
             ctx.txn = self._transaction(ctx, cmd, lname, handler)
@@ -269,34 +275,82 @@ class Member(Endpoint):
                 raise CommandError(
                     225,
                     f"Retryable write with txnNumber {number} is prohibited on session "
-                    f"{_lsid_text(lsid)} because a newer retryable write with txnNumber "
+                    f"{lsid_text(lsid)} because a newer retryable write with txnNumber "
                     f"{session.last_txn_number} has already started on this session.",
                 )
-            if number == session.last_txn_number and number in session.retry_replies:
-                stored = dict(session.retry_replies[number])
-                return stored
-            if session.txn is not None and session.txn.state == "in_progress":
-                rs.abort_transaction(session.txn)
-            session.last_txn_number = number
-            session.retry_replies = {}
-            session.last_write_op_time = None
+            if number > session.last_txn_number:
+                if session.txn is not None and session.txn.state == "in_progress":
+                    rs.abort_transaction(session.txn)
+                session.last_txn_number = number
+                session.statements = {}
+                session.last_write_op_time = None
+            # A retried write runs again only the statements not yet executed (MongoDB's
+            # TransactionParticipant::checkStatementExecuted): the others answer as they did.
             ctx.txn_number = number
             ctx.retryable = True
+            ctx.executed = session.statements
+            if self.is_primary:
+                ctx.write_fail_point = self.failpoints[ON_PRIMARY_TRANSACTIONAL_WRITE]
         call = cmds.Call(self, self.backend, conn, cmd, db, ctx)
         try:
             reply = handler.func(call)
         except CommandError as error:
             if ctx.txn is not None and error.code not in (251,):
                 rs.abort_transaction(ctx.txn)
+            if ctx.close_connection:
+                raise CloseConnection() from None
             raise
         if ctx.txn is not None and reply.get("writeErrors"):
             rs.abort_transaction(ctx.txn)
-        if ctx.retryable and not reply.get("writeErrors"):
-            ctx.session.retry_replies[ctx.txn_number] = dict(reply)
+        if ctx.close_connection:
+            # onPrimaryTransactionalWrite: what was written stays, the reply is lost.
+            raise CloseConnection()
         if ctx.op_time is not None:
             reply = dict(reply)
             reply["_op_time"] = ctx.op_time
         return reply
+
+    def _snapshot_read(self, cmd: dict, lname: str):
+        """The cluster time of a snapshot read outside a transaction (``readConcern: {level:
+        "snapshot"}``), or None. MongoDB 5.0+ serves them for find, aggregate and distinct (and
+        their getMores), at ``atClusterTime`` or at the latest committed write, within its
+        snapshot history window; other commands refuse them with InvalidOptions
+        (jstests/replsets/read_concern_snapshot.js)."""
+        read_concern = cmd.get("readConcern")
+        if not isinstance(read_concern, dict) or read_concern.get("level") != "snapshot":
+            return None
+        if lname not in ("find", "aggregate", "distinct"):
+            raise CommandError(
+                72,
+                f'Command {next(iter(cmd))} does not support {{ readConcern: {{ level: "snapshot" }} }} '
+                ":: caused by :: read concern not supported",
+                code_name="InvalidOptions",
+            )
+        if self.replset.set_name is None:
+            raise CommandError(
+                20,
+                "readConcern level 'snapshot' is only supported on a replica set",
+                code_name="IllegalOperation",
+            )
+        at = read_concern.get("atClusterTime")
+        if at is None:
+            return self.replset.last_write
+        if not isinstance(at, Timestamp):
+            raise CommandError(
+                14,
+                "BSON field 'atClusterTime' is the wrong type, expected type 'timestamp'",
+                code_name="TypeMismatch",
+            )
+        now = self.deployment.clock.now
+        if at > now:
+            raise CommandError(
+                72,
+                "readConcern atClusterTime value must not be greater than the current clusterTime. "
+                f"Requested clusterTime: {at}; current clusterTime: {now}",
+                code_name="InvalidOptions",
+            )
+        self.replset.check_snapshot(at)
+        return at
 
     def _transaction(self, ctx: OpCtx, cmd: dict, lname: str, handler):
         rs = self.replset
@@ -308,7 +362,7 @@ class Member(Endpoint):
             if number < session.last_txn_number:
                 raise CommandError(
                     225,
-                    f"Cannot start transaction {number} on session {_lsid_text(cmd['lsid'])} "
+                    f"Cannot start transaction {number} on session {lsid_text(cmd['lsid'])} "
                     f"because a newer transaction {session.last_txn_number} has already started.",
                 )
             if number == session.last_txn_number:
@@ -316,7 +370,6 @@ class Member(Endpoint):
                     251,
                     f"Given transaction number {number} does not match any in-progress "
                     "transactions. The active transaction number is " + str(session.last_txn_number),
-                    labels=["TransientTransactionError"],
                 )
             txn = rs.begin_transaction(session, number)
         else:
@@ -328,15 +381,6 @@ class Member(Endpoint):
         if not handler.in_txn:
             raise CommandError(263, f"Cannot run '{handler.name}' in a multi-document transaction.")
         return txn
-
-
-def _lsid_text(lsid) -> str:
-    try:
-        import uuid as uuidlib
-
-        return str(uuidlib.UUID(bytes=bytes(lsid["id"])))
-    except (KeyError, TypeError, ValueError):
-        return str(lsid)
 
 
 def _secondary_ok(cmd: dict) -> bool:

@@ -41,12 +41,13 @@ class Recorder(monitoring.CommandListener):
     def __init__(self):
         self.commands: list[tuple[str, dict]] = []
         self.failures: list[tuple[str, dict]] = []
+        self.replies: list[tuple[str, dict]] = []
 
     def started(self, event):
         self.commands.append((event.command_name, dict(event.command)))
 
     def succeeded(self, event):
-        pass
+        self.replies.append((event.command_name, dict(event.reply)))
 
     def failed(self, event):
         self.failures.append((event.command_name, dict(event.failure)))

@@ -9,6 +9,7 @@ import pytest
 from bson import Timestamp
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 from tests.fidelity.streams import next_event
 
@@ -319,3 +320,65 @@ def test_start_at_operation_time_before_the_oplog(mongosim):
         with pytest.raises(OperationFailure) as error:
             mongo.db.c.watch(start_at_operation_time=Timestamp(1, 1))
     assert error.value.code == 286
+
+
+def test_read_concern_other_than_majority_is_refused(db):
+    with pytest.raises(OperationFailure) as error:
+        db.get_collection("c", read_concern=ReadConcern("local")).watch()
+    assert error.value.code == 72
+    assert error.value.details["errmsg"] == (
+        "Aggregation stage $changeStream cannot run with a readConcern other than 'majority'. "
+        "Current readConcern: local"
+    )
+    with db.get_collection("c", read_concern=ReadConcern("majority")).watch(max_await_time_ms=200) as stream:
+        db.c.insert_one({"_id": 1})
+        assert next_event(stream)["documentKey"] == {"_id": 1}
+
+
+def test_unknown_and_disallowed_stages_after_change_stream(db):
+    with pytest.raises(OperationFailure) as unknown:
+        db.c.watch([{"$unsupported": "foo"}])
+    with pytest.raises(OperationFailure) as disallowed:
+        db.c.watch([{"$group": {"_id": None}}])
+    assert unknown.value.code == 40324
+    assert unknown.value.details["errmsg"] == "Unrecognized pipeline stage name: '$unsupported'"
+    assert disallowed.value.code == 20
+    assert disallowed.value.details["errmsg"] == "$group is not permitted in a $changeStream pipeline"
+
+
+def test_project_on_a_dotted_path_builds_an_embedded_document(db):
+    pipeline = [{"$project": {"operationType": "insert", "ns.viewOn": "db.coll"}}]
+    with db.c.watch(pipeline, max_await_time_ms=200) as stream:
+        db.c.insert_one({"_id": 1})
+        event = next_event(stream)
+    assert set(event) == {"_id", "operationType", "ns"}
+    assert event["operationType"] == "insert" and event["ns"] == {"viewOn": "db.coll"}
+
+
+def test_disambiguated_paths_with_show_expanded_events(db):
+    db.c.insert_one({"_id": 1, "a": {"1": 1}, "b": [{"1": 1}], "c": 1})
+    with (
+        db.c.watch(show_expanded_events=True, max_await_time_ms=200) as expanded,
+        db.c.watch(max_await_time_ms=200) as plain,
+    ):
+        db.c.update_one({"_id": 1}, {"$set": {"a.1": 2, "b.0.1": 2}})
+        db.c.update_one({"_id": 1}, {"$set": {"c": 2}})
+        ambiguous, unambiguous = _drain(expanded, 2)
+        default = next_event(plain)
+    assert ambiguous["updateDescription"]["disambiguatedPaths"] == {"a.1": ["a", "1"], "b.0.1": ["b", 0, "1"]}
+    assert unambiguous["updateDescription"]["disambiguatedPaths"] == {}
+    assert "disambiguatedPaths" not in default["updateDescription"]
+
+
+@pytest.mark.simulator_only
+def test_left_out_features_are_refused_with_mongodb_errors(db):
+    db.c.insert_one({"_id": 1})
+    for stage in ({"$out": "other"}, {"$merge": {"into": "other"}}):
+        with pytest.raises(OperationFailure) as error:
+            list(db.c.aggregate([stage]))
+        assert error.value.code == 40324
+        assert error.value.details["errmsg"] == f"Unrecognized pipeline stage name: '{next(iter(stage))}'"
+    with pytest.raises(OperationFailure) as view:
+        db.create_collection("v", viewOn="c", pipeline=[])
+    assert view.value.code == 40415
+    assert view.value.details["errmsg"] == "BSON field 'create.viewOn' is an unknown field."

@@ -119,3 +119,58 @@ def test_retried_write_with_the_same_txn_number_is_applied_once(mongodb_uri, db)
             )
         assert error.value.code == 225
     assert db.c.count_documents({}) == 1
+
+
+def test_snapshot_reads_see_the_data_of_their_cluster_time(mongodb_uri, db, recorder):
+    db.c.insert_one({"_id": 1, "x": 11})
+    with (
+        MongoClient(mongodb_uri, event_listeners=[recorder]) as mongo,
+        mongo.start_session(snapshot=True) as session,
+    ):
+        coll = mongo[db.name].c
+        assert coll.find_one({"_id": 1}, session=session) == {"_id": 1, "x": 11}
+        db.c.update_one({"_id": 1}, {"$inc": {"x": 1}})
+        db.c.insert_one({"_id": 2, "x": 22})
+        # Later reads of the session read at the cluster time of its first one.
+        assert list(coll.find(session=session)) == [{"_id": 1, "x": 11}]
+        assert coll.distinct("x", session=session) == [11]
+        assert coll.count_documents({}, session=session) == 1
+        with pytest.raises(OperationFailure) as error:
+            coll.insert_one({"_id": 3}, session=session)
+    assert error.value.code == 72  # InvalidOptions: no snapshot writes outside a transaction
+    assert db.c.count_documents({}) == 2
+    first_find = next(reply for name, reply in recorder.replies if name == "find")
+    at = first_find["cursor"]["atClusterTime"]
+    later = [c for name, c in recorder.commands if name in ("find", "distinct", "aggregate")][1:]
+    assert later and all(c["readConcern"] == {"level": "snapshot", "atClusterTime": at} for c in later)
+
+
+def test_catalog_writes_in_a_transaction_on_an_existing_collection(client, db):
+    db.c.insert_one({"_id": 1})
+    with client.start_session() as session:
+        session.start_transaction()
+        with pytest.raises(OperationFailure) as create:
+            db.create_collection("c", session=session)
+        session.abort_transaction()
+        session.start_transaction()
+        with pytest.raises(OperationFailure) as index:
+            db.c.create_index("a", session=session)
+        session.abort_transaction()
+    assert create.value.code == 48  # NamespaceExists (outside a transaction: accepted, a no-op)
+    assert index.value.code == 263  # OperationNotSupportedInTransaction
+    assert index.value.details["errmsg"] == (
+        f"Cannot create new indexes on existing collection {db.name}.c in a multi-document transaction."
+    )
+
+
+def test_explain_validate_and_local_sessions(client, db):
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    explained = db.c.find({"_id": 1}).explain()
+    assert explained["queryPlanner"]["namespace"] == f"{db.name}.c"
+    assert explained["executionStats"]["nReturned"] == 1
+    validated = db.validate_collection("c")
+    assert validated["valid"] is True and validated["nrecords"] == 2
+    with client.start_session() as session:
+        db.c.find_one(session=session)
+        listed = list(db.aggregate([{"$listLocalSessions": {}}]))
+        assert session.session_id["id"] in [doc["_id"]["id"] for doc in listed]

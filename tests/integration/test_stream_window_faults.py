@@ -36,6 +36,13 @@ from tests.spark_submit import app_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
+# Batches of 5 changes and retries after 10 to 50 ms: failures land inside the window's batches.
+QUICK_RETRIES = {
+    "max.batch.size": 5,
+    "connect.backoff.initial.delay.ms": 10,
+    "connect.backoff.max.delay.ms": 50,
+}
+
 
 def _ids(events) -> list:
     return [e.key["id"] for e in events if e.payload is not None]
@@ -280,11 +287,7 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
     sim = mongosim("replset")
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(
-        unique_name,
-        db_name,
-        {"max.batch.size": 5, "connect.backoff.initial.delay.ms": 10, "connect.backoff.max.delay.ms": 50},
-    )
+    props = connector(unique_name, db_name, QUICK_RETRIES)
     store, partition = seed_offset(sim.uri, kafka, props)
     with sim.client() as client:
         db = client[db_name]
@@ -323,4 +326,41 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
             assert 1 <= block["total_order"] <= 12 and block["total_order"] == block["data_collection_order"]
     assert summary["events"] == len(expected) + 3 and summary["transactions"] == 3
     assert summary["reconnects"] >= 1  # the window itself re-opened the stream
+    assert store.read(partition).cluster_time == end
+
+
+def test_errors_the_server_labels_resumable_are_retried_without_loss_or_duplicate(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    # MongoDB labels the errors of a change stream's aggregate and getMore ResumableChangeStreamError
+    # for resumable codes (ErrorLabelBuilder). Here the stream's aggregate fails twice (pymongo
+    # retries the read once, then the window re-opens the stream by the label) and a getMore fails
+    # after its cursor is checked out (pymongo resumes by the label).
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name, QUICK_RETRIES)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        db = client[db_name]
+        db.items.insert_many([{"_id": n} for n in range(20)])
+        end = next_second(insert_at(db.items, {"_id": 99}))
+        pass_second(client, end, f"{db_name}_m")
+        with (
+            failing_commands(client, {"times": 2}, ["aggregate"], errorCode=6),
+            failing_commands(
+                client,
+                {"times": 1},
+                ["getMore"],
+                fail_point="failGetMoreAfterCursorCheckout",
+                errorCode=11602,
+            ),
+        ):
+            summary = run_window(target, config, kafka, WindowParams(end))
+
+    ids = _ids(topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items"))
+    assert sorted(int(i) for i in ids) == list(range(20)) + [99]
+    assert summary["events"] == 21
+    assert summary["reconnects"] == 1  # the window re-opened the stream after the aggregates
     assert store.read(partition).cluster_time == end

@@ -43,8 +43,11 @@ UNUSABLE_POSITION_CODES = {
 }
 
 BSON_OBJECT_TOO_LARGE = 10334  # BSONObjectTooLarge: a change over 16 MB cannot be returned
-# Errors after which a change stream can be re-opened from its last token (the change streams
-# specification's resumable errors, for servers that do not label them).
+# Errors after which a change stream can be re-opened from its last token: the change streams
+# specification's resumable codes. MongoDB 4.4+ labels the errors of a stream's own aggregate and
+# getMore ResumableChangeStreamError for them (ErrorLabelBuilder; pymongo resumes those once by
+# itself); the codes also cover older servers and errors raised before a getMore's cursor is
+# checked out, which carry no label. Re-opening at the window's own position is safe for both.
 _RESUMABLE_CODES = {
     6,
     7,

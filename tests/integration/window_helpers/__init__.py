@@ -142,19 +142,24 @@ def pass_second(client: MongoClient, end: Timestamp, marker_db: str) -> Timestam
 
 
 @contextmanager
-def failing_commands(client: MongoClient, mode: Any, commands: list[str], **data: Any) -> Iterator[None]:
-    """Within the block, the server fails (or holds) the connector's ``commands`` as failCommand's
-    ``data`` says, in ``mode`` (``"alwaysOn"``, ``{"skip": n}``, ``{"activationProbability": p}``)."""
+def failing_commands(
+    client: MongoClient, mode: Any, commands: list[str], fail_point: str = "failCommand", **data: Any
+) -> Iterator[None]:
+    """Within the block, the server fails (or holds) the connector's ``commands`` as the fail
+    point's ``data`` says, in ``mode`` (``"alwaysOn"``, ``{"times": n}``, ``{"skip": n}``,
+    ``{"activationProbability": p}``). ``failCommand`` fails a command before it runs;
+    ``failGetMoreAfterCursorCheckout`` fails the connector's getMores once their cursor is checked
+    out, as a real failure there would (``commands`` does not apply to it)."""
     client.admin.command(
         "configureFailPoint",
-        "failCommand",
+        fail_point,
         mode=mode,
         data={"failCommands": commands, "appName": "airflow-provider-mongocdc", **data},
     )
     try:
         yield
     finally:
-        client.admin.command("configureFailPoint", "failCommand", mode="off")
+        client.admin.command("configureFailPoint", fail_point, mode="off")
 
 
 def settled_after_kill(
