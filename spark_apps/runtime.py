@@ -41,7 +41,8 @@ def _resolve_spec_path(path: str) -> str:
     return base if os.path.exists(base) else path
 
 
-_TASK_ERROR = re.compile(r"airflow_provider_mongocdc\.core\.base\.errors\.(\w+): (.+?)\s*$", re.MULTILINE)
+# "airflow_provider_mongocdc.core.base.errors.ConnectionFailedError: ..." (the traceback's last line).
+_TASK_ERROR = re.compile(rf"{re.escape(errors.__name__)}\.(\w+): (.+?)\s*$", re.MULTILINE)
 
 
 def task_error(error: BaseException) -> MongoCdcError | None:

@@ -48,7 +48,7 @@ def error_event(error: MongoCdcError) -> TriggerEvent:
 
 
 def event_error(event: Mapping[str, Any]) -> MongoCdcError:
-    """The error an ``error`` event carries, rebuilt as its :mod:`~.core.errors` class."""
+    """The error an ``error`` event carries, rebuilt as its :mod:`~.core.base.errors` class."""
     cls = getattr(errors, str(event.get("error")), None)
     if not (isinstance(cls, type) and issubclass(cls, MongoCdcError)):
         cls = MongoCdcError

@@ -38,6 +38,7 @@ from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.faults.support import Connections, changes, wait_for
 from tests.integration.snapshot_helpers import snapshot_connector
+from tests.integration.window_helpers import failing_commands
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.faults
@@ -238,6 +239,29 @@ def test_oversize_document_fails_the_snapshot_then_skip_mode_resumes_it(
     assert completed.snapshot.status == SNAPSHOT_COMPLETED and completed.position == completed.snapshot.start
     markers = data_chunks_finished(store.chunk_markers(partition, state.snapshot.snapshot_id))
     assert sum(marker.stats.get("skipped_oversize", 0) for marker in markers.values()) == 1
+
+
+@pytest.mark.simulator_only
+def test_a_connector_error_raised_in_a_spark_task_is_the_runs_error(
+    mongosim, kafka_bootstrap, unique_name, run_in_jvm
+):
+    """A chunk whose read fails inside its Spark task: the run's result is the connector's error
+    as the task raised it (its type, and its message with cause and fix), not Spark's wrapper."""
+    sim = mongosim("replset")
+    database = unique_name[:40]
+    with sim.client() as client:
+        client[database].items.insert_many([{"_id": n} for n in range(50)])
+        with failing_commands(client, "alwaysOn", ["find"], errorCode=2):
+            result = run_in_jvm(
+                "snapshot",
+                snapshot_connector(unique_name, database, 25),
+                {"connection_string": sim.uri},
+                {"bootstrap.servers": kafka_bootstrap},
+            )
+    assert result["status"] == "failed", result
+    assert result["error_type"] == "ConnectionFailedError", result
+    assert result["message"].startswith("Reading snapshot chunk"), result
+    assert "committed chunks are skipped" in result["message"], result
 
 
 def test_collection_dropped_while_the_snapshot_copies_it(
