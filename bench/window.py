@@ -36,6 +36,7 @@ from airflow_provider_mongocdc.core.events.builder import EventBuilder
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 from airflow_provider_mongocdc.core.kafka.client import DEFAULT_PRODUCER_CONFIG
 from airflow_provider_mongocdc.core.mongo.change_stream import current_position, open_stream
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import (
     OffsetPartition,
     OffsetState,
@@ -45,7 +46,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import StreamTarget, connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import StreamTarget, plan_streams
 from bench.events import make_document
 from bench.produce import _Batches
 from bench.services import Services, operation_time, pass_second

@@ -30,7 +30,7 @@ from airflow_provider_mongocdc.core.snapshot.assessment import (
     nothing_summary,
     offsets_summary,
 )
-from airflow_provider_mongocdc.core.window.incremental import superseded_incremental
+from airflow_provider_mongocdc.core.snapshot.incremental import superseded_incremental
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 if TYPE_CHECKING:
@@ -54,10 +54,9 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     may have committed it since the task started, and it must not be copied twice.
     """
     from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-    from airflow_provider_mongocdc.core.mongo.connection import connect
+    from airflow_provider_mongocdc.core.mongo.connection import connect, connection_details
     from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
     from airflow_provider_mongocdc.core.offsets.store import OffsetStore
-    from airflow_provider_mongocdc.core.snapshot.assessment import connection_details
     from airflow_provider_mongocdc.core.snapshot.copier import ChunkCopier, ChunkResult
     from airflow_provider_mongocdc.core.snapshot.plan import Chunk
 

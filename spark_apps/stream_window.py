@@ -4,7 +4,7 @@
 
 The driver lists the deployment's change streams (one, or one per shard replica set with
 ``mongodb.connection.mode=replica_set``), checks that each can start from its stored offset (clear
-errors before any task runs), runs one Spark task per stream (``core.window.run_window``) and
+errors before any task runs), runs one Spark task per stream (``core.window.stream_window.run_stream_tasks``) and
 merges their summaries. A cluster time that stalled before a window end in the past fails the run
 with ``WindowEndNotReachedError`` once every stream has committed what it read. The job spec's
 ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``, ``max_duration_s``,
@@ -25,10 +25,11 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.errors import end_not_reached_error
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_stream_tasks
-from airflow_provider_mongocdc.core.window.streams import check_offsets, connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import check_offsets, plan_streams
 from airflow_provider_mongocdc.core.window.summary import empty_summary, merge_summaries
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
@@ -41,7 +42,7 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     config = ConnectorConfig.from_properties(spec.connector)
     params = WindowParams.from_params(spec.params, config)
     targets = plan_streams(
-        connection_details(spec.mongo).with_config(config), config, policy=BackoffPolicy.from_config(config)
+        connection_details(spec.mongo, config), config, policy=BackoffPolicy.from_config(config)
     )
     starts = check_offsets(config, spec.kafka, targets)
     if all(position is None for position in starts.values()):

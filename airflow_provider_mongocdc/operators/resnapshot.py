@@ -12,12 +12,12 @@ from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.filters import Filters
 from airflow_provider_mongocdc.core.gap.checker import GapChecker
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
-from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
-from airflow_provider_mongocdc.core.window.incremental import (
+from airflow_provider_mongocdc.core.snapshot.incremental import (
     IncrementalProgress,
     IncrementalRequest,
     parse_filter,
 )
+from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 

@@ -14,9 +14,10 @@ from airflow.providers.common.compat.sdk import AirflowException
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from devtools.kafka import KafkaBroker
 from tests.faults.support import Connections, changes, wait_for

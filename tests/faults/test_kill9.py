@@ -28,11 +28,12 @@ from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_COMPLETED, OffsetPartition
 from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.faults.support import (
     Span,
     Submitted,

@@ -31,11 +31,12 @@ from bson.objectid import ObjectId
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
-from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.faults.support import (
     Span,
     Submitted,

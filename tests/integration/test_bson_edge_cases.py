@@ -26,11 +26,12 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_COMPLETED, OffsetPartition
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.snapshot_helpers import mongo_details, run_snapshot, snapshot_connector, write_spec
 from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events

@@ -16,10 +16,11 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError, OversizeEventError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.mongo.change_stream import no_data_start_position
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.window_helpers import (
     connector,

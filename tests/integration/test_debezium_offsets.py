@@ -20,11 +20,12 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.java_json import document_writer
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.test_cli import mongocdc
 from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events

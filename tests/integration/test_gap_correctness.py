@@ -19,11 +19,12 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.base.errors import OffsetError, ResumePointPurgedError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error
 from tests.integration.oplog_gap_helpers import first_event, sensor
 from tests.integration.window_helpers import (

@@ -23,7 +23,7 @@ from airflow_provider_mongocdc.core.health.record import (
 from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.snapshot.id_ranges import bound_json
-from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 
 pytestmark = pytest.mark.integration
 

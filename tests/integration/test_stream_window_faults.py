@@ -16,9 +16,10 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.base.errors import OffsetError, OversizeEventError, ResumePointPurgedError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.window_helpers import (
     SPARK_TIMEOUT_S,
     connector,

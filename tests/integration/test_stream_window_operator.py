@@ -13,10 +13,11 @@ from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator, window_end_for
 from tests.integration.window_helpers import (
     connector,

@@ -19,11 +19,12 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.mongo.change_stream import open_stream
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.keys import parse_key
 from airflow_provider_mongocdc.core.offsets.model import OffsetState
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.integration.window_helpers import (
     connector,

@@ -25,9 +25,10 @@ from bson.json_util import JSONOptions
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.window_helpers import connector, next_second, pass_second, seed_offset, write_time
 from tests.interop.support import ENCODE, REFUSED, connect_payload, with_debezium_texts

@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_mongocdc.cli import main
 from airflow_provider_mongocdc.core.base.errors import ConfigError, OffsetError
 from airflow_provider_mongocdc.core.offsets.model import SnapshotState
-from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, parse_filter
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, parse_filter
 
 pytestmark = pytest.mark.unit
 

@@ -25,7 +25,7 @@ from airflow_provider_mongocdc.core.health.record import (
 from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
 from airflow_provider_mongocdc.core.offsets.lease import Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 from airflow_provider_mongocdc.plugins.health_page import render_page
 
 pytestmark = pytest.mark.unit

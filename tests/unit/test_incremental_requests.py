@@ -16,17 +16,19 @@ from bson.timestamp import Timestamp
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
-from airflow_provider_mongocdc.core.window.incremental import (
+from airflow_provider_mongocdc.core.snapshot.incremental import (
     COMPLETED,
     RUNNING,
     STOPPED,
-    Chunk,
     IncrementalProgress,
     IncrementalRequest,
+    reconcile,
+)
+from airflow_provider_mongocdc.core.window.incremental import (
+    IncrementalChunk,
     after_chunk,
     after_query,
     key_bytes,
-    reconcile,
 )
 from airflow_provider_mongocdc.core.window.summary import describe_incremental
 from airflow_provider_mongocdc.operators.base import parse_connector_config
@@ -152,7 +154,7 @@ def test_chunk_queries_follow_the_bson_order_across_id_types():
 
 def test_a_gap_resnapshot_that_moves_the_offset_ends_a_running_incremental_snapshot():
     from airflow_provider_mongocdc.core.offsets.model import OffsetState
-    from airflow_provider_mongocdc.core.window.incremental import superseded_incremental
+    from airflow_provider_mongocdc.core.snapshot.incremental import superseded_incremental
 
     running = IncrementalProgress("incremental-1", pending=("shop.orders",), documents=12)
     state = superseded_incremental(OffsetState(incremental=running.to_json()), "20261124T000000Z-abcd")
@@ -172,11 +174,11 @@ def _change(operation: str, key, **extra) -> dict:
     }
 
 
-def _chunk(keys, *, rereads=(), exhausted=True) -> Chunk:
+def _chunk(keys, *, rereads=(), exhausted=True) -> IncrementalChunk:
     options = CodecOptions()
     rows = {key_bytes(key, options): {"_id": key} for key in keys}
     last = None if rereads else json_util.dumps(max(keys), json_options=CANONICAL_JSON_OPTIONS)
-    return Chunk("shop.orders", rows, last, exhausted, Timestamp(9, 1), options, rereads=rereads)
+    return IncrementalChunk("shop.orders", rows, last, exhausted, Timestamp(9, 1), options, rereads=rereads)
 
 
 @pytest.mark.parametrize(

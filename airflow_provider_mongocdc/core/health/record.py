@@ -36,7 +36,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
     timestamp_datetime,
 )
 from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
-from airflow_provider_mongocdc.core.window.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 
 T = TypeVar("T")
 

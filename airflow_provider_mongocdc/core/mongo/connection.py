@@ -38,6 +38,7 @@ from airflow_provider_mongocdc.core.base.errors import (
     TopologyError,
 )
 from airflow_provider_mongocdc.core.base.redaction import error_text, redact_uri
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ class MongoConnectionDetails:
         """The same credentials and TLS settings, for another replica set (a shard)."""
         return replace(self.as_seed_list(), hosts=f"{name}/{','.join(hosts)}", replica_set=name)
 
-    def with_config(self, config) -> MongoConnectionDetails:
+    def with_config(self, config: ConnectorConfig) -> MongoConnectionDetails:
         """These details with a ConnectorConfig's driver settings (mongodb.*.timeout.ms,
         mongodb.heartbeat.frequency.ms); ``mongodb.members.auto.discover=false`` in the
         configuration turns discovery off even when the connection leaves it on."""
@@ -275,6 +276,16 @@ class MongoConnectionDetails:
                 cause=redact_uri(str(error)),
                 fix="correct the MongoDB connection (hosts or connection string and options)",
             ) from None
+
+
+def connection_details(
+    mongo: Mapping[str, Any] | MongoConnectionDetails, config: ConnectorConfig | None = None
+) -> MongoConnectionDetails:
+    """Connection details from a job spec's ``mongo`` mapping (:meth:`MongoConnectionDetails.to_dict`),
+    with the connector's driver settings (:meth:`MongoConnectionDetails.with_config`) when
+    ``config`` is given."""
+    details = mongo if isinstance(mongo, MongoConnectionDetails) else MongoConnectionDetails.from_dict(mongo)
+    return details if config is None else details.with_config(config)
 
 
 def _parse_uri(uri: str, *, resolve_srv: bool) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.booleans import parse_bool
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails, connect
+from airflow_provider_mongocdc.core.mongo.connection import connect, connection_details
 from airflow_provider_mongocdc.core.mongo.topology import (
     CLUSTER_PARTITION,
     REPLICA_SET,
@@ -28,11 +28,6 @@ from airflow_provider_mongocdc.core.snapshot.decision import NOTHING, decide, re
 from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 
 log = logging.getLogger("airflow_provider_mongocdc")
-
-
-def connection_details(mongo: dict[str, Any], config: ConnectorConfig) -> MongoConnectionDetails:
-    """The spec's MongoDB details with the connector's driver settings (mongodb.*)."""
-    return MongoConnectionDetails.from_dict(mongo).with_config(config)
 
 
 def bool_param(params: dict[str, Any], name: str, default: bool) -> bool:

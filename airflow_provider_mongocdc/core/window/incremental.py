@@ -1,23 +1,20 @@
-"""Incremental snapshots: collections copied chunk by chunk at the end of stream windows.
+"""Incremental snapshots in a window: the next chunk read by ``_id`` between its watermarks.
 
-A request (:class:`IncrementalRequest`, one record per connector in the offsets topic) names the
-collections; each window, after streaming to its end (:mod:`airflow_provider_mongocdc.core.window.incremental_phase`), reads the next
-chunks by ``_id`` with the watermark de-duplication of DBLog (:class:`ChunkReader`,
-:meth:`Chunk.apply`; docs/design.md, "Incremental snapshots") and commits each chunk's read events
-(``source.snapshot`` ``"incremental"``) together with its progress (:class:`IncrementalProgress`,
-kept in the partition's offset) in one Kafka transaction. A row dropped for a change whose event
-does not carry the document (an update delta) is read again in a later chunk of its own
-(``IncrementalProgress.reread``), so that every document reaches the topic whole.
+After streaming to its end (:mod:`airflow_provider_mongocdc.core.window.incremental_phase`), a
+window reads the next chunks of the incremental snapshot that
+:mod:`airflow_provider_mongocdc.core.snapshot.incremental` describes, with the watermark
+de-duplication of DBLog (:class:`ChunkReader`, :meth:`IncrementalChunk.apply`; docs/design.md,
+"Incremental snapshots"), and commits each chunk's read events (``source.snapshot``
+``"incremental"``) together with its progress (:func:`after_chunk`) in one Kafka transaction. A
+row dropped for a change whose event does not carry the document (an update delta) is read again
+in a later chunk of its own (``IncrementalProgress.reread``), so that every document reaches the
+topic whole.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import bson
@@ -28,259 +25,19 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from airflow_provider_mongocdc.core.base.errors import ConfigError, ConnectionFailedError
+from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
 from airflow_provider_mongocdc.core.base.redaction import error_text
-from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.config.parsing import load_json
 from airflow_provider_mongocdc.core.events.filters import Filters
-from airflow_provider_mongocdc.core.offsets.model import OffsetState, check_status
 from airflow_provider_mongocdc.core.snapshot.id_ranges import (
     BOUNDS_JSON,
     bound_codec_options,
     document_codec_options,
     same_type_range,
 )
-
-log = logging.getLogger(__name__)
-
-RUNNING, COMPLETED, STOPPED = "running", "completed", "stopped"
-STATUSES = (RUNNING, COMPLETED, STOPPED)
-SNAPSHOT_MARKER = "incremental"  # source.snapshot of the read events
-_FILTER_FIX = 'write a MongoDB query in (extended) JSON, e.g. {"status": "open"}'
+from airflow_provider_mongocdc.core.snapshot.incremental import COMPLETED, IncrementalProgress
 
 
-def new_request_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return f"incremental-{now.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
-
-
-def parse_filter(namespace: str, value: Any) -> dict[str, Any]:
-    """A collection's additional condition: a MongoDB query as a document or extended JSON text."""
-    if value in (None, "", {}):
-        return {}
-    if isinstance(value, str):
-        value = load_json(value, f"The filter of {namespace} is not a JSON query", _FILTER_FIX, _filter_query)
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"The filter of {namespace} must be a query document",
-            cause=f"got {type(value).__name__}",
-            fix=_FILTER_FIX,
-        )
-    return dict(value)
-
-
-def _filter_query(text: str) -> Any:
-    return json_util.loads(text, json_options=BOUNDS_JSON)
-
-
-def _filter_text(query: Mapping[str, Any]) -> str:
-    return json_util.dumps(dict(query), json_options=BOUNDS_JSON)
-
-
-def _stored_json(record: IncrementalRequest | IncrementalProgress) -> dict[str, Any]:
-    """A request's or progress's stored layout: its fields in order, ``request_id`` as ``id``,
-    tuples as lists, mappings as dicts and times as ISO text."""
-    return {
-        "id" if item.name == "request_id" else item.name: _json_value(getattr(record, item.name))
-        for item in fields(record)
-    }
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return iso_z(value) if isinstance(value, datetime) else value
-
-
-# -- the request ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IncrementalRequest:
-    """What the user asked for: collections (empty: every captured one), filters, or a stop."""
-
-    request_id: str
-    collections: tuple[str, ...] = ()
-    filters: Mapping[str, str] = field(default_factory=dict)  # namespace -> query (extended JSON)
-    reason: str = ""
-    requested_at: datetime | None = None
-    stop: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return _stored_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> IncrementalRequest:
-        return cls(
-            request_id=str(data["id"]),
-            collections=tuple(data.get("collections") or ()),
-            filters=dict(data.get("filters") or {}),
-            reason=str(data.get("reason") or ""),
-            requested_at=parse_iso(data.get("requested_at")),
-            stop=bool(data.get("stop")),
-        )
-
-    @classmethod
-    def new(
-        cls, collections: Sequence[str], filters: Mapping[str, Any] | None = None, reason: str = ""
-    ) -> IncrementalRequest:
-        """A new request; ``filters`` maps ``<db>.<collection>`` to a query (document or JSON)."""
-        names = tuple(sorted(set(collections)))
-        texts: dict[str, str] = {}
-        for namespace, value in (filters or {}).items():
-            if names and namespace not in names:
-                raise ConfigError(
-                    f"A filter is given for {namespace}, which is not among the collections to copy",
-                    cause=f"the collections are {', '.join(names)}",
-                    fix=f"add {namespace} to the collections, or remove its filter",
-                )
-            query = parse_filter(namespace, value)
-            if query:
-                texts[namespace] = _filter_text(query)
-        return cls(new_request_id(), names, texts, reason, datetime.now(timezone.utc))
-
-    def stopped(self) -> IncrementalRequest:
-        return replace(self, stop=True)
-
-
-# -- the progress -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IncrementalProgress:
-    """Where an incremental snapshot stands; committed with each chunk's events."""
-
-    request_id: str
-    status: str = RUNNING
-    pending: tuple[str, ...] = ()  # collections not started yet, in order
-    current: str | None = None  # the collection being copied
-    last_key: str | None = None  # the last _id copied of ``current`` (canonical extended JSON)
-    max_key: str | None = None  # the largest _id of ``current`` when its copy began
-    filters: Mapping[str, str] = field(default_factory=dict)
-    done: tuple[str, ...] = ()
-    # Documents to read again, by collection: the _ids (canonical extended JSON) whose rows were
-    # dropped for a change whose event does not carry the document (see Chunk.apply).
-    reread: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    documents: int = 0  # read events emitted
-    dropped: int = 0  # chunk rows left out because the stream changed them meanwhile
-    chunks: int = 0
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    message: str | None = None
-
-    def __post_init__(self) -> None:
-        check_status(self.status, STATUSES, "incremental snapshot")
-
-    @property
-    def running(self) -> bool:
-        return self.status == RUNNING
-
-    def to_json(self) -> dict[str, Any]:
-        return _stored_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> IncrementalProgress | None:
-        if not data:
-            return None
-        return cls(
-            request_id=str(data["id"]),
-            status=str(data.get("status") or RUNNING),
-            pending=tuple(data.get("pending") or ()),
-            current=data.get("current"),
-            last_key=data.get("last_key"),
-            max_key=data.get("max_key"),
-            filters=dict(data.get("filters") or {}),
-            done=tuple(data.get("done") or ()),
-            reread={str(name): tuple(keys) for name, keys in (data.get("reread") or {}).items()},
-            documents=int(data.get("documents") or 0),
-            dropped=int(data.get("dropped") or 0),
-            chunks=int(data.get("chunks") or 0),
-            started_at=parse_iso(data.get("started_at")),
-            completed_at=parse_iso(data.get("completed_at")),
-            message=data.get("message"),
-        )
-
-    def finish(self, status: str, message: str | None = None) -> IncrementalProgress:
-        return replace(self, status=status, completed_at=datetime.now(timezone.utc), message=message)
-
-    @property
-    def rereads(self) -> int:
-        """How many documents wait to be read again."""
-        return sum(len(keys) for keys in self.reread.values())
-
-    @property
-    def collections_left(self) -> tuple[str, ...]:
-        """The collections with work left: the current one, the pending ones, and those with
-        documents to read again."""
-        left = ([self.current] if self.current else []) + list(self.pending)
-        return tuple(left + [name for name in self.reread if name not in left])
-
-    def describe(self) -> str:
-        if self.status != RUNNING:
-            return f"incremental snapshot {self.request_id} {self.status}: {self.documents} documents"
-        remaining = self.collections_left
-        again = f", {self.rereads} document(s) to read again" if self.reread else ""
-        return (
-            f"incremental snapshot {self.request_id}: {self.documents} documents in {self.chunks} chunks, "
-            f"{len(self.done)} collection(s) done, next: {', '.join(remaining) or 'none'}{again}"
-        )
-
-
-def reconcile(
-    progress: IncrementalProgress | None,
-    request: IncrementalRequest | None,
-    resolve: Callable[[Sequence[str]], list[str]],
-) -> IncrementalProgress | None:
-    """The progress a window works on, given the stored progress and the current request.
-
-    A new request (another id) starts over with its collections (``resolve`` turns an empty list
-    into every captured collection and checks named ones); a stop request ends the running one.
-    """
-    if request is None:
-        return progress
-    if progress is not None and progress.request_id == request.request_id:
-        if request.stop and progress.running:
-            return progress.finish(STOPPED, "stopped on request")
-        return progress
-    if request.stop:
-        return progress  # a stop of a request this partition never started
-    collections = resolve(list(request.collections))
-    log.info(
-        "Incremental snapshot %s starts: %s", request.request_id, ", ".join(collections) or "no collections"
-    )
-    started = IncrementalProgress(
-        request.request_id,
-        pending=tuple(collections),
-        filters=dict(request.filters),
-        started_at=datetime.now(timezone.utc),
-    )
-    if progress is not None and progress.running:
-        log.warning(
-            "Incremental snapshot %s is replaced by %s before it finished (%s)",
-            progress.request_id,
-            request.request_id,
-            progress.describe(),
-        )
-    return started if collections else started.finish(COMPLETED, "no collection to copy")
-
-
-def superseded_incremental(state: OffsetState, snapshot_id: str) -> OffsetState:
-    """A blocking snapshot that moved the offset (after an oplog gap) ends a running incremental
-    snapshot: it copied the collections again from a new start, so the chunks left are moot."""
-    progress = IncrementalProgress.from_json(state.incremental)
-    if progress is None or not progress.running:
-        return state
-    log.warning(
-        "The running incremental snapshot %s ends: snapshot %s copied the collections again from a "
-        "new position (%s)",
-        progress.request_id,
-        snapshot_id,
-        progress.describe(),
-    )
-    stopped = progress.finish(STOPPED, f"superseded by the blocking snapshot {snapshot_id}")
-    return replace(state, incremental=stopped.to_json())
-
-
-# -- reading a chunk --------------------------------------------------------------------------------
 def _exact(value: Any) -> str:
     return json_util.dumps(value, json_options=BOUNDS_JSON)
 
@@ -307,7 +64,7 @@ def _and(*queries: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Chunk:
+class IncrementalChunk:
     """The rows of one chunk, keyed by their encoded ``_id``, until the stream passes its high
     watermark; rows the stream changes meanwhile are dropped (:meth:`drop`). A range chunk holds
     the next documents by ``_id`` (``last_key``, ``exhausted``); a re-read chunk the documents
@@ -402,7 +159,7 @@ class ChunkReader:
 
     def next_chunk(
         self, progress: IncrementalProgress, low_watermark: Timestamp, size: int
-    ) -> tuple[IncrementalProgress, Chunk | None]:
+    ) -> tuple[IncrementalProgress, IncrementalChunk | None]:
         """The progress (moved past empty or finished collections) and the next chunk, or None
         when the snapshot has nothing left (the progress is then completed). Documents queued to
         be read again come first, as a re-read chunk of up to ``size`` of them."""
@@ -476,14 +233,14 @@ class ChunkReader:
         query: Mapping[str, Any],
         low_watermark: Timestamp,
         size: int,
-    ) -> Chunk | None:
+    ) -> IncrementalChunk | None:
         last = _from_exact(progress.last_key) if progress.last_key else None
         maximum = _from_exact(progress.max_key)
         rows, more, high = self._find(namespace, _and(after_query(last, maximum), query), low_watermark, size)
         if not rows:
             return None
         exact_last = bson.decode(next(reversed(rows)), codec_options=self.bounds_options)["_id"]
-        return Chunk(
+        return IncrementalChunk(
             namespace,
             rows,
             _exact(exact_last),
@@ -495,13 +252,13 @@ class ChunkReader:
 
     def _reread(
         self, progress: IncrementalProgress, namespace: str, keys: tuple[str, ...], low_watermark: Timestamp
-    ) -> Chunk:
+    ) -> IncrementalChunk:
         """The documents of the queued ``keys`` (those deleted since are simply not found)."""
         wanted = {"_id": {"$in": [_from_exact(key) for key in keys]}}
         rows, _, high = self._find(
             namespace, _and(wanted, self._query(progress, namespace)), low_watermark, len(keys)
         )
-        return Chunk(
+        return IncrementalChunk(
             namespace,
             rows,
             None,
@@ -549,7 +306,7 @@ def _session_time(session) -> Timestamp | None:
     return max(times) if times else None
 
 
-def after_chunk(progress: IncrementalProgress, chunk: Chunk, emitted: int) -> IncrementalProgress:
+def after_chunk(progress: IncrementalProgress, chunk: IncrementalChunk, emitted: int) -> IncrementalProgress:
     """The progress once ``chunk`` is committed: a range chunk moves the copy on (its collection
     done when it was the last one); a re-read chunk takes its keys off the queue; the documents
     the chunk dropped for a change no event carries whole join the queue. The snapshot is
@@ -575,11 +332,3 @@ def after_chunk(progress: IncrementalProgress, chunk: Chunk, emitted: int) -> In
     if progress.current is None and not progress.pending and not progress.reread:
         progress = progress.finish(COMPLETED)
     return progress
-
-
-def requested_collections(names: Iterable[str]) -> list[tuple[str, str]]:
-    return [(name.partition(".")[0], name.partition(".")[2]) for name in names]
-
-
-def request_value(request: IncrementalRequest) -> bytes:
-    return json.dumps(request.to_json(), separators=(",", ":")).encode()

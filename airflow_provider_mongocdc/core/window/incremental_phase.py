@@ -19,15 +19,13 @@ from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
-from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces, snapshot_collections
-from airflow_provider_mongocdc.core.window.incremental import (
-    Chunk,
-    ChunkReader,
+from airflow_provider_mongocdc.core.snapshot.incremental import (
     IncrementalProgress,
     IncrementalRequest,
-    after_chunk,
     reconcile,
 )
+from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces, snapshot_collections
+from airflow_provider_mongocdc.core.window.incremental import ChunkReader, IncrementalChunk, after_chunk
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.summary import StopReason
 
@@ -55,8 +53,8 @@ class IncrementalPhase:
         params: WindowParams,
         *,
         commit: Callable[..., None],
-        stream_to: Callable[[Chunk], tuple[StopReason, Position]],
-        read_events: Callable[[Chunk, Position], list[Record]],
+        stream_to: Callable[[IncrementalChunk], tuple[StopReason, Position]],
+        read_events: Callable[[IncrementalChunk, Position], list[Record]],
         committed: Callable[[], Position],
         low_watermark: Callable[[], Timestamp],
     ):

@@ -16,7 +16,7 @@ from typing import Any
 from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
-from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
 DEFAULT_IDLE_TIMEOUT_S = 30.0
@@ -42,18 +42,17 @@ def parse_time(value: Any) -> datetime:
         parsed = value
     else:
         try:
-            parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+            parsed = parse_iso(str(value).strip())
         except ValueError:
+            parsed = None
+        if parsed is None:
             raise ConfigError(
                 f"The window end {value!r} is not an ISO-8601 time",
                 fix="pass window_end like 2024-05-01T10:00:00Z",
-            ) from None
+            )
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.astimezone(timezone.utc)
-
-
-# A time as ISO-8601 UTC with "Z" (operators and tools import it from here, or from core.window).
 
 
 def end_timestamp(window_end: datetime) -> Timestamp:

@@ -60,8 +60,9 @@ from airflow_provider_mongocdc.core.offsets.model import (
     token_cluster_time,
 )
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window.errors import end_not_reached_error
-from airflow_provider_mongocdc.core.window.incremental import Chunk, IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.window.incremental import IncrementalChunk
 from airflow_provider_mongocdc.core.window.incremental_phase import IncrementalPhase
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.streams import (
@@ -141,7 +142,7 @@ class StreamWindow:
         # same point, except while streaming up to an incremental chunk's high watermark).
         self._pbrt_end = self.end
         self._request: IncrementalRequest | None = None
-        self._chunk: Chunk | None = None  # the incremental snapshot chunk awaiting its watermark
+        self._chunk: IncrementalChunk | None = None  # the incremental snapshot chunk awaiting its watermark
         self._incremental: dict[str, Any] | None = None  # the summary's incremental_snapshot
         # Wall seconds by phase (summary "phases_s"): setup (offsets topic, lease, offset read),
         # build (events), send (to the producer), commit (END, offset, commit), read (the rest of
@@ -553,7 +554,7 @@ class StreamWindow:
         self._batch_started = None
 
     # -- incremental snapshot chunks (the steps IncrementalPhase uses) --
-    def _stream_to(self, chunk: Chunk) -> tuple[StopReason, Position]:
+    def _stream_to(self, chunk: IncrementalChunk) -> tuple[StopReason, Position]:
         """Stream up to the chunk's high watermark, dropping the rows the stream changes."""
         high = chunk.high_watermark
         self.end, self._pbrt_end, self._chunk = Timestamp(high.time, high.inc + 1), high, chunk
@@ -563,7 +564,7 @@ class StreamWindow:
         finally:
             self._chunk = None
 
-    def _chunk_records(self, chunk: Chunk, position: Position) -> list[Record]:
+    def _chunk_records(self, chunk: IncrementalChunk, position: Position) -> list[Record]:
         """The chunk's remaining rows as read events at the stream position they follow."""
         database, _, collection = chunk.namespace.partition(".")
         at = position_time(self.position) or chunk.high_watermark

@@ -18,7 +18,7 @@ from airflow_provider_mongocdc.core.base.errors import OffsetError, TopologyErro
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.config.enums import ConnectionMode, SnapshotMode
-from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
+from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails, connection_details
 from airflow_provider_mongocdc.core.mongo.topology import SHARDED, discover
 from airflow_provider_mongocdc.core.offsets.model import (
     SNAPSHOT_COMPLETED,
@@ -48,14 +48,6 @@ class StreamTarget:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StreamTarget:
         return cls(data["partition"], data["replica_set"], dict(data["mongo"]))
-
-
-def connection_details(mongo: Mapping[str, Any] | MongoConnectionDetails) -> MongoConnectionDetails:
-    """Connection details from a job spec's ``mongo`` mapping
-    (:meth:`~airflow_provider_mongocdc.core.mongo.connection.MongoConnectionDetails.to_dict`)."""
-    if isinstance(mongo, MongoConnectionDetails):
-        return mongo
-    return MongoConnectionDetails.from_dict(mongo)
 
 
 def plan_streams(

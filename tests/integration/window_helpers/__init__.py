@@ -19,9 +19,10 @@ from pymongo import MongoClient
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
-from airflow_provider_mongocdc.core.window.streams import connection_details, plan_streams
+from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import SETTLE_S, read_topic
 from tests.settled_offsets import READ_TIMEOUT_S, SettledOffsetStore
 from tests.spark_submit import AppRun, run_app
