@@ -25,8 +25,8 @@ from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, Conne
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, position_time
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.snapshot.plan import Chunk, data_chunks_finished, new_snapshot_id
+from airflow_provider_mongocdc.core.snapshot.run import copy_chunks
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
-from airflow_provider_mongocdc.spark_apps.snapshot import copy_chunks
 from devtools.kafka.reading import read_topic
 from tests.integration.snapshot_helpers import payloads, wait_until
 from tests.integration.window_helpers import connector, seed_offset

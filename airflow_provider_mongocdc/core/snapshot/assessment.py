@@ -1,6 +1,6 @@
 """What a snapshot run knows before copying anything: topology, stored offsets and the decision.
 
-Shared by the snapshot application (``spark_apps/snapshot.py``, which then copies) and
+Shared by the snapshot run (``core/snapshot/run.py``, which then copies) and
 ``MongoSnapshotOperator`` (which asks :func:`nothing_to_do` first, so that a run with nothing to do
 never starts spark-submit). The decision itself is :func:`~airflow_provider_mongocdc.core.snapshot.decision.decide`.
 """
