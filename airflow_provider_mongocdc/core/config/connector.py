@@ -168,50 +168,8 @@ class ConnectorConfig:
             )
         problems: list[str] = []
         warnings_: list[str] = []
-        raw: dict[str, tuple[str, Any]] = {}  # canonical name -> (name as written, raw value)
-        overrides: dict[str, Any] = {}
-
-        for given_name, value in props.items():
-            name = str(given_name).strip()
-            if name in PROPERTIES_BY_NAME and name != OVERRIDE_DOC_NAME:
-                _assign(raw, name, name, value, problems)
-            elif name in ALIASES:
-                canonical, transform = ALIASES[name]
-                warnings_.append(f"Property '{name}' is deprecated; use '{canonical}' instead")
-                if transform is not None:
-                    try:
-                        value = transform(value)
-                    except InvalidValue as invalid:
-                        problems.append(_problem(name, value, invalid))
-                        continue
-                _assign(raw, canonical, name, value, problems)
-            elif name.startswith(FILTER_OVERRIDES + "."):
-                overrides[name[len(FILTER_OVERRIDES) + 1 :]] = value
-            elif name in IGNORED or _prefix_match(name, IGNORED_PREFIXES):
-                reason = IGNORED.get(name) or _prefix_match(name, IGNORED_PREFIXES)
-                warnings_.append(f"Property '{name}' is ignored because {reason}")
-            elif name in UNSUPPORTED or _prefix_match(name, UNSUPPORTED_PREFIXES):
-                reason = UNSUPPORTED.get(name) or _prefix_match(name, UNSUPPORTED_PREFIXES)
-                problems.append(f"property '{name}' is not supported: {reason}")
-            else:
-                problems.append(_unknown(name))
-
-        values: dict[str, Any] = {}
-        for prop in PROPERTIES:
-            if prop.name == OVERRIDE_DOC_NAME:
-                continue
-            if prop.name not in raw:
-                if prop.required:
-                    problems.append(
-                        f"property '{prop.name}' is required and missing (allowed: {_allowed_text(prop)})"
-                    )
-                continue
-            written, value = raw[prop.name]
-            try:
-                values[prop.attribute] = prop.parse(value)
-            except InvalidValue as invalid:
-                problems.append(_problem(written, value, invalid))
-
+        raw, overrides = _sort_properties(props, problems, warnings_)
+        values = _parse_values(raw, problems)
         _cross_check(values, overrides, problems, warnings_)
         if problems:
             raise _config_error(problems)
@@ -322,10 +280,86 @@ def _config_error(problems: list[str]) -> ConfigError:
     return error
 
 
+def _sort_properties(
+    props: Mapping[str, Any], problems: list[str], warnings_: list[str]
+) -> tuple[dict[str, tuple[str, Any]], dict[str, Any]]:
+    """The known properties by canonical name (``name -> (name as written, raw value)``; aliases
+    renamed) and the snapshot filter overrides by namespace; ignored, unsupported and unknown
+    properties noted in ``warnings_`` and ``problems``."""
+    raw: dict[str, tuple[str, Any]] = {}
+    overrides: dict[str, Any] = {}
+    for given_name, value in props.items():
+        name = str(given_name).strip()
+        if name in PROPERTIES_BY_NAME and name != OVERRIDE_DOC_NAME:
+            _assign(raw, name, name, value, problems)
+        elif name in ALIASES:
+            _assign_alias(raw, name, value, problems, warnings_)
+        elif name.startswith(FILTER_OVERRIDES + "."):
+            overrides[name[len(FILTER_OVERRIDES) + 1 :]] = value
+        elif name in IGNORED or _prefix_match(name, IGNORED_PREFIXES):
+            reason = IGNORED.get(name) or _prefix_match(name, IGNORED_PREFIXES)
+            warnings_.append(f"Property '{name}' is ignored because {reason}")
+        elif name in UNSUPPORTED or _prefix_match(name, UNSUPPORTED_PREFIXES):
+            reason = UNSUPPORTED.get(name) or _prefix_match(name, UNSUPPORTED_PREFIXES)
+            problems.append(f"property '{name}' is not supported: {reason}")
+        else:
+            problems.append(_unknown(name))
+    return raw, overrides
+
+
+def _assign_alias(
+    raw: dict[str, tuple[str, Any]], name: str, value: Any, problems: list[str], warnings_: list[str]
+) -> None:
+    """A deprecated name: its value (converted when the new property reads it otherwise) under
+    the new name."""
+    canonical, transform = ALIASES[name]
+    warnings_.append(f"Property '{name}' is deprecated; use '{canonical}' instead")
+    if transform is not None:
+        try:
+            value = transform(value)
+        except InvalidValue as invalid:
+            problems.append(_problem(name, value, invalid))
+            return
+    _assign(raw, canonical, name, value, problems)
+
+
+def _parse_values(raw: dict[str, tuple[str, Any]], problems: list[str]) -> dict[str, Any]:
+    """Each property's value read (``attribute -> value``); missing required ones noted."""
+    values: dict[str, Any] = {}
+    for prop in PROPERTIES:
+        if prop.name == OVERRIDE_DOC_NAME:
+            continue
+        if prop.name not in raw:
+            if prop.required:
+                problems.append(
+                    f"property '{prop.name}' is required and missing (allowed: {_allowed_text(prop)})"
+                )
+            continue
+        written, value = raw[prop.name]
+        try:
+            values[prop.attribute] = prop.parse(value)
+        except InvalidValue as invalid:
+            problems.append(_problem(written, value, invalid))
+    return values
+
+
 def _cross_check(
     values: dict[str, Any], overrides: dict[str, Any], problems: list[str], warnings_: list[str]
 ) -> None:
-    """Rules that involve several properties."""
+    """Rules that involve several properties. ``values`` is completed in place: the extended JSON
+    mode that json.serialization.mode names, snapshot.mode never read as no_data, the snapshot
+    filter overrides by namespace."""
+    _check_include_exclude(values, problems)
+    _check_json_serialization(values, problems)
+    if values.get("snapshot_mode") == "never":
+        values["snapshot_mode"] = SnapshotMode.NO_DATA.value
+        warnings_.append("snapshot.mode 'never' is deprecated; it behaves as 'no_data'")
+    _check_capture_target(values, problems, warnings_)
+    _check_backoff(values, problems)
+    _check_filter_overrides(values, overrides, problems)
+
+
+def _check_include_exclude(values: dict[str, Any], problems: list[str]) -> None:
     for include, exclude in (
         ("database.include.list", "database.exclude.list"),
         ("collection.include.list", "collection.exclude.list"),
@@ -336,23 +370,25 @@ def _cross_check(
                 f"only one of them; keep the include list or the exclude list)"
             )
 
+
+def _check_json_serialization(values: dict[str, Any], problems: list[str]) -> None:
+    """Debezium's json.serialization.mode sets extended.json.mode; both must agree."""
     serialization = values.get("json_serialization_mode")
-    if serialization is not None:
-        mapped = JSON_SERIALIZATION_TO_EXTENDED[serialization]
-        given = values.get("extended_json_mode")
-        if given is not None and given != mapped:
-            problems.append(
-                f"properties 'json.serialization.mode' = '{serialization}' and 'extended.json.mode' = "
-                f"'{given}' disagree: Debezium's json.serialization.mode '{serialization}' is "
-                f"extended.json.mode '{mapped}' (allowed: set only one of them, or values that agree)"
-            )
-        else:
-            values["extended_json_mode"] = mapped
+    if serialization is None:
+        return
+    mapped = JSON_SERIALIZATION_TO_EXTENDED[serialization]
+    given = values.get("extended_json_mode")
+    if given is not None and given != mapped:
+        problems.append(
+            f"properties 'json.serialization.mode' = '{serialization}' and 'extended.json.mode' = "
+            f"'{given}' disagree: Debezium's json.serialization.mode '{serialization}' is "
+            f"extended.json.mode '{mapped}' (allowed: set only one of them, or values that agree)"
+        )
+    else:
+        values["extended_json_mode"] = mapped
 
-    if values.get("snapshot_mode") == "never":
-        values["snapshot_mode"] = SnapshotMode.NO_DATA.value
-        warnings_.append("snapshot.mode 'never' is deprecated; it behaves as 'no_data'")
 
+def _check_capture_target(values: dict[str, Any], problems: list[str], warnings_: list[str]) -> None:
     scope = values.get("capture_scope", CaptureScope.DEPLOYMENT)
     target = values.get("capture_target")
     if scope == CaptureScope.DATABASE and (not target or "." in target):
@@ -371,6 +407,8 @@ def _cross_check(
         warnings_.append("Property 'capture.target' is ignored because capture.scope is 'deployment'")
         values.pop("capture_target")
 
+
+def _check_backoff(values: dict[str, Any], problems: list[str]) -> None:
     initial = values.get("connect_backoff_initial_delay_ms", 1000)
     maximum = values.get("connect_backoff_max_delay_ms", 120000)
     if maximum < initial:
@@ -380,6 +418,10 @@ def _cross_check(
             "connect.backoff.initial.delay.ms)"
         )
 
+
+def _check_filter_overrides(values: dict[str, Any], overrides: dict[str, Any], problems: list[str]) -> None:
+    """snapshot.collection.filter.overrides lists <db>.<collection> names, each with its filter
+    in snapshot.collection.filter.overrides.<db>.<collection>, and no filter without its name."""
     listed = values.get("snapshot_collection_filter_overrides") or ()
     for namespace in listed:
         if "." not in namespace.strip("."):
