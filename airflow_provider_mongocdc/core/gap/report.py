@@ -116,6 +116,28 @@ def _duration(seconds: int | None) -> str:
     return f"{sign}{secs}s"
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What the oplogs say about a stored position: the smallest headroom of the readable ones,
+    those that no longer cover it, and how much history they lost (the largest loss)."""
+
+    headroom: int | None
+    purged: tuple[OplogSpan, ...]
+    lost: int | None
+
+    @classmethod
+    def of(cls, spans: tuple[OplogSpan, ...], ts: Timestamp | None) -> _Evidence:
+        readable = [span for span in spans if span.readable]
+        headroom = min((span.headroom_seconds(ts) for span in readable), default=None) if ts else None
+        purged = tuple(span for span in readable if ts is not None and not span.covers(ts))
+        lost = max((span.oldest.time - ts.time for span in purged), default=None)
+        return cls(headroom, purged, lost)
+
+    @property
+    def lost_seconds(self) -> int | None:
+        return max(0, self.lost) if self.lost is not None else None
+
+
 def assess(
     probe: Probe, spans: Iterable[OplogSpan], stream: str | None = None, stream_error: str | None = None
 ) -> PartitionCheck:
@@ -131,78 +153,98 @@ def assess(
             note="no offset is stored: nothing can be lost; the first run snapshots per snapshot.mode",
         )
     position = probe.position
-    ts = _cluster_time(position)
-    readable = [span for span in spans if span.readable]
-    headroom = min((span.headroom_seconds(ts) for span in readable), default=None) if ts else None
-    purged_spans = [span for span in readable if ts is not None and not span.covers(ts)]
-    lost = max((span.oldest.time - ts.time for span in purged_spans), default=None)
+    evidence = _Evidence.of(spans, _cluster_time(position))
     if state.snapshot.status == SNAPSHOT_IN_PROGRESS:
-        note = f"snapshot {state.snapshot.snapshot_id} is in progress"
-        if purged_spans:
-            note += (
-                "; its recorded start position is no longer in the oplog, so streaming cannot "
-                "continue from it: run a new snapshot when it ends"
-            )
-        return PartitionCheck(
-            partition,
-            SNAPSHOT_RUNNING,
-            position,
-            spans,
-            None,
-            None,
-            max(0, lost) if lost is not None else None,
-            headroom,
-            state.snapshot.snapshot_id,
-            note,
-        )
+        return _snapshot_running(probe, spans, evidence)
     if position is None:
         return PartitionCheck(
             partition, NO_POSITION, None, spans, note="the offset holds no stream position yet"
         )
     # MongoDB's own check decides when the stream could be opened; the oplog comparison (same rule,
     # see oplog_covers) only where it could not.
-    gap = stream == HISTORY_LOST if stream is not None else bool(purged_spans)
+    gap = stream == HISTORY_LOST if stream is not None else bool(evidence.purged)
     if gap:
-        evidence = []
-        if stream == HISTORY_LOST:
-            evidence.append(f"MongoDB refused to resume the change stream ({stream_error})")
-        for span in purged_spans:
-            evidence.append(
-                f"the oldest entry in the oplog of {span.replica_set} is "
-                f"{iso_z(timestamp_datetime(span.oldest))}, after the stored position"
-            )
-        lost_text = (
-            f"{_duration(lost)} of history lost"
-            if lost is not None
-            else "the lost time is unknown (the oplog is not readable)"
+        return _gap(probe, spans, evidence, stream, stream_error)
+    return _resumable(probe, spans, evidence, stream)
+
+
+def _snapshot_running(probe: Probe, spans: tuple[OplogSpan, ...], evidence: _Evidence) -> PartitionCheck:
+    snapshot_id = probe.state.snapshot.snapshot_id
+    note = f"snapshot {snapshot_id} is in progress"
+    if evidence.purged:
+        note += (
+            "; its recorded start position is no longer in the oplog, so streaming cannot "
+            "continue from it: run a new snapshot when it ends"
         )
-        note = f"stored position {position.describe()} is no longer in the oplog: {lost_text}; " + "; ".join(
-            evidence
+    return PartitionCheck(
+        probe.partition,
+        SNAPSHOT_RUNNING,
+        probe.position,
+        spans,
+        None,
+        None,
+        evidence.lost_seconds,
+        evidence.headroom,
+        snapshot_id,
+        note,
+    )
+
+
+def _gap(
+    probe: Probe,
+    spans: tuple[OplogSpan, ...],
+    evidence: _Evidence,
+    stream: str | None,
+    stream_error: str | None,
+) -> PartitionCheck:
+    reasons = []
+    if stream == HISTORY_LOST:
+        reasons.append(f"MongoDB refused to resume the change stream ({stream_error})")
+    for span in evidence.purged:
+        reasons.append(
+            f"the oldest entry in the oplog of {span.replica_set} is "
+            f"{iso_z(timestamp_datetime(span.oldest))}, after the stored position"
         )
-        return PartitionCheck(
-            partition,
-            GAP,
-            position,
-            spans,
-            stream,
-            stream_error,
-            max(0, lost) if lost is not None else None,
-            None,
-            None,
-            note,
-        )
-    if readable:
-        note = f"resumable; purged in about {_duration(headroom)} at the current oplog rate"
-        if purged_spans:
+    lost_text = (
+        f"{_duration(evidence.lost)} of history lost"
+        if evidence.lost is not None
+        else "the lost time is unknown (the oplog is not readable)"
+    )
+    note = (
+        f"stored position {probe.position.describe()} is no longer in the oplog: {lost_text}; "
+        + "; ".join(reasons)
+    )
+    return PartitionCheck(
+        probe.partition,
+        GAP,
+        probe.position,
+        spans,
+        stream,
+        stream_error,
+        evidence.lost_seconds,
+        None,
+        None,
+        note,
+    )
+
+
+def _resumable(
+    probe: Probe, spans: tuple[OplogSpan, ...], evidence: _Evidence, stream: str | None
+) -> PartitionCheck:
+    if any(span.readable for span in spans):
+        note = f"resumable; purged in about {_duration(evidence.headroom)} at the current oplog rate"
+        if evidence.purged:
             note += (
                 "; MongoDB resumed the change stream although the oldest entry in the oplog of "
-                + ", ".join(span.replica_set for span in purged_spans)
+                + ", ".join(span.replica_set for span in evidence.purged)
                 + " is after the stored position"
             )
     else:
         reasons = "; ".join(span.error or "unreadable" for span in spans) or "no oplog to read"
         note = f"resumable; headroom unknown ({reasons})"
-    return PartitionCheck(partition, OK, position, spans, stream, None, None, headroom, None, note)
+    return PartitionCheck(
+        probe.partition, OK, probe.position, spans, stream, None, None, evidence.headroom, None, note
+    )
 
 
 @dataclass(frozen=True)
