@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError, OffsetError
 from airflow_provider_mongocdc.core.kafka.client import (
@@ -90,69 +90,96 @@ def read_committed(
     deadline = time.monotonic() + read_timeout_s
     consumer = Consumer(consumer_config(kafka_config))
     try:
-        try:
-            metadata = consumer.list_topics(timeout=read_timeout_s)
-        except KafkaException as error:
-            raise unreadable_error(kafka_config, topic, error) from None
-        info = metadata.topics.get(topic)
-        if info is None or (
-            info.error is not None
-            and info.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
-        ):
-            return []  # no topic yet: no offsets yet
-        if info.error is not None:
-            # Never mistake an unreadable topic for an empty one: that would start over.
-            raise unreadable_error(kafka_config, topic, KafkaException(info.error))
-        ends: dict[int, int] = {}
-        for partition_id in sorted(info.partitions):
-            try:
-                _low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition_id),
-                    timeout=max(1.0, deadline - time.monotonic()),
-                    cached=False,
-                )
-            except KafkaException as error:
-                raise unreadable_error(kafka_config, topic, error) from None
-            if high > 0:
-                ends[partition_id] = high  # the last stable offset (read_committed)
+        ends = _end_offsets(consumer, kafka_config, topic, read_timeout_s, deadline)
         if not ends:
             return []
         consumer.assign([TopicPartition(topic, pid, -2) for pid in ends])  # -2: beginning
-        records: list[tuple[bytes | None, bytes | None]] = []
-        pending = set(ends)
-        while pending:
-            if time.monotonic() >= deadline:
-                raise OffsetError(
-                    f"Could not read the offsets topic {topic!r} to its end within {read_timeout_s:g} s",
-                    cause=f"partitions {sorted(pending)} still had records to read",
-                    fix="check that the Kafka brokers are reachable and healthy, then retry",
-                )
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            pid = message.partition()
-            if message.error():
-                code = message.error().code()
-                if code == KafkaError._PARTITION_EOF:
-                    if message.offset() >= ends.get(pid, 0):
-                        pending.discard(pid)
-                    continue
-                if message.error().fatal() or code in (
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    KafkaError.GROUP_AUTHORIZATION_FAILED,
-                ):
-                    raise unreadable_error(kafka_config, topic, KafkaException(message.error()))
-                log.warning("Offsets topic %s: %s", topic, message.error().str())
-                continue
-            if pid not in pending:
-                continue
-            if message.offset() < ends[pid]:
-                records.append((message.key(), message.value()))
-            if message.offset() + 1 >= ends[pid]:
-                pending.discard(pid)
-        return records
+        return _read_to_ends(consumer, kafka_config, topic, ends, read_timeout_s, deadline)
     finally:
         consumer.close()
+
+
+def _end_offsets(
+    consumer: Consumer, kafka_config: Mapping[str, Any], topic: str, read_timeout_s: float, deadline: float
+) -> dict[int, int]:
+    """The last stable offset of each partition of ``topic`` that holds records (none when the
+    topic does not exist)."""
+    try:
+        metadata = consumer.list_topics(timeout=read_timeout_s)
+    except KafkaException as error:
+        raise unreadable_error(kafka_config, topic, error) from None
+    info = metadata.topics.get(topic)
+    if info is None or (
+        info.error is not None
+        and info.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+    ):
+        return {}  # no topic yet: no offsets yet
+    if info.error is not None:
+        # Never mistake an unreadable topic for an empty one: that would start over.
+        raise unreadable_error(kafka_config, topic, KafkaException(info.error))
+    ends: dict[int, int] = {}
+    for partition_id in sorted(info.partitions):
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition_id),
+                timeout=max(1.0, deadline - time.monotonic()),
+                cached=False,
+            )
+        except KafkaException as error:
+            raise unreadable_error(kafka_config, topic, error) from None
+        if high > 0:
+            ends[partition_id] = high  # the last stable offset (read_committed)
+    return ends
+
+
+def _read_to_ends(
+    consumer: Consumer,
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    ends: dict[int, int],
+    read_timeout_s: float,
+    deadline: float,
+) -> list[tuple[bytes | None, bytes | None]]:
+    """The records of the assigned partitions up to their ``ends``."""
+    records: list[tuple[bytes | None, bytes | None]] = []
+    pending = set(ends)
+    while pending:
+        if time.monotonic() >= deadline:
+            raise OffsetError(
+                f"Could not read the offsets topic {topic!r} to its end within {read_timeout_s:g} s",
+                cause=f"partitions {sorted(pending)} still had records to read",
+                fix="check that the Kafka brokers are reachable and healthy, then retry",
+            )
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        pid = message.partition()
+        if message.error():
+            if _at_end(message, ends, kafka_config, topic):
+                pending.discard(pid)
+            continue
+        if pid not in pending:
+            continue
+        if message.offset() < ends[pid]:
+            records.append((message.key(), message.value()))
+        if message.offset() + 1 >= ends[pid]:
+            pending.discard(pid)
+    return records
+
+
+def _at_end(message: Message, ends: dict[int, int], kafka_config: Mapping[str, Any], topic: str) -> bool:
+    """Whether an error message is the end of its partition at its last stable offset; an error
+    that forbids reading raises, any other is logged (the consumer recovers by itself)."""
+    code = message.error().code()
+    if code == KafkaError._PARTITION_EOF:
+        return message.offset() >= ends.get(message.partition(), 0)
+    if message.error().fatal() or code in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+    ):
+        raise unreadable_error(kafka_config, topic, KafkaException(message.error()))
+    log.warning("Offsets topic %s: %s", topic, message.error().str())
+    return False
 
 
 def unreadable_error(kafka_config: Mapping[str, Any], topic: str, error: KafkaException) -> OffsetError:
