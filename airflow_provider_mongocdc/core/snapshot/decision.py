@@ -107,45 +107,14 @@ def decide(
     purged: Callable[[OffsetPartition, Position], bool] | None = None,
 ) -> Decision:
     """Apply ``snapshot.mode`` (and ``force``) to the stored states of the connector's partitions."""
-    running = {
-        state.snapshot.snapshot_id
-        for state in states.values()
-        if state is not None and state.snapshot.status == SNAPSHOT_IN_PROGRESS
-    }
-    if len(running) > 1:
-        raise OffsetError(
-            "The offsets hold more than one snapshot in progress",
-            cause=f"snapshots {', '.join(sorted(running))}",
-            fix="reset the connector's offsets (mongocdc offsets reset) and snapshot again",
-        )
-    if running:
-        snapshot_id = running.pop()
-        return Decision(RESUME, f"snapshot {snapshot_id} was interrupted; it resumes", snapshot_id)
+    running = _running_snapshot(states)
+    if running is not None:
+        return Decision(RESUME, f"snapshot {running} was interrupted; it resumes", running)
     if force:
         return Decision(SNAPSHOT, "a re-snapshot was requested")
-    reasons = []
-    for partition, state in states.items():
-
-        def check(partition=partition, state=state) -> bool:
-            return bool(purged and state and state.position and purged(partition, state.position))
-
-        reason = needs_snapshot(state, mode, purged=check)
-        if reason:
-            reasons.append(reason if len(states) == 1 else f"{partition.rs}: {reason}")
+    reasons = _snapshot_reasons(states, mode, purged)
     if reasons:
-        reset_offset = None
-        stored = {p: s.position for p, s in states.items() if s is not None and s.position is not None}
-        if mode == SnapshotMode.ALWAYS and stored:
-            # Streaming stays continuous: the stored offsets stay, unless one was purged.
-            lost = [p.rs for p, position in stored.items() if purged and purged(p, position)]
-            reset_offset = bool(lost)
-            reasons.append(
-                f"the stored resume point of {', '.join(lost)} is no longer in the oplog: streaming "
-                "restarts from this snapshot's start"
-                if lost
-                else "streaming continues from the stored offset"
-            )
-        return Decision(SNAPSHOT, "; ".join(reasons), reset_offset=reset_offset)
+        return _new_snapshot(states, mode, purged, reasons)
     missing = [p for p, state in states.items() if state is None or state.position is None]
     if mode == SnapshotMode.NO_DATA and missing:
         return Decision(
@@ -160,3 +129,59 @@ def decide(
         ids = ", ".join(sorted({state.snapshot.snapshot_id for state in completed}))
         return Decision(NOTHING, f"snapshot {ids} is already completed (snapshot.mode={mode})")
     return Decision(NOTHING, f"an offset is stored (snapshot.mode={mode})")
+
+
+def _running_snapshot(states: Mapping[OffsetPartition, OffsetState | None]) -> str | None:
+    """The id of the snapshot in progress, if any; more than one is an error."""
+    running = {
+        state.snapshot.snapshot_id
+        for state in states.values()
+        if state is not None and state.snapshot.status == SNAPSHOT_IN_PROGRESS
+    }
+    if len(running) > 1:
+        raise OffsetError(
+            "The offsets hold more than one snapshot in progress",
+            cause=f"snapshots {', '.join(sorted(running))}",
+            fix="reset the connector's offsets (mongocdc offsets reset) and snapshot again",
+        )
+    return running.pop() if running else None
+
+
+def _snapshot_reasons(
+    states: Mapping[OffsetPartition, OffsetState | None],
+    mode: str,
+    purged: Callable[[OffsetPartition, Position], bool] | None,
+) -> list[str]:
+    """Why ``snapshot.mode`` asks for a new snapshot, per partition (named when there are several)."""
+    reasons = []
+    for partition, state in states.items():
+
+        def check(partition=partition, state=state) -> bool:
+            return bool(purged and state and state.position and purged(partition, state.position))
+
+        reason = needs_snapshot(state, mode, purged=check)
+        if reason:
+            reasons.append(reason if len(states) == 1 else f"{partition.rs}: {reason}")
+    return reasons
+
+
+def _new_snapshot(
+    states: Mapping[OffsetPartition, OffsetState | None],
+    mode: str,
+    purged: Callable[[OffsetPartition, Position], bool] | None,
+    reasons: list[str],
+) -> Decision:
+    """A new snapshot; with ``snapshot.mode=always`` and stored offsets, whether it resets them."""
+    reset_offset = None
+    stored = {p: s.position for p, s in states.items() if s is not None and s.position is not None}
+    if mode == SnapshotMode.ALWAYS and stored:
+        # Streaming stays continuous: the stored offsets stay, unless one was purged.
+        lost = [p.rs for p, position in stored.items() if purged and purged(p, position)]
+        reset_offset = bool(lost)
+        reasons.append(
+            f"the stored resume point of {', '.join(lost)} is no longer in the oplog: streaming "
+            "restarts from this snapshot's start"
+            if lost
+            else "streaming continues from the stored offset"
+        )
+    return Decision(SNAPSHOT, "; ".join(reasons), reset_offset=reset_offset)
