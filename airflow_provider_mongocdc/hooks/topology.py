@@ -36,6 +36,28 @@ def _bool(value: Any, name: str) -> bool:
     return parse_bool(value, name, problem=f"The MongoDB connection field {name!r} must be true or false")
 
 
+# The extras apache-airflow-providers-mongo's connection form writes, or this hook reads: every
+# other extra of a "mongo" connection is a connection string option.
+MONGO_PROVIDER_EXTRAS = frozenset(
+    {
+        "srv",
+        "ssl",
+        "tls",
+        "allow_insecure",
+        "replicaSet",
+        "authSource",
+        "authMechanism",
+        "tlsAllowInvalidHostnames",
+        "replica_set",
+        "auth_source",
+        "auth_mechanism",
+        "members_auto_discover",
+        "tls_allow_invalid_hostnames",
+        "options",
+    }
+)
+
+
 def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
     """Connection details from an Airflow connection of type ``mongocdc`` or ``mongo``.
 
@@ -48,13 +70,7 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
     ``ssl``/``tls``, ``allow_insecure`` and any connection string option (``replicaSet``,
     ``authSource`` ...).
     """
-    conn_type = conn.conn_type or CONN_TYPE
-    if conn_type not in ACCEPTED_CONN_TYPES:
-        raise ConfigError(
-            f"Connection {conn.conn_id!r} has type {conn_type!r}",
-            cause="the MongoDB CDC hooks read MongoDB connections",
-            fix="use a connection of type 'mongocdc' (or 'mongo')",
-        )
+    conn_type = _checked_type(conn)
     extras = dict(conn.extra_dejson or {})
     host = (conn.host or "").strip()
     if not host:
@@ -62,6 +78,46 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
             f"Connection {conn.conn_id!r} has no host",
             fix="set the host to the seed list (host1:27017,host2:27017) or a mongodb:// connection string",
         )
+    options = _options(conn, extras, conn_type)
+    tls = _extra(extras, conn_type, "tls", _extra(extras, conn_type, "ssl"))
+    allow_invalid = _extra(
+        extras, conn_type, "tls_allow_invalid_hostnames", extras.get("tlsAllowInvalidHostnames", False)
+    )
+    auth_source = _extra(extras, conn_type, "auth_source", extras.get("authSource"))
+    auto_discover = _bool(_extra(extras, conn_type, "members_auto_discover", True), "members_auto_discover")
+    if conn_type == "mongo":
+        host, auth_source = _mongo_provider_fields(conn, extras, options, host, auth_source)
+    elif conn.schema and not auth_source:
+        auth_source = conn.schema
+    kwargs: dict[str, Any] = {
+        "replica_set": _extra(extras, conn_type, "replica_set", extras.get("replicaSet")) or None,
+        "username": conn.login or None,
+        "password": conn.password or None,
+        "auth_source": auth_source or None,
+        "auth_mechanism": _extra(extras, conn_type, "auth_mechanism", extras.get("authMechanism")) or None,
+        "tls": None if tls is None else _bool(tls, "tls"),
+        "tls_allow_invalid_hostnames": _bool(allow_invalid, "tls_allow_invalid_hostnames"),
+        "members_auto_discover": auto_discover,
+        "options": options,
+        **_address(host, conn.port),
+    }
+    kwargs.update({key: value for key, value in overrides.items() if value is not None})
+    return MongoConnectionDetails(**kwargs)
+
+
+def _checked_type(conn) -> str:
+    conn_type = conn.conn_type or CONN_TYPE
+    if conn_type not in ACCEPTED_CONN_TYPES:
+        raise ConfigError(
+            f"Connection {conn.conn_id!r} has type {conn_type!r}",
+            cause="the MongoDB CDC hooks read MongoDB connections",
+            fix="use a connection of type 'mongocdc' (or 'mongo')",
+        )
+    return conn_type
+
+
+def _options(conn, extras: dict[str, Any], conn_type: str) -> dict[str, Any]:
+    """The ``options`` extra: more pymongo options, as a mapping or its JSON text."""
     options = _extra(extras, conn_type, "options", {}) or {}
     if isinstance(options, str):
         try:
@@ -71,61 +127,30 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
                 f"The 'options' field of connection {conn.conn_id!r} is not JSON",
                 fix='give pymongo options as a JSON object, e.g. {"maxPoolSize": 5}',
             ) from None
-    options = dict(options)
-    tls = _extra(extras, conn_type, "tls", _extra(extras, conn_type, "ssl"))
-    allow_invalid = _extra(
-        extras, conn_type, "tls_allow_invalid_hostnames", extras.get("tlsAllowInvalidHostnames", False)
-    )
-    replica_set = _extra(extras, conn_type, "replica_set", extras.get("replicaSet"))
-    auth_source = _extra(extras, conn_type, "auth_source", extras.get("authSource"))
-    auth_mechanism = _extra(extras, conn_type, "auth_mechanism", extras.get("authMechanism"))
-    auto_discover = _bool(_extra(extras, conn_type, "members_auto_discover", True), "members_auto_discover")
+    return dict(options)
 
-    if conn_type == "mongo":
-        known = {
-            "srv",
-            "ssl",
-            "tls",
-            "allow_insecure",
-            "replicaSet",
-            "authSource",
-            "authMechanism",
-            "tlsAllowInvalidHostnames",
-            "replica_set",
-            "auth_source",
-            "auth_mechanism",
-            "members_auto_discover",
-            "tls_allow_invalid_hostnames",
-            "options",
-        }
-        options.update({key: value for key, value in extras.items() if key not in known})
-        if _bool(extras.get("allow_insecure", False), "allow_insecure"):
-            options["tlsAllowInvalidCertificates"] = True
-        auth_source = auth_source or conn.schema or None
-        if _bool(extras.get("srv", False), "srv"):
-            host = f"mongodb+srv://{host}"
-    elif conn.schema and not auth_source:
-        auth_source = conn.schema
 
-    kwargs: dict[str, Any] = {
-        "replica_set": replica_set or None,
-        "username": conn.login or None,
-        "password": conn.password or None,
-        "auth_source": auth_source or None,
-        "auth_mechanism": auth_mechanism or None,
-        "tls": None if tls is None else _bool(tls, "tls"),
-        "tls_allow_invalid_hostnames": _bool(allow_invalid, "tls_allow_invalid_hostnames"),
-        "members_auto_discover": auto_discover,
-        "options": options,
-    }
+def _mongo_provider_fields(
+    conn, extras: dict[str, Any], options: dict[str, Any], host: str, auth_source: str | None
+) -> tuple[str, str | None]:
+    """A ``mongo`` connection's own fields: its other extras are connection string options (added
+    to ``options``), ``allow_insecure``, the schema as the authentication database, ``srv``.
+    Returns the host and the authentication database."""
+    options.update({key: value for key, value in extras.items() if key not in MONGO_PROVIDER_EXTRAS})
+    if _bool(extras.get("allow_insecure", False), "allow_insecure"):
+        options["tlsAllowInvalidCertificates"] = True
+    if _bool(extras.get("srv", False), "srv"):
+        host = f"mongodb+srv://{host}"
+    return host, auth_source or conn.schema or None
+
+
+def _address(host: str, port: int | None) -> dict[str, str]:
+    """``connection_string`` for a URI, else ``hosts`` (the port added to a single host without one)."""
     if host.startswith(("mongodb://", "mongodb+srv://")):
-        kwargs["connection_string"] = host
-    else:
-        if conn.port and "," not in host and ":" not in host.split("/")[-1]:
-            host = f"{host}:{conn.port}"
-        kwargs["hosts"] = host
-    kwargs.update({key: value for key, value in overrides.items() if value is not None})
-    return MongoConnectionDetails(**kwargs)
+        return {"connection_string": host}
+    if port and "," not in host and ":" not in host.split("/")[-1]:
+        host = f"{host}:{port}"
+    return {"hosts": host}
 
 
 class MongoTopologyHook(BaseHook):
