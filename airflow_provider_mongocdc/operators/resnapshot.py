@@ -137,6 +137,24 @@ def merged_request(
     return IncrementalRequest.new(collections, filters, reason)
 
 
+def _gap_with_collections(collections: list[str], gap_partitions: list[str]) -> ConfigError:
+    """A gap re-snapshot copies every captured collection: chosen ones are refused."""
+    if not gap_partitions:
+        return ConfigError(
+            "Gap mode copies every captured collection",
+            cause=f"mode gap was chosen with collections {', '.join(collections)}",
+            fix="use mode manual to copy a chosen few (the offset stays), or leave collections "
+            "empty for a gap re-snapshot of every collection",
+        )
+    return ConfigError(
+        "A re-snapshot after an oplog gap must copy every captured collection",
+        cause=f"the stored resume point of {', '.join(gap_partitions) or 'the connector'} is no "
+        "longer in the oplog, so changes of every collection were lost, but collections "
+        f"{', '.join(collections)} were chosen",
+        fix="trigger the re-snapshot again with collections empty (gap mode copies every collection)",
+    )
+
+
 def _report(value: Any) -> dict[str, Any] | None:
     if value in (None, "", "None"):
         return None
@@ -213,25 +231,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     # -- the decision ------------------------------------------------------------------------------
     def decide(self, config: ConnectorConfig) -> dict[str, Any]:
         """Mode, collections and whether the offset resets (checks the oplog in manual mode)."""
-        mode = str(self.mode or MANUAL).strip().lower()
-        if mode not in MODES:
-            raise ConfigError(f"Unknown re-snapshot mode {self.mode!r}", fix=f"use one of {', '.join(MODES)}")
-        collections = parse_collections(self.collections)
-        filters = _filters(self.filters)
-        if filters and mode != INCREMENTAL:
-            raise ConfigError(
-                f"Filters apply to mode incremental only, not to mode {mode}",
-                cause=f"filters were given for {', '.join(sorted(filters))}",
-                fix="choose mode incremental, or leave Filters empty",
-            )
+        mode, collections, filters = self._request()
         if mode == STOP:
-            if collections:
-                raise ConfigError(
-                    "Mode stop ends the whole running incremental snapshot",
-                    cause=f"collections {', '.join(collections)} were chosen",
-                    fix="leave collections empty to stop it, then request the collections you still "
-                    "want with mode incremental",
-                )
             return {"mode": STOP, "reason": str(self.reason or ""), "collections": [], "reset_offset": False}
         report = _report(self.gap_report)
         gap_partitions = list((report or {}).get("gap_partitions") or [])
@@ -246,21 +247,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
                 )
                 gap, report = True, found.to_dict()
                 gap_partitions = report["gap_partitions"]
-        if gap and collections and not gap_partitions:
-            raise ConfigError(
-                "Gap mode copies every captured collection",
-                cause=f"mode gap was chosen with collections {', '.join(collections)}",
-                fix="use mode manual to copy a chosen few (the offset stays), or leave collections "
-                "empty for a gap re-snapshot of every collection",
-            )
         if gap and collections:
-            raise ConfigError(
-                "A re-snapshot after an oplog gap must copy every captured collection",
-                cause=f"the stored resume point of {', '.join(gap_partitions) or 'the connector'} is no "
-                "longer in the oplog, so changes of every collection were lost, but collections "
-                f"{', '.join(collections)} were chosen",
-                fix="trigger the re-snapshot again with collections empty (gap mode copies every collection)",
-            )
+            raise _gap_with_collections(collections, gap_partitions)
         return {
             "mode": GAP if gap else mode,
             "reason": str(self.reason or ""),
@@ -270,6 +258,28 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
             "gap_partitions": gap_partitions,
             "gap_report": report,
         }
+
+    def _request(self) -> tuple[str, list[str], dict[str, Any]]:
+        """The mode, collections and filters asked for, checked against each other."""
+        mode = str(self.mode or MANUAL).strip().lower()
+        if mode not in MODES:
+            raise ConfigError(f"Unknown re-snapshot mode {self.mode!r}", fix=f"use one of {', '.join(MODES)}")
+        collections = parse_collections(self.collections)
+        filters = _filters(self.filters)
+        if filters and mode != INCREMENTAL:
+            raise ConfigError(
+                f"Filters apply to mode incremental only, not to mode {mode}",
+                cause=f"filters were given for {', '.join(sorted(filters))}",
+                fix="choose mode incremental, or leave Filters empty",
+            )
+        if mode == STOP and collections:
+            raise ConfigError(
+                "Mode stop ends the whole running incremental snapshot",
+                cause=f"collections {', '.join(collections)} were chosen",
+                fix="leave collections empty to stop it, then request the collections you still "
+                "want with mode incremental",
+            )
+        return mode, collections, filters
 
     def check_gap(self, config: ConnectorConfig):
         """The connector's gap report now (as OplogGapSensor computes it)."""
