@@ -1,6 +1,6 @@
 """The snapshot plan: which collections a snapshot copies, their ``_id`` ranges of about
 ``snapshot.chunk.size`` documents (:func:`plan_collection`), the numbered chunks with one final
-chunk (:func:`build_plan`), and the plan's records in the offsets topic, which let a restarted
+chunk (:func:`build_plan`; both: :func:`plan_snapshot`), and the plan's records in the offsets topic, which let a restarted
 snapshot copy exactly the same ranges. See docs/design.md, "Snapshots".
 """
 
@@ -363,6 +363,37 @@ def build_plan(
         reset_offset,
         tuple(collections),
         iso_z(datetime.now(timezone.utc)),
+    )
+
+
+def plan_snapshot(
+    client: MongoClient,
+    config: ConnectorConfig,
+    snapshot_id: str,
+    collections: Sequence[tuple[str, str]] | None,
+    *,
+    reset_offset: bool,
+) -> SnapshotPlan:
+    """The plan of a new snapshot: the captured collections (or ``collections``), each cut into
+    ranges of about ``snapshot.chunk.size`` documents that its snapshot filter selects."""
+    namespaces = snapshot_collections(client, config, collections)
+    filters = Filters(config)
+    ranges = {
+        (database, collection): plan_collection(
+            client,
+            database,
+            collection,
+            config.snapshot_chunk_size,
+            snapshot_filter=filters.snapshot_filter(database, collection),
+        )
+        for database, collection in namespaces
+    }
+    return build_plan(
+        snapshot_id,
+        ranges,
+        mode=config.snapshot_mode,
+        reset_offset=reset_offset,
+        collections=[f"{db}.{coll}" for db, coll in namespaces],
     )
 
 

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.errors import OffsetError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.events.filters import Filters
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
@@ -50,12 +49,10 @@ from airflow_provider_mongocdc.core.snapshot.incremental import superseded_incre
 from airflow_provider_mongocdc.core.snapshot.plan import (
     Chunk,
     SnapshotPlan,
-    build_plan,
     data_chunks_finished,
     distribute,
     new_snapshot_id,
-    plan_collection,
-    snapshot_collections,
+    plan_snapshot,
 )
 
 log = logging.getLogger("airflow_provider_mongocdc")
@@ -217,32 +214,18 @@ class SnapshotRun:
         return self._copy(plan, starts, markers={}, resumed=False)
 
     def _plan(self, snapshot_id: str, reset_offset: bool) -> SnapshotPlan:
-        """The captured collections (or the requested ones) cut into chunks of ``_id`` ranges."""
-        client = self.found.client_for(None)
-        namespaces = snapshot_collections(client, self.config, self.found.collections)
-        filters = Filters(self.config)
-        ranges = {
-            (database, collection): plan_collection(
-                client,
-                database,
-                collection,
-                self.config.snapshot_chunk_size,
-                snapshot_filter=filters.snapshot_filter(database, collection),
-            )
-            for database, collection in namespaces
-        }
-        plan = build_plan(
+        plan = plan_snapshot(
+            self.found.client_for(None),
+            self.config,
             snapshot_id,
-            ranges,
-            mode=self.config.snapshot_mode,
+            self.found.collections,
             reset_offset=reset_offset,
-            collections=[f"{db}.{coll}" for db, coll in namespaces],
         )
         log.info(
             "Snapshot %s: %d collections in %d chunks (about %d documents; snapshot.chunk.size=%d, "
             "snapshot.max.threads=%d)",
             snapshot_id,
-            len(namespaces),
+            len(plan.collections),
             plan.size,
             sum(chunk.estimated for chunk in plan.chunks),
             self.config.snapshot_chunk_size,
