@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
 from airflow_provider_mongocdc.core.events.filters import Filters
 from airflow_provider_mongocdc.core.events.schema import Record
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.offsets.model import ChunkMarker, OffsetPartition, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.snapshot.id_ranges import document_codec_options
@@ -78,10 +80,6 @@ def fence_chunks(
     commit was already under way). Until then such a transaction holds back what
     ``read_committed`` readers see of the offsets topic, so a resumed snapshot calls this before
     it reads which chunks committed. Returns how many ids were fenced."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-
     ids = sorted(set(chunk_ids))
 
     def fence(chunk_id: str) -> None:
@@ -122,8 +120,6 @@ class ChunkCopier:
         committed then is not copied again (a retried Spark task, or another run that resumed
         the same snapshot).
         """
-        from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-
         started = time.monotonic()
         if self._builder is None:
             self._builder = EventBuilder(self.config, replica_set=self.replica_set)

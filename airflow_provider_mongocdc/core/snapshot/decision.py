@@ -16,6 +16,12 @@ from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError, Of
 from airflow_provider_mongocdc.core.base.redaction import error_text
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.config.enums import SnapshotMode
+from airflow_provider_mongocdc.core.mongo.change_stream import open_stream
+from airflow_provider_mongocdc.core.mongo.stream_errors import (
+    is_history_lost,
+    is_unusable_position,
+    unusable_position_error,
+)
 from airflow_provider_mongocdc.core.offsets.model import (
     SNAPSHOT_COMPLETED,
     SNAPSHOT_IN_PROGRESS,
@@ -35,13 +41,6 @@ def resume_point_purged(client: MongoClient, config: ConnectorConfig, position: 
     """Whether the change stream can no longer resume from ``position`` (oplog rules: MongoDB
     refuses to open it with ChangeStreamHistoryLost and friends, see
     :func:`~airflow_provider_mongocdc.core.mongo.change_stream.is_history_lost`)."""
-    from airflow_provider_mongocdc.core.mongo.change_stream import open_stream
-    from airflow_provider_mongocdc.core.mongo.stream_errors import (
-        is_history_lost,
-        is_unusable_position,
-        unusable_position_error,
-    )
-
     try:
         with open_stream(client, config, position, max_await_time_ms=100) as stream:
             stream.try_next()
