@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from bson import json_util
@@ -15,7 +16,9 @@ from bson.binary import UuidRepresentation
 from bson.json_util import JSONOptions
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_COMPLETED, OffsetPartition, Position
+from airflow_provider_mongocdc.core.snapshot import run as snapshot_run
 from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 from airflow_provider_mongocdc.spark_apps import runtime
 from airflow_provider_mongocdc.spark_apps import snapshot as snapshot_app
@@ -250,3 +253,52 @@ def test_snapshot_modes(mongosim, kafka_bootstrap, unique_name, spark_jvm, tmp_p
     assert needed["collections"] == {f"{database}.customers": 360, f"{database}.orders": 251}
     assert counts(quiet) == {"customers": 360, "orders": 251}
     assert quiet_store.read(quiet_partition).position == Position.from_json(needed["start_position"][rs])
+
+
+class ThreadChunkTasks:
+    """The chunk copies as threads of this process: ``ChunkTasks`` without Spark."""
+
+    def __init__(self) -> None:
+        self.description = ""
+        self.runs: list[tuple[str, int]] = []  # (description, groups) of each run
+
+    def start(self, description: str) -> None:
+        self.description = description
+
+    def run(self, copy, groups: list) -> list:
+        self.runs.append((self.description, len(groups)))
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            return list(pool.map(copy, groups))
+
+
+def test_the_snapshot_run_is_core_code_that_needs_no_spark(mongosim, kafka_bootstrap, unique_name):
+    """run_snapshot is the whole snapshot: handed chunk tasks that are threads of this process, it
+    copies every document once, the final chunk alone after the others, with one "last" event, and
+    hands the recorded position to streaming."""
+    sim = mongosim()
+    database = f"{unique_name}_db"
+    with MongoClient(sim.uri) as client:
+        ids = seed(client, database, {"customers": 120, "orders": 80})
+    rs = _replica_set(sim.uri)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    spec = JobSpec(
+        "snapshot", snapshot_connector(unique_name, database, 40), mongo_details(sim.uri), kafka, {}
+    )
+    tasks = ThreadChunkTasks()
+
+    summary = snapshot_run.run_snapshot(spec, tasks)
+
+    assert summary["action"] == "snapshot" and summary["documents"] == 200, summary
+    assert summary["chunks_copied"] == summary["chunks"] and summary["chunks_skipped"] == 0, summary
+    # The chunks on snapshot.max.threads=2 tasks, then the final chunk alone.
+    assert [groups for _, groups in tasks.runs] == [2, 1], tasks.runs
+    assert all(
+        description.startswith(f"mongocdc snapshot {summary['snapshot_id']}: ")
+        for description, _ in tasks.runs
+    )
+    events = _read_events(kafka_bootstrap, unique_name, database, ids)
+    assert _assert_snapshot_events(events, ids, database, rs) == 1
+    state = SettledOffsetStore(kafka, f"{unique_name}.offsets").read(OffsetPartition(unique_name, rs))
+    assert state.snapshot.status == SNAPSHOT_COMPLETED, state
+    assert state.snapshot.snapshot_id == summary["snapshot_id"], state
+    assert state.position == Position.from_json(summary["start_position"][rs])
