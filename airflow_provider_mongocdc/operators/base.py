@@ -29,6 +29,7 @@ import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.config import ConnectorConfig
 from airflow_provider_mongocdc.core.errors import ConfigError
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.hooks.spark_submit import MongoCdcSparkSubmitHook
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
@@ -249,6 +250,13 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         self._lease_lost = error
         if getattr(self, "_hook", None) is not None:  # a job was submitted: kill it
             self.on_kill()
+
+    # -- spark-submit -------------------------------------------------------------------------------
+    def _get_hook(self) -> MongoCdcSparkSubmitHook:
+        """SparkSubmitOperator's hook (built from the operator's arguments) with this provider's
+        additions: spark-submit dies with the task process, the JVM's start-up notice stays out of
+        the task log (hooks/spark_submit.py)."""
+        return MongoCdcSparkSubmitHook.from_hook(super()._get_hook())
 
     # -- Spark's own logging ------------------------------------------------------------------------
     def _effective_spark_log_level(self) -> str | None:
