@@ -84,8 +84,9 @@ class TaskLog:
         return [line for line, ours in self.lines if not ours]
 
     def repeated(self) -> list[str]:
-        """The provider's lines logged more than once (the applications' time stamps left out)."""
-        counts = Counter(APP_LINE.sub(r"\g<level> ", line) for line, ours in self.lines if ours)
+        """The provider's lines logged more than once (by the task process or the application,
+        whose time stamp, level and logger are left out)."""
+        counts = Counter(APP_LINE.sub("", line) for line, ours in self.lines if ours)
         return [line for line, count in counts.items() if count > 1]
 
     def show(self) -> str:
