@@ -141,9 +141,9 @@ class OffsetStore:
     Create the run's :class:`TransactionalWriter` before reading: its ``init_transactions`` aborts
     a killed predecessor's open transaction (same ``transactional.id``), which would otherwise hold
     back the last stable offset, so reads could miss offsets committed after it until the broker
-    times it out. The operator actions that read before they write (:meth:`reset`,
-    :meth:`set_position`, :meth:`import_debezium`) do so too, with the actions' own
-    ``transactional.id`` (``admin_transactional_id``).
+    times it out. The operator actions that read a state before acting on it (:meth:`reset`,
+    :meth:`set_position`, :meth:`import_debezium`, :meth:`export_debezium`) do so too, with the
+    actions' own ``transactional.id`` (``admin_transactional_id``).
     """
 
     def __init__(
@@ -415,7 +415,8 @@ class OffsetStore:
         ``debezium_connector``, server_id = the topic prefix) into the Kafka Connect offsets topic
         ``connect_topic``; returns ``(our state, key, value)``. Debezium then resumes right after
         the last change this connector delivered."""
-        state = self.read(partition)
+        with self._admin_writer():  # only its start: it ends a killed change that would hide offsets
+            state = self.read(partition)
         if state is None or state.position is None:
             raise OffsetError(
                 f"No position to export for {partition.describe()}",

@@ -267,6 +267,26 @@ def test_set_position_and_reset_read_what_was_committed_after_a_killed_change(
         assert OffsetStore(kafka_config, store.topic).read(partition) is None
 
 
+def test_export_debezium_exports_what_was_committed_after_a_killed_change(
+    kafka_config, unique_name, partition
+):
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets", read_timeout_s=120)
+    store.ensure_topic()
+    store.write(partition, window_state(100, events=1))
+    connect_topic = f"{unique_name}.connect-offsets"
+    ensure_topics(kafka_config, [TopicSpec(connect_topic, 1, config={"cleanup.policy": "compact"})])
+    with killed_offsets_change(store, partition.server_id):
+        later = window_state(200, events=5)
+        commit_as_a_window(store, f"{unique_name}-window", [store.offset_record(partition, later)])
+
+        state, _key, value = store.export_debezium(partition, connect_topic, "inventory-connector")
+    exported = json.loads(value)
+    assert (exported["sec"], exported["ord"]) == (200, 1), (
+        f"exported the position before the window: {exported}"
+    )
+    assert state.events == 5
+
+
 def test_unreachable_brokers_give_a_clear_error(unique_name):
     store = OffsetStore(
         {"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000},
