@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +91,17 @@ def _alive(processes: dict[int, str]) -> dict[int, str]:
     return alive
 
 
+def _job_directories(processes: dict[int, str]) -> set[str]:
+    """The operator's job directories (``--job-spec <dir>/job-spec.json``) on the command lines of
+    ``processes``: a killed task process cannot remove its own."""
+    found = set()
+    for pid in processes:
+        match = re.search(r"--job-spec (\S+)/job-spec\.json", _cmdline(pid))
+        if match:
+            found.add(match.group(1))
+    return found
+
+
 def _python_worker_started(processes: dict[int, str]) -> bool:
     """A Python worker forked by pyspark's daemon (both run ``-m pyspark.daemon``) is among them."""
     daemons = {pid for pid in processes if "pyspark.daemon" in _cmdline(pid)}
@@ -116,6 +129,7 @@ def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
         start_new_session=True,
     )
     started: dict[int, str] = {}
+    job_directories: set[str] = set()
     try:
         deadline = time.monotonic() + START_BOUND_S
         while not _python_worker_started(started):
@@ -125,6 +139,7 @@ def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
             )
             time.sleep(0.5)
             started = _descendants(task.pid)
+            job_directories |= _job_directories(started)
 
         os.kill(task.pid, signal.SIGKILL)
         task.wait(timeout=60)
@@ -146,3 +161,5 @@ def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for directory in job_directories:
+            shutil.rmtree(directory, ignore_errors=True)
