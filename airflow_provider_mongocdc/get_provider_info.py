@@ -38,6 +38,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_mongocdc.hooks.topology",
                     "airflow_provider_mongocdc.hooks.kafka",
                     "airflow_provider_mongocdc.hooks.offsets",
+                    "airflow_provider_mongocdc.hooks.spark_submit",
                 ],
             }
         ],

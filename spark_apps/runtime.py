@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write
 log = logging.getLogger("airflow_provider_mongocdc")
 SUMMARY_MARKER = "MONGOCDC_SUMMARY "
 LOG_LEVEL_CONF = "spark.mongocdc.log.level"
+PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
 def _resolve_spec_path(path: str) -> str:
@@ -101,6 +103,11 @@ def configure_logging() -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
+    # pyspark 4.2 warns on every SparkContext start that it "does not yet fully support pandas >=
+    # 3.0.0" (its Py4J converters import pyspark.testing.utils, which checks the pandas version).
+    # The applications use no pandas API (Python objects in RDDs only): the warning does not
+    # concern them, whichever pandas the Airflow worker has.
+    warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
 
 
 def run(

@@ -29,6 +29,7 @@ import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.hooks.spark_submit import MongoCdcSparkSubmitHook
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
@@ -39,8 +40,17 @@ DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 # The AssetAlias of the tasks whose topic.prefix is templated: each run adds its connector's Asset.
 CONNECTOR_ASSET_ALIAS = "mongocdc"
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+# The levels at which Spark's own report of a failed task (with its Java stack trace) is logged; at
+# the others the application's report in words stands alone (spark-log4j2.properties).
+SPARK_TASK_FAILURE_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO")
 # The templated parameters of every task of a connector (the Spark operators and OplogGapSensor).
 CONNECTOR_TEMPLATE_FIELDS = ("connector_config", "mongo_conn_id", "kafka_conn_id")
+
+
+class ApplicationFailed(Exception):
+    """A run that failed for a reason its message gives in words (what failed, the cause and the
+    fix): the application's reported error, or a check the operator made before submitting.
+    :meth:`MongoCdcSparkSubmitOperator.execute` turns it into the task's error."""
 
 
 def application_path(name: str) -> str:
@@ -250,6 +260,13 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         if getattr(self, "_hook", None) is not None:  # a job was submitted: kill it
             self.on_kill()
 
+    # -- spark-submit -------------------------------------------------------------------------------
+    def _get_hook(self) -> MongoCdcSparkSubmitHook:
+        """SparkSubmitOperator's hook (built from the operator's arguments) with this provider's
+        additions: spark-submit dies with the task process, the JVM's start-up notice stays out of
+        the task log (hooks/spark_submit.py)."""
+        return MongoCdcSparkSubmitHook.from_hook(super()._get_hook())
+
     # -- Spark's own logging ------------------------------------------------------------------------
     def _effective_spark_log_level(self) -> str | None:
         """spark_log_level, or the user's spark.log.level (Spark applies it at the SparkContext's start)."""
@@ -313,8 +330,10 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         if not level or self._submit_deploy_mode() == "cluster" or self._users_log4j_config():
             yield
             return
+        failures = "NEUTRAL" if level in SPARK_TASK_FAILURE_LEVELS else "DENY"
         options = (
-            f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()} -Dmongocdc.spark.log.level={level}"
+            f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()} -Dmongocdc.spark.log.level={level} "
+            f"-Dmongocdc.spark.task.failures={failures}"
         )
         with _spark_submit_opts(options):
             yield
@@ -322,8 +341,13 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
-        with self.hold_lease(context, config, self.lease_kind):
-            return self.submit(context, config, self.build_spec(context, config))
+        try:
+            with self.hold_lease(context, config, self.lease_kind):
+                return self.submit(context, config, self.build_spec(context, config))
+        except ApplicationFailed as failure:
+            # Raised here, without the exceptions that led to it: the message says everything, and
+            # the traceback Airflow logs under it holds this one frame of the provider.
+            raise AirflowException(str(failure)) from None
 
     def build_spec(self, context, config: ConnectorConfig) -> JobSpec:
         """The job spec of this run: configuration, connection details and run parameters."""
@@ -366,7 +390,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
             except Exception as error:
                 result = read_result(result_path)
                 if result and result.get("status") == "failed":
-                    raise AirflowException(result["message"]) from None
+                    raise ApplicationFailed(result["message"]) from None
                 raise AirflowException(
                     f"The {self.application_name} Spark application failed before it reported a "
                     f"result ({error}). Cause: see the spark-submit output above. Fix: correct the "

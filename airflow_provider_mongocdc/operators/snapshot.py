@@ -6,15 +6,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException
-
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT
 from airflow_provider_mongocdc.core.snapshot.assessment import bool_param, nothing_to_do
 from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+from airflow_provider_mongocdc.operators.base import ApplicationFailed, MongoCdcSparkSubmitOperator
 
 
 class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
@@ -92,7 +90,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
             try:
                 summary = nothing_to_do(spec)
             except MongoCdcError as error:  # the same one-line error the application gives
-                raise AirflowException(str(error)) from None
+                raise ApplicationFailed(str(error)) from None
             if summary is not None:
                 summary = self.summarize(context, summary | {"submitted": False})
                 return self.report_run(context, config, summary)

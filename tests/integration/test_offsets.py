@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import NamedTuple
 
@@ -181,6 +185,104 @@ def test_set_position_keeps_counters(store, partition):
     fresh = OffsetPartition(partition.server_id, "new-rs")
     before, after = store.set_position(fresh, Position({"_data": "8201"}, Timestamp(5, 5)))
     assert before is None and store.read(fresh).cluster_time == Timestamp(5, 5)
+
+
+# An operator action (``mongocdc offsets set``, ``reset``, ...) killed between sending its record and
+# committing: its transaction stays open under the actions' transactional.id until the next writer
+# with that id fences it (or the broker times it out after transaction.timeout.ms, 10 minutes).
+_KILLED_CHANGE = """
+import json, sys
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+kafka, topic, server_id = json.loads(sys.argv[1])
+store = OffsetStore(kafka, topic)
+writer = TransactionalWriter(kafka, store.admin_transactional_id)
+writer.begin()
+writer.send([store.offset_record(OffsetPartition(server_id, "rs-other"), OffsetState())])
+writer.flush()
+print("open", flush=True)
+sys.stdin.read()  # until killed (or the test's end closes stdin)
+"""
+
+
+@contextmanager
+def killed_offsets_change(store: OffsetStore, server_id: str):
+    """An earlier offsets change whose process was killed (SIGKILL) with its transaction open."""
+    args = json.dumps([store.kafka_config, store.topic, server_id])
+    process = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CHANGE, args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "open", "the earlier change did not open its transaction"
+        process.kill()
+        process.wait(timeout=60)
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=60)
+
+
+def commit_as_a_window(store: OffsetStore, transactional_id: str, records: list) -> None:
+    with TransactionalWriter(store.kafka_config, transactional_id) as writer:
+        with writer.transaction():
+            writer.send(records)
+
+
+def test_set_position_and_reset_read_what_was_committed_after_a_killed_change(
+    kafka_config, unique_name, partition
+):
+    # The product's store (a test store would wait for the open transaction to end).
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets", read_timeout_s=120)
+    store.ensure_topic()
+    store.write(partition, window_state(100, events=1))
+    with killed_offsets_change(store, partition.server_id):
+        # Windows ran and committed after the killed change (its lease expired): their offset,
+        # and a snapshot chunk's marker, come after the open transaction in the topic.
+        later = window_state(200, events=5).after_window(
+            Position({"_data": "82000000C9"}, Timestamp(201, 1)), T2, 2
+        )
+        commit_as_a_window(store, f"{unique_name}-window", [store.offset_record(partition, later)])
+        commit_as_a_window(store, f"{unique_name}-chunk", [store.chunk_record(partition, "s", "c1")])
+
+        before, after = store.set_position(partition, Timestamp(1714557600, 0))
+        assert (before.events, before.windows) == (7, 2), "set read the offset as it was before the windows"
+        assert (after.events, after.windows) == (7, 2) and after.cluster_time == Timestamp(1714557600, 0)
+        assert OffsetStore(kafka_config, store.topic).read(partition) == after
+
+    with killed_offsets_change(store, partition.server_id):
+        commit_as_a_window(store, f"{unique_name}-chunk", [store.chunk_record(partition, "s", "c2")])
+        before = store.reset(partition)
+        assert before == after
+        remaining = OffsetStore(kafka_config, store.topic).finished_chunks(partition, "s")
+        assert remaining == set(), (
+            f"reset left the chunk markers {remaining} committed after the killed change"
+        )
+        assert OffsetStore(kafka_config, store.topic).read(partition) is None
+
+
+def test_export_debezium_exports_what_was_committed_after_a_killed_change(
+    kafka_config, unique_name, partition
+):
+    store = OffsetStore(kafka_config, f"{unique_name}.offsets", read_timeout_s=120)
+    store.ensure_topic()
+    store.write(partition, window_state(100, events=1))
+    connect_topic = f"{unique_name}.connect-offsets"
+    ensure_topics(kafka_config, [TopicSpec(connect_topic, 1, config={"cleanup.policy": "compact"})])
+    with killed_offsets_change(store, partition.server_id):
+        later = window_state(200, events=5)
+        commit_as_a_window(store, f"{unique_name}-window", [store.offset_record(partition, later)])
+
+        state, _key, value = store.export_debezium(partition, connect_topic, "inventory-connector")
+    exported = json.loads(value)
+    assert (exported["sec"], exported["ord"]) == (200, 1), (
+        f"exported the position before the window: {exported}"
+    )
+    assert state.events == 5
 
 
 def test_unreachable_brokers_give_a_clear_error(unique_name):

@@ -1,35 +1,151 @@
-"""The task log of a window run through MongoStreamWindowOperator (spark-submit, local[2], the real
-Kafka broker): Spark's own lines at WARN from the driver JVM's start on, the provider's progress
-lines kept; ``spark_log_level="INFO"`` gives Spark's INFO lines back."""
+"""The task logs of snapshots and windows run through the operators (spark-submit, local[2], the
+real Kafka broker), as Airflow's task log holds them: what the operator and the Spark hook log
+through Airflow's task logger (the hook logs every line spark-submit prints) and the provider's
+Python logging of the task process (leases, offsets, Kafka clients).
+
+- Spark's own lines at WARN from the driver JVM's start on, the provider's progress lines kept;
+  ``spark_log_level="INFO"`` gives Spark's INFO lines back.
+- A connector's first runs on a new Kafka cluster (snapshot, then window) log the provider's lines,
+  each once, and next to nothing else: no JVM notice, no Python warning of pyspark, no librdkafka
+  warning of the cluster's first transactional producer.
+- A window that fails for a known reason (its resume point purged from the oplog) logs the error in
+  words first, without Spark's report of the failed task (the Python worker's traceback and a Java
+  stack trace) unless the Spark log level asks for it, and fails with that message: one frame of
+  the provider in its traceback, no chained exception.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pytest
+import structlog
 from pymongo import MongoClient
 from structlog.testing import capture_logs
 
+from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+from devtools.kafka import KafkaBroker
 from tests.integration.window_helpers import connector, insert_at, next_second, pass_second, seed_offset
 
 pytestmark = pytest.mark.integration
 
 # Spark's log4j pattern (its defaults and the provider's file): "26/11/24 14:15:31 INFO SparkContext: ..."
 SPARK_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) [\w$.]+: ")
+# The applications' Python logging (spark_apps/runtime.py): "2026-11-24 14:15:31,123 INFO airflow_provider_mongocdc...: "
+APP_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) airflow_provider_mongocdc[\w.]*: "
+)
+SUMMARY_LINE = "MONGOCDC_SUMMARY "
 # The provider's progress lines (Python logging of spark_apps/ and core/, see spark_apps/runtime.py).
 PROGRESS = (
     "INFO airflow_provider_mongocdc.stream_window: Window of ",
     "INFO airflow_provider_mongocdc.core.window.stream_window: ",
 )
+JAVA_FRAME = re.compile(r"^\s*at [\w$.<>/]+\(.*\)$")
+# Logged by Airflow when a test calls execute() itself (a task runner calls it in Airflow).
+OUTSIDE_TASK_RUNNER = re.compile(r"^\w+\.execute cannot be called outside of the Task Runner!$")
+# Lines in one task log that are not the provider's: the Spark hook's "Spark-Submit cmd" line, and
+# room for one line Spark may log on a loaded machine (a slow heartbeat).
+NOT_OURS_BOUND = 2
+# A failed window's whole task log (114 lines when Spark's report of the failed task was in it).
+FAILED_LOG_BOUND = 15
 
 
-def _task_log(entries: list[dict]) -> list[str]:
-    """What the task log holds of the run: the lines the operator and the Spark hook log through
-    Airflow's (structlog) task logger; the hook logs every line spark-submit prints."""
-    return [line for entry in entries for line in str(entry.get("event", "")).splitlines()]
+@dataclass
+class TaskLog:
+    """The lines of a task log, each with whether it is the provider's own."""
+
+    lines: list[tuple[str, bool]] = field(default_factory=list)
+
+    def add(self, logger: str, text: str) -> None:
+        for line in str(text).splitlines():
+            if OUTSIDE_TASK_RUNNER.match(line):
+                continue
+            if logger.endswith("SparkSubmitHook"):  # spark-submit's output, and the hook's own lines
+                ours = bool(APP_LINE.match(line)) or line.startswith(SUMMARY_LINE)
+            else:  # the operator and the provider's modules; librdkafka's lines are not the provider's
+                ours = "airflow_provider_mongocdc" in logger and not logger.endswith(".librdkafka")
+            self.lines.append((line, ours))
+
+    @property
+    def text(self) -> list[str]:
+        return [line for line, _ in self.lines]
+
+    def not_ours(self) -> list[str]:
+        return [line for line, ours in self.lines if not ours]
+
+    def repeated(self) -> list[str]:
+        """The provider's lines logged more than once (by the task process or the application,
+        whose time stamp, level and logger are left out)."""
+        counts = Counter(APP_LINE.sub("", line) for line, ours in self.lines if ours)
+        return [line for line, count in counts.items() if count > 1]
+
+    def show(self) -> str:
+        return "\n".join(f"{'  ' if ours else '! '}{line[:240]}" for line, ours in self.lines)
+
+
+class _Records(logging.Handler):
+    """Python logging records, added to the structlog events captured meanwhile (in order)."""
+
+    def __init__(self, events: list[dict]):
+        super().__init__(logging.INFO)
+        self.events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        self.events.append({"logger": record.name, "event": text})
+
+
+@contextmanager
+def task_log() -> Iterator[TaskLog]:
+    """What the block logs, in order, as the task log holds it: the structlog events of the
+    operator and the Spark hook, and Python logging records at INFO and above (Airflow's level)."""
+    log = TaskLog()
+    root = logging.getLogger()
+    level = root.level
+    with capture_logs(processors=[structlog.stdlib.add_logger_name]) as events:
+        handler = _Records(events)
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield log
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(level)
+            for event in events:
+                log.add(event.get("logger", ""), event.get("event", ""))
+
+
+def _connections(monkeypatch, mongo_uri: str, kafka: dict) -> None:
+    for conn_id, fields in (
+        ("log_mongo", {"conn_type": "mongocdc", "host": mongo_uri}),
+        ("log_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
+        ("log_spark", {"conn_type": "spark", "host": "local[2]"}),
+    ):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def _operator(cls, props: dict, **kwargs):
+    return cls(
+        task_id=cls.application_name,
+        connector_config=props,
+        mongo_conn_id="log_mongo",
+        kafka_conn_id="log_kafka",
+        spark_conn_id="log_spark",
+        conf={"spark.ui.enabled": "false"},
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("spark_log_level", ["default", "INFO"])
@@ -40,32 +156,19 @@ def test_window_task_log_holds_our_progress_lines_and_no_spark_info(
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name)
     seed_offset(mongodb_uri, kafka, props)
-    for conn_id, fields in (
-        ("log_mongo", {"conn_type": "mongocdc", "host": mongodb_uri}),
-        ("log_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("log_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+    _connections(monkeypatch, mongodb_uri, kafka)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         client[db_name].items.insert_many([{"_id": n} for n in range(2)])
         end = next_second(insert_at(client[db_name].items, {"_id": 2}))
         pass_second(client, end, f"{db_name}_m")
 
     level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
-    operator = MongoStreamWindowOperator(
-        task_id="window",
-        connector_config=props,
-        mongo_conn_id="log_mongo",
-        kafka_conn_id="log_kafka",
-        spark_conn_id="log_spark",
-        conf={"spark.ui.enabled": "false"},
-        **level,
-    )
-    with capture_logs() as entries:
+    operator = _operator(MongoStreamWindowOperator, props, **level)
+    with task_log() as log:
         summary = operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
     assert summary["events"] == 3 and summary["reached_end"] is True, summary
 
-    lines = _task_log(entries)
+    lines = log.text
     assert any("Spark-Submit cmd" in line for line in lines), "the Spark hook's lines were not captured"
     spark_lines = [line for line in lines if SPARK_LINE.match(line)]
     spark_info = [line for line in spark_lines if SPARK_LINE.match(line)["level"] == "INFO"]
@@ -79,3 +182,97 @@ def test_window_task_log_holds_our_progress_lines_and_no_spark_info(
     else:  # Spark's INFO back, from the JVM's start on
         assert any("Running Spark version" in line for line in spark_info), "\n".join(lines[-80:])
         assert len(spark_info) > 20, f"only {len(spark_info)} INFO lines of Spark's with spark_log_level=INFO"
+
+
+@pytest.fixture
+def new_kafka_cluster():
+    """A Kafka broker of this test only: the connector's first runs are the cluster's first
+    transactional producers."""
+    broker = KafkaBroker()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_first_runs_on_a_new_kafka_cluster_log_the_providers_lines_once_and_little_else(
+    new_kafka_cluster, mongodb_uri, unique_name, monkeypatch
+):
+    db_name = f"first_{unique_name[-8:]}"
+    kafka = {"bootstrap.servers": new_kafka_cluster.bootstrap_servers}
+    props = connector(unique_name, db_name)
+    _connections(monkeypatch, mongodb_uri, kafka)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        client[db_name].items.insert_many([{"_id": n} for n in range(3)])
+
+    logs = {}
+    with task_log() as logs["snapshot"]:
+        snapshot = _operator(MongoSnapshotOperator, props).execute({})
+    assert snapshot["documents"] == 3, snapshot
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = next_second(insert_at(client[db_name].items, {"_id": 3}))
+        pass_second(client, end, f"{db_name}_m")
+    with task_log() as logs["window"]:
+        window = _operator(MongoStreamWindowOperator, props).execute(
+            {"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)}
+        )
+    assert window["events"] == 1, window
+
+    for task, log in logs.items():
+        not_ours = log.not_ours()
+        assert len(not_ours) <= NOT_OURS_BOUND, (
+            f"{len(not_ours)} lines of the {task} task's log are not the provider's:\n" + log.show()
+        )
+        assert not log.repeated(), f"the {task} task logged {log.repeated()} more than once:\n" + log.show()
+
+
+@pytest.mark.simulator_only
+@pytest.mark.parametrize("spark_log_level", ["default", "INFO"])
+def test_failed_window_task_log_leads_with_the_error_in_words(
+    spark_log_level, mongosim, kafka_bootstrap, unique_name, monkeypatch
+):
+    sim = mongosim("replset")
+    db_name = f"failed_{unique_name[-8:]}"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    seed_offset(sim.uri, kafka, props)
+    _connections(monkeypatch, sim.uri, kafka)
+    with sim.client() as client:
+        client[db_name].items.insert_many([{"_id": n} for n in range(5)])
+        end = next_second(insert_at(client[db_name].items, {"_id": 5}))
+        pass_second(client, end, f"{db_name}_m")
+    sim.set_oplog_retention(max_entries=2)  # the stored resume point is purged
+
+    level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
+    operator = _operator(MongoStreamWindowOperator, props, **level)
+    with task_log() as log, pytest.raises(Exception) as failure:
+        operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
+
+    lines = log.text
+    java_frames = [line for line in lines if JAVA_FRAME.match(line)]
+    if spark_log_level == "default":
+        reports = [
+            line
+            for line in lines
+            if re.search(r"\b(ERROR|WARN|WARNING)\b|Exception|Traceback", line)
+            and not line.startswith("Spark-Submit cmd")
+        ]
+        assert reports and "is no longer in the oplog" in reports[0], (
+            "the first report of the failure is not the error in words:\n" + log.show()
+        )
+        assert not java_frames, f"{len(java_frames)} Java frames in the task log:\n" + log.show()
+        assert not any("Traceback (most recent call last)" in line for line in lines), log.show()
+        assert len(lines) <= FAILED_LOG_BOUND, f"{len(lines)} lines:\n" + log.show()
+    else:  # Spark's own report of the failed task is back, with its stack trace
+        assert java_frames, "no Java stack trace with spark_log_level=INFO:\n" + log.show()
+
+    message = str(failure.value)
+    assert "is no longer in the oplog" in message and "Fix: re-snapshot" in message, message
+    provider_frames = [
+        frame
+        for frame in traceback.extract_tb(failure.value.__traceback__)
+        if "airflow_provider_mongocdc" in frame.filename
+    ]
+    assert len(provider_frames) == 1, f"the provider's frames of the traceback: {provider_frames}"
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__, "a chained exception"

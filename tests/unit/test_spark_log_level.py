@@ -49,11 +49,14 @@ def test_default_is_warn_for_driver_jvm_and_executors(monkeypatch):
     assert "spark.executor.syncLogLevel.enabled=true" in command
     assert f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()}" in opts
     assert "-Dmongocdc.spark.log.level=WARN" in opts
+    # Spark's report of a failed task left out: the application reports it in words.
+    assert "-Dmongocdc.spark.task.failures=DENY" in opts
 
 
 def test_spark_log_level_info_and_users_spark_log_level(monkeypatch):
     command, opts = _submit_settings(_operator(spark_log_level="info"), monkeypatch)
     assert "spark.mongocdc.log.level=INFO" in command and "-Dmongocdc.spark.log.level=INFO" in opts
+    assert "-Dmongocdc.spark.task.failures=NEUTRAL" in opts
     command, opts = _submit_settings(_operator(conf={"spark.log.level": "DEBUG"}), monkeypatch)
     assert "spark.mongocdc.log.level=DEBUG" in command and "-Dmongocdc.spark.log.level=DEBUG" in opts
 
@@ -88,6 +91,7 @@ def test_unknown_level_is_refused():
 def test_log4j_configuration_ships_in_the_wheel():
     assert SPARK_LOG4J2_CONFIG.is_file()
     assert "${sys:mongocdc.spark.log.level:-WARN}" in SPARK_LOG4J2_CONFIG.read_text()
+    assert "${sys:mongocdc.spark.task.failures:-DENY}" in SPARK_LOG4J2_CONFIG.read_text()
     pyproject = (REPO / "pyproject.toml").read_text()
     section = pyproject.split("[tool.setuptools.package-data]", 1)[-1].split("\n[", 1)[0]
     assert f'"airflow_provider_mongocdc.operators" = ["{SPARK_LOG4J2_CONFIG.name}"]' in section, section

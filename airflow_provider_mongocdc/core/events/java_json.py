@@ -6,9 +6,10 @@
 ``extended.json.mode`` / ``key.json.mode``; documents with ``extended.json.mode=legacy`` get
 ``bson.json_util``'s text (:class:`~airflow_provider_mongocdc.core.events.extended_json.Encoder`). The compact writers let orjson write
 whole values whose text cannot differ from the value-by-value one (``_FastPath``;
-tests/unit/test_ejson_fast_path.py compares both texts). A :class:`uuid.UUID` (a client with
-``uuidRepresentation=standard``) is written as the binary subtype 4 it was read from. Details and
-reasons: docs/design.md, "Events", "JSON text".
+tests/unit/test_ejson_fast_path.py compares both texts). The connector's clients decode binary
+values as stored (core/connection.py), so UUIDs arrive as :class:`bson.binary.Binary` of subtype 3
+or 4 and keep it; a :class:`uuid.UUID` is written as subtype 4. Details and reasons:
+docs/design.md, "Events", "JSON text".
 """
 
 from __future__ import annotations

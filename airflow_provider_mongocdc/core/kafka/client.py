@@ -11,7 +11,33 @@ from confluent_kafka import KafkaError, KafkaException
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 
-librdkafka_log = logging.getLogger("airflow_provider_mongocdc.librdkafka")
+
+class LibrdkafkaLog(logging.LoggerAdapter):
+    """The ``logger`` of the provider's Kafka clients: librdkafka's lines, which confluent-kafka
+    logs as ``log(level, "%s [%s] %s", facility, client name, text)``, in the logger
+    ``airflow_provider_mongocdc.librdkafka``.
+
+    librdkafka warns about a transactional producer's id request that it retries by itself
+    (``GETPID ... Failed to acquire transactional PID from broker ...: retrying``): on a Kafka
+    cluster's first transactional producer ("Coordinator load in progress", while the broker
+    creates ``__transaction_state``), and while a new writer fences a killed one ("another
+    concurrent operation on the same transaction"). Both pass within seconds; they are logged at
+    DEBUG. When the retries never succeed, the writer's ``init_transactions`` times out and fails
+    with an error in words (core/writer.py).
+    """
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level >= logging.WARNING and _retried_by_librdkafka(args):
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+
+def _retried_by_librdkafka(args: tuple[Any, ...]) -> bool:
+    """Whether confluent-kafka's arguments of a librdkafka line are a retried producer id request."""
+    return len(args) == 3 and args[0] == "GETPID" and str(args[2]).endswith(": retrying")
+
+
+librdkafka_log = LibrdkafkaLog(logging.getLogger("airflow_provider_mongocdc.librdkafka"))
 
 # Throughput defaults for CDC batches; the Kafka connection's config and the caller's
 # producer_config override them.

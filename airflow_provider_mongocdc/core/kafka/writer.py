@@ -113,6 +113,7 @@ class TransactionalWriter:
         writer.commit([offset_record])      # or writer.abort()
 
     or ``with writer.transaction(): writer.send(...)`` (commits on success, aborts on error).
+    Its start is logged (with the configuration, secrets redacted) at ``log_level``.
     """
 
     def __init__(
@@ -123,6 +124,7 @@ class TransactionalWriter:
         overrides: Mapping[str, Any] | None = None,
         init_timeout_s: float = 60.0,
         queue_full_timeout_s: float = 300.0,
+        log_level: int = logging.INFO,
     ):
         self.transactional_id = transactional_id
         self._config = producer_config(kafka_config, transactional_id, overrides)
@@ -143,7 +145,8 @@ class TransactionalWriter:
                 fix="correct the Kafka connection's librdkafka config",
             ) from None
         self._delivery_callback = self._on_delivery  # bound once: produce() runs per record
-        log.info(
+        log.log(
+            log_level,
             "Kafka writer %s: initialising transactions (config %s)",
             transactional_id,
             redact_config(self._config),

@@ -10,7 +10,9 @@ The first contact is retried per :mod:`airflow_provider_mongocdc.core.base.backo
 and a standalone server (:class:`TopologyError`) fail at once. Passwords never appear in messages,
 logs or ``repr`` (:mod:`airflow_provider_mongocdc.core.base.redaction`; ``redact_uri`` stays importable from here). Clients decode
 dates with ``DATETIME_AUTO`` whatever the connection's options say: a date outside Python's years
-1-9999 comes back as :class:`bson.datetime_ms.DatetimeMS` instead of failing the read.
+1-9999 comes back as :class:`bson.datetime_ms.DatetimeMS` instead of failing the read. They decode
+binary values as stored (``uuidRepresentation=unspecified``, whatever the connection sets): a UUID
+keeps its subtype (3 or 4) and its bytes, as the Java driver gives them to Debezium.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ log = logging.getLogger(__name__)
 
 AUTHENTICATION_FAILED = 18
 DEFAULT_PORT = 27017
+# Client options that decide how values decode; the connector sets them (client_arguments).
+_DECODING_OPTIONS = frozenset({"datetimeconversion", "uuidrepresentation"})
+
+
+def _option_name(key: str) -> str:
+    """A pymongo option's name as pymongo compares them (``uuid_representation`` is
+    ``uuidRepresentation``)."""
+    return key.replace("_", "").lower()
 
 
 def split_hosts(hosts: str) -> tuple[str | None, list[str]]:
@@ -197,9 +207,13 @@ class MongoConnectionDetails:
         kwargs.update(self.options)
         # Every BSON date must decode: one outside Python's years 1-9999 (valid in MongoDB) would
         # otherwise fail every read of the change that holds it. Such dates become DatetimeMS.
-        for key in [key for key in kwargs if key.replace("_", "").lower() == "datetimeconversion"]:
+        # Every binary value decodes as stored: a legacy uuidRepresentation (pythonLegacy,
+        # javaLegacy, csharpLegacy) would turn subtype 3 into uuid.UUID, written back as subtype 4
+        # (in another byte order for Java and C#), where Debezium writes the stored subtype 3.
+        for key in [key for key in kwargs if _option_name(key) in _DECODING_OPTIONS]:
             del kwargs[key]
         kwargs["datetime_conversion"] = DatetimeConversion.DATETIME_AUTO
+        kwargs["uuidRepresentation"] = "unspecified"
         return host, kwargs
 
     def as_seed_list(self) -> MongoConnectionDetails:

@@ -385,7 +385,8 @@ class ConnectorLease:
         self.store.ensure_topic()
         attempt = 1
         while True:
-            writer = TransactionalWriter(self.kafka_config, self.transactional_id)
+            # A writer per lease change (take, renew, release): its start is no news in the log.
+            writer = TransactionalWriter(self.kafka_config, self.transactional_id, log_level=logging.DEBUG)
             try:
                 return action(writer)
             except DeliveryError as error:

@@ -91,7 +91,9 @@ class OffsetStore:
     Create the run's :class:`TransactionalWriter` before reading: its ``init_transactions`` aborts
     a killed predecessor's open transaction (same ``transactional.id``), which would otherwise hold
     back the last stable offset, so reads could miss offsets committed after it until the broker
-    times it out.
+    times it out. The operator actions that read a state before acting on it (:meth:`reset`,
+    :meth:`set_position`, :meth:`import_debezium`, :meth:`export_debezium`) do so too, with the
+    actions' own ``transactional.id`` (``admin_transactional_id``).
     """
 
     def __init__(
@@ -312,13 +314,14 @@ class OffsetStore:
         The next run starts as if the connector had never run for this partition (a snapshot
         when snapshot.mode asks for one).
         """
-        everything = self.read_everything()
-        before = everything.states.get(partition)
-        records = [self.tombstone(partition)]
-        for (owner, snapshot_id), markers in everything.chunks.items():
-            if owner == partition and markers:
-                records.extend(self.chunk_tombstones(partition, snapshot_id, markers))
-        self._commit(records)
+        with self._admin_writer() as writer:
+            everything = self.read_everything()
+            before = everything.states.get(partition)
+            records = [self.tombstone(partition)]
+            for (owner, snapshot_id), markers in everything.chunks.items():
+                if owner == partition and markers:
+                    records.extend(self.chunk_tombstones(partition, snapshot_id, markers))
+            _commit_with(writer, records)
         return before
 
     def set_position(
@@ -330,9 +333,11 @@ class OffsetStore:
             position = Position(cluster_time=position)
         elif not isinstance(position, Position):
             position = Position(resume_token=position)
-        before = self.read(partition)
-        after = self.write(partition, (before or OffsetState()).with_position(position))
-        return before, after
+        with self._admin_writer() as writer:
+            before = self.read(partition)
+            record = self.offset_record(partition, (before or OffsetState()).with_position(position))
+            _commit_with(writer, [record])
+        return before, OffsetState.from_bytes(record.value)
 
     def import_debezium(
         self,
@@ -347,12 +352,14 @@ class OffsetStore:
         entries = read_debezium_offsets(self.kafka_config, connect_topic, read_timeout_s=self.read_timeout_s)
         entry = find_debezium_offset(entries, debezium_connector, partition.server_id, partition.rs)
         position = entry.position()
-        before = self.read(partition)
-        base = before or OffsetState()
-        if base.snapshot.status == SNAPSHOT_IN_PROGRESS:
-            base = replace(base, snapshot=SnapshotState())  # Debezium's position replaces it
-        after = self.write(partition, base.with_position(position))
-        return entry, before, after
+        with self._admin_writer() as writer:
+            before = self.read(partition)
+            base = before or OffsetState()
+            if base.snapshot.status == SNAPSHOT_IN_PROGRESS:
+                base = replace(base, snapshot=SnapshotState())  # Debezium's position replaces it
+            record = self.offset_record(partition, base.with_position(position))
+            _commit_with(writer, [record])
+        return entry, before, OffsetState.from_bytes(record.value)
 
     def export_debezium(
         self, partition: OffsetPartition, connect_topic: str, debezium_connector: str
@@ -361,7 +368,8 @@ class OffsetStore:
         ``debezium_connector``, server_id = the topic prefix) into the Kafka Connect offsets topic
         ``connect_topic``; returns ``(our state, key, value)``. Debezium then resumes right after
         the last change this connector delivered."""
-        state = self.read(partition)
+        with self._admin_writer():  # only its start: it ends a killed change that would hide offsets
+            state = self.read(partition)
         if state is None or state.position is None:
             raise OffsetError(
                 f"No position to export for {partition.describe()}",
@@ -380,8 +388,21 @@ class OffsetStore:
         )
         return state, key, value
 
-    def _commit(self, records: list[Record]) -> None:
+    def _admin_writer(self) -> TransactionalWriter:
+        """The operator actions' writer (``admin_transactional_id``), on the ensured topic. Create it
+        before reading what an action changes: its ``init_transactions`` aborts the open
+        transaction of an earlier action that was killed before its commit, which would hold back
+        the topic's last stable offset, so that the read would miss every offset committed after
+        it (by windows that ran meanwhile) until the broker times it out."""
         self.ensure_topic()
-        with TransactionalWriter(self.kafka_config, self.admin_transactional_id) as writer:
-            writer.begin()
-            writer.commit(records)
+        return TransactionalWriter(self.kafka_config, self.admin_transactional_id)
+
+    def _commit(self, records: list[Record]) -> None:
+        with self._admin_writer() as writer:
+            _commit_with(writer, records)
+
+
+def _commit_with(writer: TransactionalWriter, records: list[Record]) -> None:
+    """``records`` in one transaction of ``writer``."""
+    writer.begin()
+    writer.commit(records)

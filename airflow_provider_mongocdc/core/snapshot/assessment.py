@@ -49,10 +49,11 @@ class Assessment:
 
     ``before_read`` runs after the offsets topic is ensured and before it is read: the job takes
     over the control transactional.id there, which finishes any offsets transaction a killed run
-    left open, so that the read sees everything that was committed.
+    left open, so that the read sees everything that was committed. The deployment and the
+    decision are logged at ``log_level``.
     """
 
-    def __init__(self, spec: JobSpec, before_read=None):
+    def __init__(self, spec: JobSpec, before_read=None, *, log_level: int = logging.INFO):
         self.started = time.monotonic()
         self.spec = spec
         self.config = config = ConnectorConfig.from_properties(spec.connector)
@@ -72,7 +73,8 @@ class Assessment:
         self._shards = {
             shard.replica_set.name: ShardAddress(shard.name, shard.host) for shard in topology.shards
         }
-        log.info(
+        log.log(
+            log_level,
             "Snapshot of %s (%s): partitions %s, snapshot.mode=%s",
             self.details.describe(),
             topology.kind,
@@ -93,7 +95,7 @@ class Assessment:
             if self.extra is not None:
                 self.extra.close()
             raise
-        log.info("Snapshot decision: %s (%s)", self.decision.action, self.decision.reason)
+        log.log(log_level, "Snapshot decision: %s (%s)", self.decision.action, self.decision.reason)
 
     def client_for(self, partition_name: str | None):
         """The deployment's client, or a shard's for a per-shard partition."""
@@ -141,9 +143,10 @@ def nothing_to_do(spec: JobSpec) -> dict[str, Any] | None:
     Read without Spark and without taking over any transaction: the operator asks this first and
     skips spark-submit when there is nothing to do. Offsets are read up to the last stable offset,
     so an interrupted snapshot whose transaction is still open can look unfinished here; then the
-    run itself decides, after taking over.
+    run itself decides, after taking over. Its lines are DEBUG: the application logs the same ones
+    when it runs, and the operator says why nothing was to be done.
     """
-    assessment = Assessment(spec)
+    assessment = Assessment(spec, log_level=logging.DEBUG)
     assessment.close()
     if assessment.decision.action != NOTHING:
         return None

@@ -112,8 +112,8 @@ def range_query(lower: Any = None, upper: Any = None) -> dict[str, Any]:
 # bson.DatetimeMS. Chunk bounds are sampled with uuid_representation UNSPECIFIED: binary _ids (UUIDs
 # of any subtype) stay bson.Binary, so the bounds stored in the plan and sent in range queries are
 # the stored bytes whatever uuidRepresentation the connection sets. Documents are read with the
-# client's own UUID representation, as the window's change stream reads them, so that a document's
-# read event and its change events carry the same key.
+# client's codec options (binary values as stored too, see core/connection.py), as the window's
+# change stream reads them, so that a document's read event and its change events carry the same key.
 BOUNDS_JSON = CANONICAL_JSON_OPTIONS.with_options(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
 
 

@@ -1,0 +1,76 @@
+"""The Spark hook of the provider's operators: apache-airflow-providers-apache-spark's
+SparkSubmitHook, with spark-submit tied to the Airflow task process and the JVM's fixed start-up
+notice kept out of the task log.
+
+- **spark-submit dies with the task process.** On Linux, spark-submit starts with the parent-death
+  signal SIGKILL (``prctl(PR_SET_PDEATHSIG)``, kept across the ``exec`` of spark-submit into the
+  driver JVM): when the task process dies without running ``on_kill`` (SIGKILL from Airflow's
+  supervisor or the OOM killer), the kernel kills the JVM, and the Python processes the JVM
+  started end with it (pyspark's daemon on its closed stdin, its workers on the daemon's SIGHUP,
+  the application's driver on its lost gateway). Otherwise a window would go on streaming and
+  committing, and a snapshot copying, after Airflow marked the task failed and started its retry.
+  spark-submit stays in the task's process group, so a signal to that group reaches it too.
+- **Known noise.** Spark's launcher always adds ``--add-modules=jdk.incubator.vector`` to the
+  JVM's options, and the JVM then prints ``WARNING: Using incubator modules: jdk.incubator.vector``
+  to stderr before any Java code runs; no JVM option silences it. The hook leaves such lines
+  (``KNOWN_NOISE``) out of the task log; every other line of spark-submit is logged as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+# Lines of spark-submit's output that say nothing about the run, written whatever it does.
+KNOWN_NOISE = re.compile(r"WARNING: Using incubator modules: jdk\.incubator\.vector")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` giving the child the parent-death signal SIGKILL, or None where the
+    kernel has no ``prctl`` (not Linux). The C function is looked up here, in the parent: the
+    child between fork and exec only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: no signal would come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class MongoCdcSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook whose spark-submit dies with the task process and whose task log leaves out
+    ``KNOWN_NOISE`` (see the module's documentation). Its connection type is the Spark provider's
+    ``spark``."""
+
+    @classmethod
+    def from_hook(cls, hook: SparkSubmitHook) -> MongoCdcSparkSubmitHook:
+        """``hook``, as SparkSubmitOperator built it from the operator's arguments, with this
+        class's behaviour (its state is kept as it is)."""
+        hook.__class__ = cls
+        return hook
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        preexec = die_with_parent()
+        if preexec is not None:
+            kwargs.setdefault("preexec_fn", preexec)
+        return super().submit(application, **kwargs)
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        super()._process_spark_submit_log(line for line in itr if not KNOWN_NOISE.fullmatch(line.strip()))
