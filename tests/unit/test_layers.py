@@ -206,6 +206,7 @@ CORE_FLOORS = (
     "gap",
     "snapshot",
     "window",
+    "watch",
 )
 
 
