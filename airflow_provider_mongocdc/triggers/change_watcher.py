@@ -298,8 +298,8 @@ class _WatchSession:
             partition = offset_partition(config, name)
             try:
                 starts[name] = starting_position(states.get(partition), config, partition, store.topic)
-            except OffsetError as error:
-                starts[name] = f"{error.problem} ({error.fix})" if error.fix else error.problem
+            except OffsetError as error:  # no offset yet, or a snapshot in progress
+                starts[name] = error.problem
         self.states = states
         for note in self.watch.committed(starts, time.time()):
             self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)

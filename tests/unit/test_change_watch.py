@@ -141,9 +141,12 @@ def test_positions_sort_as_the_stream_orders_them():
 # -- decisions ----------------------------------------------------------------------------------------
 def test_quiet_before_the_first_snapshot_then_watching_from_the_committed_position():
     w = watch()
-    notes = w.committed({"rs0": "No stored offset for shop/shop/rs0 (run the snapshot first)"}, T0)
-    assert notes == ["not watching rs0: No stored offset for shop/shop/rs0 (run the snapshot first)"]
-    assert w.committed({"rs0": "No stored offset for shop/shop/rs0 (run the snapshot first)"}, T0) == []
+    notes = w.committed({"rs0": "No stored offset for shop/shop/rs0"}, T0)
+    assert notes == [
+        "not watching rs0: No stored offset for shop/shop/rs0; no event until a window can start from a "
+        "committed position"
+    ]
+    assert w.committed({"rs0": "No stored offset for shop/shop/rs0"}, T0) == []  # said once
     assert w.to_open() == {} and w.due(T0 + 3600) == []
     assert "rs0 not watched (waiting)" in w.status(T0, 12)
 

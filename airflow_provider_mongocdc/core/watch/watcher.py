@@ -113,7 +113,10 @@ class ChangeWatch:
                 if start is None:
                     state, note = DISABLED, "streaming is disabled by snapshot.mode=initial_only"
                 else:
-                    state, note = WAITING, start
+                    state, note = (
+                        WAITING,
+                        f"{start}; no event until a window can start from a committed position",
+                    )
                 if (partition.state, partition.note) != (state, note):
                     notes.append(f"not watching {name}: {note}")
                 partition.stop(state, note)
@@ -279,7 +282,7 @@ class ChangeWatch:
         for p in self.partitions.values():
             if p.state == WATCHED:
                 headroom = f", headroom {describe_seconds(p.headroom[0])}" if p.headroom else ""
-                parts.append(f"{p.name} after {p.counting_from.describe()}{headroom}")
+                parts.append(f"{p.name} counted after {_time(position_time(p.counting_from))}{headroom}")
             else:
                 parts.append(f"{p.name} not watched ({p.state})")
         if self.outstanding is not None:
