@@ -189,7 +189,10 @@ class _WatchSession:
             await self.read_streams(poll)
             reasons = self.watch.due(time.time())
             if reasons:
-                await self.read_offsets()  # a window may have carried them meanwhile
+                # Right before an event: a window may have carried the changes meanwhile, and a
+                # stored position no longer in the oplog gets no window (its run would fail).
+                await self.read_offsets()
+                await self.check()
                 reasons = self.watch.due(time.time())
             payload = None
             if reasons:
@@ -223,7 +226,12 @@ class _WatchSession:
         elif isinstance(error, MongoCdcError):
             text = str(error)
         elif isinstance(error, PyMongoError):
-            text = f"MongoDB: {type(error).__name__}: {error_text(error)}"
+            where = self.details.describe() if self.details is not None else "the connection's hosts"
+            text = (
+                f"MongoDB at {where} could not be read. Cause: {type(error).__name__}: {error_text(error)}. "
+                "Fix: check that the servers are up and reachable from the triggerer, and the MongoDB "
+                "connection's hosts and credentials"
+            )
         else:
             text = f"{type(error).__name__}: {error_text(error)}"
             if self._said.get("failure") != text:

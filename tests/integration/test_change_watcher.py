@@ -12,6 +12,7 @@ after the watcher has logged two status lines (twelve polls apart) with nothing 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 
@@ -220,5 +221,38 @@ def test_sharded_cluster_whole_cluster_and_per_shard_streams(
         assert all(counts.values()), counts  # the hashed key spread them over both shards
         for watching in watchers:
             await watching.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_missing_connection_is_said_once_with_its_fix_and_watching_starts_when_it_exists(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys, monkeypatch
+):
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    client = MongoClient(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
+    start = operation_time(client)
+    OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets").set_position(
+        OffsetPartition(unique_name, "rs0"), Position(cluster_time=start)
+    )
+    client.shop.orders.insert_many([{"_id": i} for i in range(2)])
+    missing = f"{ids['mongo']}_later"
+
+    async def scenario():
+        watching = Watching(watcher(props, {**ids, "mongo": missing}), capsys)
+        await watching.until("the failure said", lambda: "cannot watch:" in watching.log())
+        log = watching.log()
+        assert f"The conn_id `{missing}` isn't defined" in log
+        assert "Fix: create the connection, or correct the connector's conn_ids" in log
+        assert "No event is sent meanwhile" in log and not watching.task.done()
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{missing.upper()}", json.dumps({"conn_type": "mongocdc", "host": sim.uri})
+        )
+        event = await watching.event(1)
+        assert event["pending"] == 2
+        log = watching.log()
+        assert log.count("cannot watch:") == 1 and "watching again" in log
+        await watching.stop()
 
     asyncio.run(scenario())
