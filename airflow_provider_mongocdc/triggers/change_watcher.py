@@ -13,9 +13,9 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 
 The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
 the window it starts reads from the committed offset as every window does. Its serialized arguments
-hold no secret (they are stored in Airflow's metadata database): the connector entry (the inline
-configuration, whose properties never carry credentials, or the name of the Variable holding it,
-and connection ids) and the thresholds; connections and Variables are resolved in the triggerer.
+hold no secret (they are stored in Airflow's metadata database): the connector's name, its inline
+configuration (whose properties never carry credentials) or the name of the Variable holding it,
+two connection ids and the thresholds; connections and Variables are resolved in the triggerer.
 """
 
 from __future__ import annotations
