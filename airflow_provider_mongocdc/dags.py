@@ -29,10 +29,10 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_mongocdc.connector_values import connection_id, connector_config_json
 from airflow_provider_mongocdc.core.base.dag_ids import DEFAULT_NAME, dag_ids
 
 CONNECTOR_CONFIG_VARIABLE = "mongocdc_connector_config"
-CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
 POOL_ENV = "MONGOCDC_POOL"
 DEFAULT_CONN_IDS = {"mongo": "mongocdc_default", "kafka": "kafka_default", "spark": "spark_default"}
 TAGS = ["mongocdc", "example"]
@@ -47,6 +47,7 @@ ENTRY_KEYS = {
     "watchdog_schedule",
     "start_date",
     "tags",
+    "window_schedule",
 }
 
 # How long each kind of task may run. The connector's lease lasts as long and is renewed every
@@ -89,6 +90,57 @@ def entry_label(entry: Any, index: int) -> str:
     if isinstance(name, str) and name:
         return f"connector entry #{index + 1} ({name!r})"
     return f"connector entry #{index + 1}"
+
+
+def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
+    """``(clock, changes)`` of an entry's ``window_schedule``: ``{"clock": <cron or preset, or
+    seconds>, "changes": {<thresholds>}}``, either or both. The clock is None without one; the
+    changes are a :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings`, or None."""
+    from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+    from airflow_provider_mongocdc.core.watch.settings import WatchSettings
+
+    example = '{"clock": "@hourly", "changes": {"min_changes": 1000, "max_delay": "60s"}}'
+    if not isinstance(value, Mapping) or not value or set(value) - {"clock", "changes"}:
+        raise ConnectorEntryError(
+            f"{label}: 'window_schedule' must be an object with 'clock' (a cron expression or "
+            f"preset, or seconds), 'changes' (thresholds) or both, e.g. {example}; got {value!r}"
+        )
+    clock = value.get("clock")
+    if clock is not None:
+        clock = clock_timetable(clock, label)
+    changes = None
+    if "changes" in value:
+        try:
+            changes = WatchSettings.from_entry(value["changes"])
+        except MongoCdcError as error:
+            raise ConnectorEntryError(f"{label}: 'window_schedule' 'changes' is not valid: {error}") from None
+    if clock is None and changes is None:
+        raise ConnectorEntryError(
+            f"{label}: 'window_schedule' has neither a clock nor changes, e.g. {example}"
+        )
+    return clock, changes
+
+
+def clock_timetable(clock: Any, label: str):
+    """The timetable of a ``window_schedule`` clock: a cron expression or preset (as a plain
+    ``schedule`` string), or seconds between runs."""
+    from airflow.sdk import CronTriggerTimetable, DeltaTriggerTimetable
+
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and clock > 0:
+        return DeltaTriggerTimetable(timedelta(seconds=clock))
+    if isinstance(clock, str) and clock.strip():
+        timetable = CronTriggerTimetable(clock.strip(), timezone="UTC")
+        try:
+            timetable.validate()
+        except Exception as error:  # AirflowTimetableInvalid: the cron expression's own message
+            raise ConnectorEntryError(
+                f"{label}: 'window_schedule' 'clock' {clock!r} is not a cron expression or preset: {error}"
+            ) from None
+        return timetable
+    raise ConnectorEntryError(
+        f"{label}: 'window_schedule' 'clock' must be a cron expression or preset (e.g. \"@hourly\") or "
+        f"seconds between windows, got {clock!r}"
+    )
 
 
 class Connector:
@@ -148,6 +200,12 @@ class Connector:
             raise ConnectorEntryError(f"{label}: 'pool' must be a pool name, got {pool!r}")
         self.pool = pool
         self.schedule = entry.get("schedule", "@hourly")
+        # The window DAG's schedule by the clock, by changes (a change watcher), or both.
+        self.changes = None
+        if "window_schedule" in entry:
+            if "schedule" in entry:
+                raise ConnectorEntryError(f"{label}: give either 'schedule' or 'window_schedule', not both")
+            self.schedule, self.changes = window_schedule(entry["window_schedule"], label)
         watchdog = entry.get("watchdog_schedule", 600)
         self.watchdog_schedule = timedelta(seconds=watchdog) if isinstance(watchdog, int) else watchdog
         import pendulum
@@ -167,30 +225,10 @@ class Connector:
     # -- run-time macros ---------------------------------------------------------------------------
     def connector_config(self) -> str:
         """The connector configuration as JSON (inline, else the Variable, read at run time)."""
-        if self.config is not None:
-            return json.dumps(dict(self.config))
-        from airflow.sdk import Variable
-
-        value: Any = Variable.get(self.config_variable, default=None)
-        if value in (None, "") and self.name == DEFAULT_NAME:
-            value = os.environ.get(CONNECTOR_CONFIG_ENV)
-        if value in (None, ""):
-            from airflow_provider_mongocdc.core.base.errors import ConfigError
-
-            raise ConfigError(
-                f"Connector {self.name!r} has no connector configuration",
-                cause=f"the Airflow Variable {self.config_variable!r} is not set",
-                fix=f"airflow variables set {self.config_variable} "
-                '\'{"topic.prefix": "shop", "collection.include.list": "shop\\\\..*"}\'',
-            )
-        return value if isinstance(value, str) else json.dumps(value)
+        return connector_config_json(self.name, self.config, self.config_variable)
 
     def conn_id(self, kind: str) -> str:
-        if self.name == DEFAULT_NAME:
-            from airflow.sdk import Variable
-
-            return Variable.get(f"mongocdc_{kind}_conn_id", default=None) or self.conn_ids[kind]
-        return self.conn_ids[kind]
+        return connection_id(self.name, kind, self.conn_ids[kind])
 
     @property
     def macros(self) -> dict[str, Any]:
@@ -314,6 +352,30 @@ def connector_dags(
     return dags
 
 
+def window_dag_schedule(connector: Connector) -> Any:
+    """The window DAG's schedule: the clock; with ``changes``, the connector's changes Asset (its
+    change watcher), or the clock OR that Asset (``AssetOrTimeSchedule``)."""
+    if connector.changes is None:
+        return connector.schedule
+    from airflow.sdk import AssetOrTimeSchedule
+
+    from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher, changes_asset
+
+    watcher = MongoChangeWatcher(
+        connector.name,
+        connector_config=connector.config,
+        config_variable=connector.config_variable,
+        mongo_conn_id=connector.conn_ids["mongo"],
+        kafka_conn_id=connector.conn_ids["kafka"],
+        watchdog_dag_id=connector.dag_ids["watchdog"],
+        **connector.changes.to_kwargs(),
+    )
+    asset = changes_asset(watcher)
+    if connector.schedule is None:
+        return asset
+    return AssetOrTimeSchedule(timetable=connector.schedule, assets=asset)
+
+
 def build_connector_dags(connector: Connector) -> dict[str, Any]:
     """The hourly, re-snapshot and watchdog DAGs of one connector."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -337,8 +399,9 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
 
     with DAG(
         dag_id=ids["hourly"],
-        schedule=connector.schedule,
-        doc_md=HOURLY_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
+        schedule=window_dag_schedule(connector),
+        doc_md=HOURLY_DOC.format(connector=about, resnapshot=ids["resnapshot"])
+        + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else ""),
         **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
     ) as hourly:
@@ -435,6 +498,15 @@ interval runs. That loses nothing: a window always starts from the stored offset
 data interval's start, so one run covers all the time since the previous window (`max_duration`
 bounds how long it reads, and the next run continues). A re-run of an old interval (its end
 before the stored offset) reads nothing and keeps the offset.
+"""
+
+CHANGES_DOC = """
+**Change-driven windows.** The connector's change watcher (in Airflow's triggerer) asks for a run
+when changes are pending ({settings}) or a stored position nears the end of the oplog; the run's
+asset event says why (Asset `mongocdc.<name>.changes`). A run started by it has no data interval:
+its window ends when the window task starts. One run at a time: changes that arrive while a
+window runs make at most one next run. Before the first snapshot the watcher stays quiet: press
+**Trigger** once (or keep a clock in the schedule) to take it.
 """
 
 RESNAPSHOT_DOC = """

@@ -61,7 +61,10 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": "MongoDB CDC",
-                "python-modules": ["airflow_provider_mongocdc.triggers.oplog_gap"],
+                "python-modules": [
+                    "airflow_provider_mongocdc.triggers.oplog_gap",
+                    "airflow_provider_mongocdc.triggers.change_watcher",
+                ],
             }
         ],
         "connection-types": [

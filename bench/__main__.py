@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 20 minutes on 2 cores; g and h ~8)
+    python -m bench                       # everything (about 45 minutes on 2 cores; g and h ~8, i ~20)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import events, machine, produce, spark, submit, window
+from bench import events, machine, produce, spark, submit, watch, window
 from bench.services import Services
 
 
@@ -90,6 +90,16 @@ def _submit_snapshot(services: Services, quick: bool) -> dict[str, Any]:
     return submit.run_snapshot(services, sizes=[1000, 5000] if quick else [10000, 100000], threads=[1, 2, 4])
 
 
+def _latency(services: Services, quick: bool) -> dict[str, Any]:
+    return watch.run_latency(services, rates=[1, 10, 100], seconds=60 if quick else 180)
+
+
+def _watcher_cpu(services: Services, quick: bool) -> dict[str, Any]:
+    if quick:
+        return watch.run_watcher_cpu(services, idle_s=60, sizes=[5000, 20000], rounds=1)
+    return watch.run_watcher_cpu(services, idle_s=180, sizes=[20000, 100000], rounds=2)
+
+
 BENCHES = [
     Bench("events", "a", "event build cost vs bson.json_util.dumps", _events, events.report),
     Bench(
@@ -128,6 +138,20 @@ BENCHES = [
         "spark-submit snapshot: wall, tree CPU, per-document cost at 1, 2 and 4 threads",
         _submit_snapshot,
         submit.report_snapshot,
+    ),
+    Bench(
+        "latency",
+        "i",
+        "change-driven windows: write -> Kafka at 1, 10, 100 writes/s (real Airflow, max_delay 30 s)",
+        _latency,
+        watch.report_latency,
+    ),
+    Bench(
+        "watcher-cpu",
+        "j",
+        "the change watcher's CPU: idle, and per pending change",
+        _watcher_cpu,
+        watch.report_watcher_cpu,
     ),
     Bench(
         "producer", "p", "producer settings and max.batch.size", _producer, produce.report_producer_settings

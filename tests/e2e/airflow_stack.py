@@ -246,6 +246,32 @@ def start_airflow(stack: Stack) -> Api:
     return api
 
 
+def start_triggerer(stack: Stack, log_name: str = "triggerer.log") -> subprocess.Popen:
+    """Airflow's triggerer (it runs the AssetWatchers' triggers) with the stack's environment, its
+    output in ``home/<log_name>``; stopped with the stack's other processes."""
+    with open(stack.home / log_name, "w") as log:
+        process = subprocess.Popen(
+            [AIRFLOW, "triggerer", "--skip-serve-logs"],
+            env=stack.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=stack.home,
+            start_new_session=True,
+        )
+    stack.processes.append(process)
+    return process
+
+
+def return_value(api: Api, dag_id: str, run_id: str, task_id: str) -> dict:
+    """A task's XCom ``return_value`` (a run's summary), through the REST API."""
+    response = api.call(
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
+    )
+    assert response.status_code == 200, response.text
+    value = response.json()["value"]
+    return value if isinstance(value, dict) else json.loads(value)
+
+
 def dag_folder(home: Path, connectors: dict | None = None) -> Path:
     """The repository's connector DAG file, its settings and its list (or ``connectors``)."""
     folder = home / "dags"

@@ -30,6 +30,7 @@ from tests.e2e.airflow_stack import (
     canonical,
     connections_env,
     own_airflow,
+    return_value,
     start_airflow,
     stop,
     topic_events,
@@ -103,15 +104,6 @@ def trigger(api, dag_id: str, conf: dict | None = None) -> str:
     )
     assert created.status_code == 200, created.text
     return created.json()["dag_run_id"]
-
-
-def return_value(api, dag_id: str, run_id: str, task_id: str) -> dict:
-    response = api.call(
-        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
-    )
-    assert response.status_code == 200, response.text
-    value = response.json()["value"]
-    return value if isinstance(value, dict) else json.loads(value)
 
 
 def form(mode: str, collections: list[str] | None = None, reason: str | None = None) -> dict:

@@ -207,6 +207,7 @@ CORE_FLOORS = (
     "snapshot",
     "window",
     "health",
+    "watch",
 )
 
 

@@ -1,0 +1,146 @@
+"""When a connector's change watcher asks for a window (:class:`WatchSettings`), from the
+``"changes"`` object of a connector list entry's ``window_schedule`` or the trigger's arguments.
+
+Durations are seconds (a number) or a number with a unit: ``"90s"``, ``"5m"``, ``"2h"``, ``"1d"``.
+How the thresholds are used: docs/design.md, "Change-driven windows".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_provider_mongocdc.core.base.backoff import format_duration_ms
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+
+DEFAULT_MIN_CHANGES = 1000
+DEFAULT_MAX_DELAY_S = 60.0
+DEFAULT_MIN_HEADROOM_S = 12 * 3600.0
+DEFAULT_POLL_INTERVAL_S = 5.0
+DEFAULT_REFIRE_AFTER_S = 600.0
+# The gap check (stored positions still in the oplog, their headroom) runs every this many polls:
+# every minute at the default poll interval.
+POLLS_PER_CHECK = 12
+# The server's wait for changes per getMore is the poll interval: at least this, at most this.
+MIN_POLL_INTERVAL_S = 0.1
+MAX_POLL_INTERVAL_S = 60.0
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+# The keys of the "changes" object: the entry's names, and the settings' fields they set.
+ENTRY_KEYS = {
+    "min_changes": "min_changes",
+    "max_delay": "max_delay_s",
+    "min_headroom": "min_headroom_s",
+    "poll_interval": "poll_interval_s",
+    "refire_after": "refire_after_s",
+}
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """Seconds from a number of seconds or ``"<number><s|m|h|d>"``; a ConfigError naming ``what``."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(
+            f"{what} must be a duration, got {value!r}",
+            fix=f'give {what} as seconds (e.g. 90) or with a unit: "90s", "5m", "2h" or "1d"',
+        )
+    return seconds
+
+
+def describe_seconds(seconds: float) -> str:
+    """``3600`` -> ``"1 h 0 min"``; for messages."""
+    return format_duration_ms(int(round(seconds * 1000)))
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """When the watcher asks for a window (durations in seconds)."""
+
+    # That many changes are pending.
+    min_changes: int = DEFAULT_MIN_CHANGES
+    # The oldest pending change is that old.
+    max_delay_s: float = DEFAULT_MAX_DELAY_S
+    # A stored position leaves the oplog within that time at the current rate (0: never asks for it).
+    min_headroom_s: float = DEFAULT_MIN_HEADROOM_S
+    # How long the server holds an idle read: how late a threshold may be noticed.
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    # No window committed past an event's changes within that time (its run failed): ask again.
+    refire_after_s: float = DEFAULT_REFIRE_AFTER_S
+
+    @property
+    def check_interval_s(self) -> float:
+        """How often the stored positions are checked against the oplog (gap, headroom)."""
+        return POLLS_PER_CHECK * self.poll_interval_s
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.min_changes, bool)
+            or not isinstance(self.min_changes, int)
+            or self.min_changes < 1
+        ):
+            raise ConfigError(
+                f"min_changes must be a whole number of changes, 1 or more, got {self.min_changes!r}",
+                fix=f"give min_changes like {DEFAULT_MIN_CHANGES}",
+            )
+        for name in ("max_delay_s", "min_headroom_s", "poll_interval_s", "refire_after_s"):
+            label = name.removesuffix("_s")
+            object.__setattr__(self, name, parse_duration(getattr(self, name), label))
+        if not MIN_POLL_INTERVAL_S <= self.poll_interval_s <= MAX_POLL_INTERVAL_S:
+            raise ConfigError(
+                f"poll_interval must lie between {MIN_POLL_INTERVAL_S:g} s and {MAX_POLL_INTERVAL_S:g} s, "
+                f"got {self.poll_interval_s:g} s",
+                cause="the server holds each idle read this long: longer would notice max_delay late, "
+                "shorter costs CPU without benefit",
+                fix=f'leave it out (default {DEFAULT_POLL_INTERVAL_S:g} s) or give e.g. "5s"',
+            )
+        if self.max_delay_s <= 0:
+            raise ConfigError(
+                "max_delay must be longer than 0",
+                fix='give the longest a change may wait for its window, e.g. "60s"',
+            )
+        if self.refire_after_s < self.poll_interval_s:
+            raise ConfigError(
+                f"refire_after ({describe_seconds(self.refire_after_s)}) is shorter than "
+                f"poll_interval ({describe_seconds(self.poll_interval_s)})",
+                fix=f"leave refire_after out (default {describe_seconds(DEFAULT_REFIRE_AFTER_S)})",
+            )
+
+    @classmethod
+    def from_entry(cls, value: Any) -> WatchSettings:
+        """From the ``"changes"`` object of a connector list entry (every key optional)."""
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"'changes' must be a JSON object of thresholds, got {value!r}",
+                fix='give e.g. {"min_changes": 1000, "max_delay": "60s", "min_headroom": "12h"}, or {} '
+                "for the defaults",
+            )
+        unknown = sorted(set(value) - set(ENTRY_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown key(s) {', '.join(unknown)} in 'changes'",
+                fix=f"use only {', '.join(ENTRY_KEYS)}",
+            )
+        return cls(**{ENTRY_KEYS[key]: item for key, item in value.items()})
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The trigger's keyword arguments (JSON numbers)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        headroom = describe_seconds(self.min_headroom_s) if self.min_headroom_s else "off"
+        return (
+            f"min_changes {self.min_changes}, max_delay {describe_seconds(self.max_delay_s)}, "
+            f"min_headroom {headroom}"
+        )

@@ -1,0 +1,429 @@
+"""The change watcher: an event trigger (``AssetWatcher``) that asks for a connector's window when
+changes pile up, wait too long, or a stored position nears the end of the oplog.
+
+It runs in Airflow's triggerer, on pymongo's asyncio API. From each stream's committed position (as
+a window would start) it reads the same change stream a window reads, projected down to each
+change's position, time, namespace and operation, and counts the changes in whole batches
+(:mod:`~airflow_provider_mongocdc.core.watch.stream`); every minute (twelve polls) it checks the
+stored positions against the oplog (:class:`~airflow_provider_mongocdc.core.gap.checker.AsyncGapChecker`).
+The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWatch`'s. Its event
+(the asset event's ``extra["payload"]``) says why, how many changes are pending and since when:
+``{"connector", "reason", "reasons", "message", "pending", "pending_since", "newest_change",
+"headroom_seconds", "partitions", "at"}``.
+
+The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
+the window it starts reads from the committed offset as every window does. Its serialized arguments
+hold no secret (they are stored in Airflow's metadata database): the connector's name, its inline
+configuration (whose properties never carry credentials) or the name of the Variable holding it,
+two connection ids and the thresholds; connections and Variables are resolved in the triggerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.sdk import Asset, AssetWatcher, BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from bson.raw_bson import RawBSONDocument
+from pymongo import AsyncMongoClient
+from pymongo.errors import OperationFailure, PyMongoError
+
+from airflow_provider_mongocdc.connector_values import connection_id, connector_config_json
+from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError, OffsetError
+from airflow_provider_mongocdc.core.base.redaction import error_text
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
+from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
+from airflow_provider_mongocdc.core.offsets.model import Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK, WatchSettings
+from airflow_provider_mongocdc.core.watch.stream import (
+    aggregate_target,
+    capture_check,
+    change_position,
+    change_time,
+    watch_aggregate,
+)
+from airflow_provider_mongocdc.core.watch.watcher import ChangeWatch
+from airflow_provider_mongocdc.core.window.streams import (
+    StreamTarget,
+    offset_partition,
+    plan_streams,
+    starting_position,
+)
+from airflow_provider_mongocdc.hooks.kafka import kafka_config_from_connection
+from airflow_provider_mongocdc.hooks.topology import details_from_connection
+from airflow_provider_mongocdc.operators.base import parse_connector_config
+
+ASSET_SCHEME = "mongocdc-changes"
+# After a failure the next attempt waits the poll interval, doubled each time up to this.
+MAX_RETRY_DELAY_S = 60.0
+
+
+def changes_asset(watcher: MongoChangeWatcher) -> Asset:
+    """The Asset ``mongocdc-changes://<connector>`` watched by ``watcher``: a DAG scheduled on it
+    runs when the watcher asks for a window of its connector."""
+    name = watcher.connector
+    return Asset(
+        uri=f"{ASSET_SCHEME}://{name}",
+        name=f"mongocdc.{name}.changes",
+        group="mongocdc",
+        watchers=[AssetWatcher(name=f"mongocdc_{name}_changes", trigger=watcher)],
+    )
+
+
+class MongoChangeWatcher(BaseEventTrigger):
+    """Fire when a connector's pending changes reach ``min_changes``, its oldest pending change is
+    ``max_delay_s`` old, or a stored position leaves the oplog within ``min_headroom_s``.
+
+    :param connector: the connector's name (of the connector list; its messages name it).
+    :param connector_config: the connector properties (Debezium names), or None to read them from
+        the Variable ``config_variable`` in the triggerer, as the connector's tasks do.
+    :param mongo_conn_id: the MongoDB connection of the captured deployment.
+    :param kafka_conn_id: the Kafka connection holding the offsets topic.
+    :param min_changes, max_delay_s, min_headroom_s, poll_interval_s, refire_after_s: see
+        :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings` (durations in seconds).
+    :param watchdog_dag_id: the connector's oplog gap watchdog, named when a position is purged.
+    """
+
+    def __init__(
+        self,
+        connector: str,
+        connector_config: Mapping[str, Any] | None = None,
+        config_variable: str | None = None,
+        mongo_conn_id: str = "mongocdc_default",
+        kafka_conn_id: str = "kafka_default",
+        min_changes: int = WatchSettings.min_changes,
+        max_delay_s: float = WatchSettings.max_delay_s,
+        min_headroom_s: float = WatchSettings.min_headroom_s,
+        poll_interval_s: float = WatchSettings.poll_interval_s,
+        refire_after_s: float = WatchSettings.refire_after_s,
+        watchdog_dag_id: str | None = None,
+    ):
+        super().__init__()
+        if (connector_config is None) == (config_variable is None):
+            raise ConfigError(
+                f"The change watcher of connector {connector!r} needs the connector configuration",
+                fix="give connector_config (the properties) or config_variable (the Variable holding them)",
+            )
+        self.connector = connector
+        self.connector_config = dict(connector_config) if connector_config is not None else None
+        self.config_variable = config_variable
+        self.mongo_conn_id = mongo_conn_id
+        self.kafka_conn_id = kafka_conn_id
+        self.settings = WatchSettings(
+            min_changes, max_delay_s, min_headroom_s, poll_interval_s, refire_after_s
+        )
+        self.watchdog_dag_id = watchdog_dag_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        names = ("connector", "connector_config", "config_variable", "mongo_conn_id", "kafka_conn_id")
+        arguments = {name: getattr(self, name) for name in names}
+        arguments.update(self.settings.to_kwargs(), watchdog_dag_id=self.watchdog_dag_id)
+        return f"{type(self).__module__}.{type(self).__qualname__}", arguments
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        session = _WatchSession(self)
+        try:
+            while True:
+                payload = await session.step()
+                if payload is not None:
+                    yield TriggerEvent(payload)
+        finally:
+            await session.close()
+
+
+class _WatchSession:
+    """The watcher's I/O: connections, the offsets topic, one stream per partition, the oplog check."""
+
+    def __init__(self, trigger: MongoChangeWatcher):
+        self.trigger = trigger
+        self.log = trigger.log
+        self.settings = trigger.settings
+        self.watch = ChangeWatch(trigger.connector, self.settings, trigger.watchdog_dag_id)
+        self.config: ConnectorConfig | None = None
+        self.config_text: str | None = None
+        self.details = None
+        self.store: OffsetStore | None = None
+        self.targets: dict[str, StreamTarget] = {}
+        self.clients: dict[str, Any] = {}
+        self.cursors: dict[str, Any] = {}
+        self.capture = None
+        self.polls = 0
+        self.failures = 0
+        self.states = None
+        self.checked_at: float | None = None
+        self._said: dict[str, str] = {}
+
+    # -- logging -----------------------------------------------------------------------------------
+    def say(self, key: str, level: str, message: str) -> None:
+        """Log ``message`` unless it is what was said last under ``key``."""
+        if self._said.get(key) != message:
+            self._said[key] = message
+            getattr(self.log, level)("Change watcher of connector %s: %s", self.trigger.connector, message)
+
+    def clear(self, key: str) -> None:
+        self._said.pop(key, None)
+
+    # -- one poll ----------------------------------------------------------------------------------
+    async def step(self) -> dict | None:
+        poll = self.settings.poll_interval_s
+        try:
+            if self.config is None:
+                await self.setup()
+            check_due = (
+                self.checked_at is None or time.time() - self.checked_at >= self.settings.check_interval_s
+            )
+            if check_due and self.checked_at is not None:
+                await self.refresh_config()  # a Variable set again since the last check
+            if check_due or self.watch.outstanding is not None:
+                await self.read_offsets()  # while an event waits for its window: notice its commit at once
+            if check_due or (self.watch.recheck and self.settings.min_headroom_s):
+                await self.check()  # a moved position's headroom, at once
+            await self.open_streams()
+            await self.read_streams(poll)
+            reasons = self.watch.due(time.time())
+            if reasons:
+                # Right before an event: a window may have carried the changes meanwhile, and a
+                # stored position no longer in the oplog gets no window (its run would fail).
+                await self.read_offsets()
+                await self.check()
+                reasons = self.watch.due(time.time())
+            payload = None
+            if reasons:
+                payload = self.watch.fire(reasons, time.time())
+                self.log.info(
+                    "Change watcher of connector %s: window requested: %s",
+                    self.trigger.connector,
+                    payload["message"],
+                )
+            self.polls += 1
+            if self.polls % POLLS_PER_CHECK == 0:
+                self.log.info(
+                    "Change watcher of connector %s: %s",
+                    self.trigger.connector,
+                    self.watch.status(time.time(), self.polls),
+                )
+            if self.failures:
+                self.say("failure", "info", "watching again")
+            self.failures = 0
+            return payload
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the watcher outlives every failure; it is a hint
+            await self.failed(error)
+            return None
+
+    async def failed(self, error: BaseException) -> None:
+        """Log the failure once, drop the connections, and wait before the next attempt."""
+        if isinstance(error, AirflowNotFoundException):
+            text = f"{error}. Fix: create the connection, or correct the connector's conn_ids"
+        elif isinstance(error, MongoCdcError):
+            text = str(error)
+        elif isinstance(error, PyMongoError):
+            where = self.details.describe() if self.details is not None else "the connection's hosts"
+            text = (
+                f"MongoDB at {where} could not be read. Cause: {type(error).__name__}: {error_text(error)}. "
+                "Fix: check that the servers are up and reachable from the triggerer, and the MongoDB "
+                "connection's hosts and credentials"
+            )
+        else:
+            text = f"{type(error).__name__}: {error_text(error)}"
+            if self._said.get("failure") != text:
+                self.log.exception("Change watcher of connector %s failed", self.trigger.connector)
+        delay = min(MAX_RETRY_DELAY_S, self.settings.poll_interval_s * 2**self.failures)
+        self.failures += 1
+        self.say(
+            "failure",
+            "warning",
+            f"cannot watch: {text}. No event is sent meanwhile (windows on a clock schedule still "
+            f"run); trying again within {MAX_RETRY_DELAY_S:g} s",
+        )
+        await self.close()
+        self.config = None
+        await asyncio.sleep(delay)
+
+    # -- setup -------------------------------------------------------------------------------------
+    async def resolve_config(self) -> str:
+        trigger = self.trigger
+        return await asyncio.to_thread(
+            connector_config_json, trigger.connector, trigger.connector_config, trigger.config_variable
+        )
+
+    async def setup(self) -> None:
+        """Resolve the configuration and the connections, list the streams, open the clients."""
+        trigger = self.trigger
+        text = await self.resolve_config()
+        config = parse_connector_config(text)
+        mongo_id = await asyncio.to_thread(connection_id, trigger.connector, "mongo", trigger.mongo_conn_id)
+        kafka_id = await asyncio.to_thread(connection_id, trigger.connector, "kafka", trigger.kafka_conn_id)
+        details = details_from_connection(
+            await BaseHook.aget_connection(mongo_id),
+            connect_timeout_ms=config.mongodb_connect_timeout_ms,
+            server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
+        ).with_config(config)
+        kafka = kafka_config_from_connection(await BaseHook.aget_connection(kafka_id))
+        # Streams as a window plans them; one attempt (the watcher's next poll is the retry).
+        policy = BackoffPolicy.from_config(config)
+        once = BackoffPolicy(policy.initial_delay_ms, policy.max_delay_ms, 0)
+        targets = await asyncio.to_thread(plan_streams, details, config, policy=once)
+        if self.config_text is not None and text != self.config_text:
+            self.watch = ChangeWatch(self.trigger.connector, self.settings, self.trigger.watchdog_dag_id)
+            self.say(
+                "config",
+                "info",
+                "the connector configuration changed: watching from the committed positions again",
+            )
+        self.config, self.config_text, self.details = config, text, details
+        self.store = OffsetStore(kafka, config.offsets_topic)
+        self.capture = capture_check(config)
+        self.targets = {target.partition: target for target in targets}
+        for name, target in self.targets.items():
+            host, kwargs = target.details().client_arguments()
+            self.clients[name] = AsyncMongoClient(host, document_class=RawBSONDocument, **kwargs)
+        self.checked_at = None
+
+    async def refresh_config(self) -> None:
+        """A changed configuration (its Variable was set again) starts the watch over."""
+        text = await self.resolve_config()
+        if text != self.config_text:
+            await self.close()
+            self.config = None
+            await self.setup()
+
+    # -- offsets and the oplog check ---------------------------------------------------------------
+    async def read_offsets(self) -> None:
+        """The committed starting position of every stream, as a window would find it."""
+        config, store = self.config, self.store
+        states = await asyncio.to_thread(store.read_all)  # confluent-kafka is synchronous
+        starts: dict[str, Position | str | None] = {}
+        for name in self.targets:
+            partition = offset_partition(config, name)
+            try:
+                starts[name] = starting_position(states.get(partition), config, partition, store.topic)
+            except OffsetError as error:  # no offset yet, or a snapshot in progress
+                starts[name] = error.problem
+        self.states = states
+        for note in self.watch.committed(starts, time.time()):
+            self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)
+
+    async def check(self) -> None:
+        """Whether the stored positions are still in the oplog, and their headroom."""
+        self.checked_at = time.time()
+        self.watch.recheck = False
+        if not self.watch.watched():
+            return
+        try:
+            report = await AsyncGapChecker(self.config, self.details).check(
+                self.states, offsets_topic=self.store.topic
+            )
+        except (MongoCdcError, PyMongoError) as error:
+            self.say(
+                "check", "warning", f"the oplog check failed ({error}); headroom unknown until the next check"
+            )
+            return
+        self.clear("check")
+        for note in self.watch.checked(report):
+            self.log.warning("Change watcher of connector %s: %s", self.trigger.connector, note)
+
+    # -- the streams -------------------------------------------------------------------------------
+    async def open_streams(self) -> None:
+        for name in list(self.cursors):
+            if name not in self.watch.watched():
+                await self._close_cursor(name)
+        for name, position in self.watch.to_open().items():
+            await self._close_cursor(name)
+            pipeline, options = watch_aggregate(self.config, position)
+            target = aggregate_target(self.clients[name], self.config)
+            try:
+                self.cursors[name] = await target.aggregate(
+                    pipeline, maxAwaitTimeMS=int(self.settings.poll_interval_s * 1000), **options
+                )
+            except OperationFailure as error:
+                if not self._refused(name, error):
+                    raise
+                continue
+            self.watch.opened(name)
+
+    def _refused(self, name: str, error: OperationFailure) -> bool:
+        """A stream MongoDB cannot continue (purged history, refused token): blocked until its offset
+        changes. Other errors are not handled here."""
+        if is_history_lost(error):
+            cause = f"the stored position is no longer in the oplog (error {error.code}: {error_text(error)})"
+        elif is_unusable_position(error):
+            cause = (
+                f"MongoDB refuses the stored position (error {error.code}: {error_text(error)}); inspect it with "
+                "mongocdc offsets show"
+            )
+        else:
+            return False
+        for note in self.watch.blocked(name, cause):
+            self.log.warning("Change watcher of connector %s: %s", self.trigger.connector, note)
+        return True
+
+    async def read_streams(self, poll: float) -> None:
+        if not self.cursors:
+            await asyncio.sleep(poll)
+            return
+        deadline = time.monotonic() + poll
+        results = await asyncio.gather(
+            *(self._drain(name, cursor, deadline) for name, cursor in self.cursors.items()),
+            return_exceptions=True,
+        )
+        for name, result in zip(list(self.cursors), results):
+            if isinstance(result, OperationFailure) and self._refused(name, result):
+                await self._close_cursor(name)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _drain(self, name: str, cursor, deadline: float) -> None:
+        """Count what the stream returns until a read comes back empty (the server waited a poll
+        interval) or the poll's time is up."""
+        count, first, last, read = 0, None, None, None
+        capture = self.capture
+        try:
+            while True:
+                change = await cursor.try_next()
+                if change is None:
+                    break
+                read = change
+                if capture is None or capture(change):
+                    count += 1
+                    if first is None:
+                        first = change
+                    last = change
+                if time.monotonic() >= deadline:
+                    break
+        finally:
+            if read is not None:
+                self.watch.counted(
+                    name,
+                    count,
+                    change_time(first) if first is not None else None,
+                    change_time(last) if last is not None else None,
+                    change_position(read),
+                )
+        if not cursor.alive:  # closed by the server (an invalidate): read on from the last change
+            await self._close_cursor(name)
+            self.watch.reopen(name)
+
+    async def _close_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None:
+            try:
+                await cursor.close()
+            except PyMongoError:
+                pass
+
+    async def close(self) -> None:
+        for name in list(self.cursors):
+            await self._close_cursor(name)
+            self.watch.reopen(name)
+        clients, self.clients = self.clients, {}
+        for client in clients.values():
+            await client.close()

@@ -1,0 +1,258 @@
+"""The change watcher (MongoChangeWatcher, the AssetWatcher trigger) run as the triggerer runs it,
+against the MongoDB simulator and the real Kafka broker: quiet before the first snapshot, counting
+only captured changes from the committed position, one event per window (the changes that arrive
+meanwhile make one next event after the commit), a restart watching again from the committed
+position, a purged position said once, and per-shard and whole-cluster streams of a sharded cluster.
+
+Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
+window's end position: these tests watch the watcher, not the window. Quiet periods are checked
+after the watcher has logged two status lines (twelve polls apart) with nothing fired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import pytest
+from bson.timestamp import Timestamp
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher
+
+pytestmark = [pytest.mark.integration, pytest.mark.simulator_only]
+
+WAIT_S = 120
+STATUS = re.compile(r"Change watcher of connector \S+: \d+ change\(s\) pending[^\n]*polls")
+
+
+class Watching:
+    """A watcher's ``run()`` in the background: its events, and its log lines (stdout)."""
+
+    def __init__(self, trigger: MongoChangeWatcher, capsys):
+        self.capsys = capsys
+        self.events: list[dict] = []
+        self.text = ""
+        self.task = asyncio.create_task(self._pump(trigger))
+
+    async def _pump(self, trigger: MongoChangeWatcher) -> None:
+        async for event in trigger.run():
+            self.events.append(event.payload)
+
+    def log(self) -> str:
+        self.text += self.capsys.readouterr().out
+        return self.text
+
+    async def until(self, what: str, condition, timeout: float = WAIT_S):
+        deadline = time.monotonic() + timeout
+        while not (value := condition()):
+            if self.task.done():
+                self.task.result()
+            assert time.monotonic() < deadline, f"{what} within {timeout} s; log:\n{self.log()[-4000:]}"
+            await asyncio.sleep(0.1)
+        return value
+
+    async def event(self, number: int) -> dict:
+        """The ``number``-th event (1-based), waited for."""
+        await self.until(f"event {number}", lambda: len(self.events) >= number)
+        return self.events[number - 1]
+
+    async def statuses(self, count: int = 2) -> list[str]:
+        """The next ``count`` status lines (each twelve polls after the one before)."""
+        mark = len(self.log())
+        return await self.until(
+            f"{count} status lines",
+            lambda: (found := STATUS.findall(self.log()[mark:])) and len(found) >= count and found,
+        )
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+
+
+def watcher(props: dict, ids: dict, **settings) -> MongoChangeWatcher:
+    values = {"min_changes": 1000, "max_delay_s": 1, "poll_interval_s": 0.2, "min_headroom_s": 0}
+    return MongoChangeWatcher(
+        props["topic.prefix"],
+        props,
+        mongo_conn_id=ids["mongo"],
+        kafka_conn_id=ids["kafka"],
+        watchdog_dag_id="mongocdc_watchdog",
+        **{**values, **settings},
+    )
+
+
+def operation_time(client: MongoClient) -> Timestamp:
+    with client.start_session() as session:
+        client.admin.command("ping", session=session)
+        return session.operation_time
+
+
+def second_after(client: MongoClient, ts: Timestamp) -> Position:
+    """A window end after ``ts`` (``Timestamp(<next second>, 0)``), once the clock has passed it."""
+    end = Timestamp(ts.time + 1, 0)
+    deadline = time.monotonic() + WAIT_S
+    while time.time() < end.time + 0.05:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return Position(cluster_time=end)
+
+
+def test_counts_captured_changes_from_the_committed_position_one_event_per_window(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
+    client = MongoClient(sim.uri)
+    store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets")
+    partition = OffsetPartition(unique_name, "rs0")
+
+    async def scenario():
+        start = operation_time(client)
+        client.shop.orders.insert_many([{"_id": i} for i in range(5)])
+        client.shop.users.insert_many([{"_id": i} for i in range(4)])  # not captured
+        client.other.x.insert_many([{"_id": i} for i in range(3)])  # not captured
+        first_batch = operation_time(client)
+
+        # No offset yet: quiet, and says why.
+        watching = Watching(watcher(props, ids), capsys)
+        for line in await watching.statuses(2):
+            assert "0 change(s) pending; rs0 not watched (waiting); no event yet" in line
+        assert watching.events == []
+        assert watching.log().count("not watching rs0: No stored offset for") == 1
+
+        # The snapshot's position: the changes after it are pending, only the captured ones count.
+        store.set_position(partition, Position(cluster_time=start))
+        event = await watching.event(1)
+        assert (
+            f"watching rs0 from the committed position {Position(cluster_time=start).describe()}"
+            in watching.log()
+        )
+        assert (event["reason"], event["pending"], event["connector"]) == ("max_delay", 5, unique_name)
+        assert event["partitions"]["rs0"]["committed"]["sec"] == start.time
+        assert event["pending_since"] and event["pending_since"] <= event["at"]
+
+        # The triggerer restarted: the new watcher knows no event, counts from the committed position.
+        await watching.stop()
+        watching = Watching(watcher(props, ids), capsys)
+        event = await watching.event(1)
+        assert event["pending"] == 5
+
+        # Changes while the window runs: no second event before it commits.
+        window_end = second_after(client, first_batch)
+        client.shop.orders.insert_many([{"_id": 10 + i} for i in range(3)])
+        second_batch = operation_time(client)
+        for line in await watching.statuses(2):
+            assert (
+                line.count("3 change(s) pending") == 1
+                and "for a window to commit past the last event" in line
+            )
+        assert len(watching.events) == 1
+
+        # The window ends after the first changes, before the later ones: one next event, for them.
+        store.set_position(partition, window_end)
+        event = await watching.event(2)
+        assert (event["reason"], event["pending"]) == ("max_delay", 3)
+        assert event["partitions"]["rs0"]["committed"]["sec"] == window_end.cluster_time.time
+
+        # A window carried everything: quiet.
+        store.set_position(partition, second_after(client, second_batch))
+        await watching.statuses(1)
+        for line in await watching.statuses(2):
+            assert line.startswith("Change watcher of connector") and "0 change(s) pending" in line
+        assert len(watching.events) == 2
+
+        # The stored position is purged from the oplog: said once, in words; no event.
+        client.other.x.insert_many([{"_id": 100 + i} for i in range(30)])
+        sim.set_oplog_retention(max_entries=5)
+        client.shop.orders.insert_many([{"_id": 100 + i} for i in range(3)])
+        await watching.until("the purge noticed", lambda: "is no longer in the oplog" in watching.log())
+        await watching.statuses(2)
+        log = watching.log()
+        assert log.count("not watching rs0: the stored position is no longer in the oplog") == 1, log[-3000:]
+        assert "the oplog gap watchdog (mongocdc_watchdog) triggers the re-snapshot" in log
+        assert len(watching.events) == 2
+        await watching.stop()
+
+    asyncio.run(scenario())
+
+
+def test_sharded_cluster_whole_cluster_and_per_shard_streams(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    sim = mongosim("sharded", shards=2)
+    ids = gap_connections(sim.uri)
+    client = MongoClient(sim.uri)
+    client.admin.command("shardCollection", "shop.orders", key={"customer": "hashed"})
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    whole = {"topic.prefix": f"{unique_name}_c", "collection.include.list": "shop\\.orders"}
+    per_shard = {**whole, "topic.prefix": f"{unique_name}_s", "mongodb.connection.mode": "replica_set"}
+    start = operation_time(client)
+    OffsetStore(kafka, f"{unique_name}_c.offsets").set_position(
+        OffsetPartition(whole["topic.prefix"], "cluster"), Position(cluster_time=start)
+    )
+    shard_store = OffsetStore(kafka, f"{unique_name}_s.offsets")
+    for shard_uri, name in zip(sim.shard_uris, ("shard0", "shard1")):
+        shard_start = operation_time(MongoClient(shard_uri))
+        shard_store.set_position(
+            OffsetPartition(per_shard["topic.prefix"], name), Position(cluster_time=shard_start)
+        )
+    client.shop.orders.insert_many([{"_id": i, "customer": f"c{i}"} for i in range(40)])
+
+    async def scenario():
+        watchers = [Watching(watcher(props, ids, min_changes=40), capsys) for props in (whole, per_shard)]
+        cluster = await watchers[0].event(1)
+        shards = await watchers[1].event(1)
+        assert (cluster["reason"], cluster["pending"], list(cluster["partitions"])) == (
+            "min_changes",
+            40,
+            ["cluster"],
+        )
+        counts = {name: item["pending"] for name, item in shards["partitions"].items()}
+        assert shards["pending"] == 40 and sorted(counts) == ["shard0", "shard1"]
+        assert all(counts.values()), counts  # the hashed key spread them over both shards
+        for watching in watchers:
+            await watching.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_missing_connection_is_said_once_with_its_fix_and_watching_starts_when_it_exists(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys, monkeypatch
+):
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    client = MongoClient(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
+    start = operation_time(client)
+    OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets").set_position(
+        OffsetPartition(unique_name, "rs0"), Position(cluster_time=start)
+    )
+    client.shop.orders.insert_many([{"_id": i} for i in range(2)])
+    missing = f"{ids['mongo']}_later"
+
+    async def scenario():
+        watching = Watching(watcher(props, {**ids, "mongo": missing}), capsys)
+        await watching.until("the failure said", lambda: "cannot watch:" in watching.log())
+        log = watching.log()
+        assert f"The conn_id `{missing}` isn't defined" in log
+        assert "Fix: create the connection, or correct the connector's conn_ids" in log
+        assert "No event is sent meanwhile" in log and not watching.task.done()
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{missing.upper()}", json.dumps({"conn_type": "mongocdc", "host": sim.uri})
+        )
+        event = await watching.event(1)
+        assert event["pending"] == 2
+        log = watching.log()
+        assert log.count("cannot watch:") == 1 and "watching again" in log
+        await watching.stop()
+
+    asyncio.run(scenario())
