@@ -189,3 +189,24 @@ def test_payload_only_transaction_records():
 def test_transaction_topic_name_follows_topic_transaction():
     b = builder(**{"topic.transaction": "tx"})
     assert b.build_change(insert("a", 5, txn=1))[0].topic == "fulfillment.tx"
+
+
+def test_the_tracker_counts_the_transactions_whose_begin_it_produced():
+    b = builder(**{"collection.include.list": "testDB[.]a"})
+    records = []
+    for change in (
+        insert("a", 5, txn=1),
+        insert("a", 5, txn=1),
+        insert("a", 6),
+        insert("b", 7, txn=2),  # not captured: no BEGIN
+        insert("a", 8, txn=3),
+        insert("a", 9, txn=4),
+    ):
+        records += b.build_change(change)
+    records += b.finish()
+    begins = [
+        r
+        for r in records
+        if r.topic.endswith(".transaction") and decode(r)[2]["payload"]["status"] == "BEGIN"
+    ]
+    assert b.transactions.begun == len(begins) == 3

@@ -103,7 +103,8 @@ class TransactionTracker:
 
     Feed every captured change event in stream order with :meth:`on_event`; emit the returned
     records *before* the event and put the returned block in the event's ``transaction`` field.
-    Call :meth:`finish` at the end of a window and emit its records last.
+    Call :meth:`finish` at the end of a window and emit its records last. ``begun`` counts the
+    BEGIN records produced (a window's summary counts its ``transactions`` from it).
     """
 
     def __init__(
@@ -124,6 +125,7 @@ class TransactionTracker:
         self._per_collection: dict[str, int] = {}
         self._ts_ms = 0
         self._last: str | None = None
+        self.begun = 0  # BEGIN records produced: the transactions this tracker saw start
         if state:
             self._id = state["id"]
             self._total = int(state["total_order"])
@@ -147,6 +149,7 @@ class TransactionTracker:
             if txn_id is not None:
                 self._id, self._ts_ms = txn_id, ts_ms
                 records.append(self._record("BEGIN", None, None))
+                self.begun += 1
         if txn_id is None:
             return records, None
         self._ts_ms = ts_ms

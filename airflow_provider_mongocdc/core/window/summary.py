@@ -1,7 +1,8 @@
 """A window's run summary: why each stream stopped (:class:`StopReason`), what it emitted
-(:class:`WindowStats`, with lag percentiles from a uniform sample), the window's summary over
-all of its streams (:func:`merge_summaries`), and the task log's line about its incremental
-snapshot (:func:`describe_incremental`). Summaries are plain JSON-able dicts.
+(:class:`WindowStats`, with lag percentiles from a uniform sample), what a stream's window
+counts while it runs (:class:`WindowTally`), the window's summary over all of its streams
+(:func:`merge_summaries`), and the task log's line about its incremental snapshot
+(:func:`describe_incremental`). Summaries are plain JSON-able dicts.
 """
 
 from __future__ import annotations
@@ -89,6 +90,59 @@ class WindowStats:
         self.lag_count += max(0, other.lag_count - len(other.lags_ms))
 
 
+class WindowTally:
+    """What one stream's window counts as it runs: the batch being built (``pending``, and
+    ``pending_changes``: the changes read into it), the committed batches (``totals``,
+    ``batches_committed``), and the wall seconds by phase (``phases``, the summary's
+    ``phases_s``): setup (offsets topic, lease, offset read), build (events), send (to the
+    producer), commit (END, offset, commit), read (the rest of the stream loop: waiting for and
+    decoding changes). ``rng`` draws the lag samples."""
+
+    def __init__(self) -> None:
+        self.pending = WindowStats()
+        self.pending_changes = 0
+        self.totals = WindowStats()
+        self.batches_committed = 0
+        self.phases = {"setup": 0.0, "read": 0.0, "build": 0.0, "send": 0.0, "commit": 0.0}
+        self.rng = random.Random(0)
+
+    def committed(self, written_bytes: int, transactions: int) -> None:
+        """The pending batch is committed: ``written_bytes`` in its Kafka transaction, with
+        ``transactions`` MongoDB transactions begun in it."""
+        pending = self.pending
+        pending.bytes = written_bytes
+        pending.transactions = transactions
+        self.totals.merge(pending, self.rng)
+        self.batches_committed += 1
+        self.dropped()
+
+    def dropped(self) -> None:
+        """The pending batch is gone: committed (counted in ``totals``) or rolled back."""
+        self.pending = WindowStats()
+        self.pending_changes = 0
+
+    def summary(self, duration_s: float, reconnects: int) -> dict[str, Any]:
+        """A stream summary's counts, from ``events`` to ``phases_s``."""
+        totals = self.totals
+        return {
+            "events": totals.events,
+            "events_by_op": dict(totals.events_by_op),
+            "events_by_collection": dict(totals.events_by_collection),
+            "tombstones": totals.tombstones,
+            "transactions": totals.transactions,
+            "heartbeats": totals.heartbeats,
+            "skipped_oversize": totals.skipped_oversize,
+            "bytes": totals.bytes,
+            "batches_committed": self.batches_committed,
+            "reconnects": reconnects,
+            "lag_ms": percentiles(totals.lags_ms, totals.lag_max_ms),
+            "lag_samples": list(totals.lags_ms),
+            "lag_count": totals.lag_count,
+            "duration_s": round(duration_s, 3),
+            "phases_s": {name: round(value, 3) for name, value in self.phases.items()},
+        }
+
+
 def percentiles(samples: list[int], maximum: int | None) -> dict[str, int | None]:
     """``{"p50", "p95", "max"}`` (nearest-rank) of lag samples in milliseconds."""
     if not samples:
@@ -161,6 +215,23 @@ def empty_summary(
     }
 
 
+def _stream_stats(summary: Mapping[str, Any]) -> WindowStats:
+    """What one stream's summary counts, as :class:`WindowStats` to merge."""
+    return WindowStats(
+        events=summary["events"],
+        events_by_op=summary["events_by_op"],
+        events_by_collection=summary["events_by_collection"],
+        tombstones=summary["tombstones"],
+        transactions=summary["transactions"],
+        heartbeats=summary["heartbeats"],
+        skipped_oversize=summary["skipped_oversize"],
+        bytes=summary["bytes"],
+        lags_ms=list(summary.get("lag_samples") or []),
+        lag_count=summary.get("lag_count", 0),
+        lag_max_ms=summary["lag_ms"].get("max"),
+    )
+
+
 def merge_summaries(
     summaries: list[dict[str, Any]], window_end: datetime, duration_s: float | None = None
 ) -> dict[str, Any]:
@@ -169,20 +240,7 @@ def merge_summaries(
     totals = WindowStats()
     partitions = []
     for summary in sorted(summaries, key=lambda item: item["partition"]):
-        stats = WindowStats(
-            events=summary["events"],
-            events_by_op=summary["events_by_op"],
-            events_by_collection=summary["events_by_collection"],
-            tombstones=summary["tombstones"],
-            transactions=summary["transactions"],
-            heartbeats=summary["heartbeats"],
-            skipped_oversize=summary["skipped_oversize"],
-            bytes=summary["bytes"],
-            lags_ms=list(summary.get("lag_samples") or []),
-            lag_count=summary.get("lag_count", 0),
-            lag_max_ms=summary["lag_ms"].get("max"),
-        )
-        totals.merge(stats, rng)
+        totals.merge(_stream_stats(summary), rng)
         partitions.append(
             {key: value for key, value in summary.items() if key not in ("lag_samples", "lag_count")}
         )
