@@ -5,14 +5,17 @@ them the chunks left the page shows."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from datetime import datetime, timezone
 
 import pytest
+from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.health.probes import count_documents_left
+from airflow_provider_mongocdc.core.health.probes import count_documents_left, probe_oplog
 from airflow_provider_mongocdc.core.health.record import (
     ConnectorIdentity,
     OffsetsView,
@@ -21,7 +24,7 @@ from airflow_provider_mongocdc.core.health.record import (
     connector_record,
 )
 from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
-from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.snapshot.id_ranges import bound_json
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 
@@ -82,3 +85,23 @@ def test_documents_and_chunks_left_of_a_running_incremental_snapshot(mongodb_uri
     finally:
         client.drop_database(database)
         client.close()
+
+
+def test_an_unreachable_mongodb_is_reported_without_a_retry_setting_the_probe_does_not_use():
+    # The page's probes (and the gap check's contact) try once: telling the user to "raise
+    # connect.max.attempts (now 0)" would point at a setting those reads never use.
+    config = ConnectorConfig.from_properties({"topic.prefix": "lost", "connect.max.attempts": "5"})
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        unused_tcp_port = probe.getsockname()[1]
+    details = MongoConnectionDetails(connection_string=f"mongodb://127.0.0.1:{unused_tcp_port}/")
+    state = OffsetState(position=Position(cluster_time=Timestamp(1_700_000_000, 1)))
+    view = OffsetsView({OffsetPartition("lost", "rs0"): state})
+    with pytest.raises(MongoCdcError) as raised:
+        probe_oplog(config, details, view, timeout_ms=500)
+    message = str(raised.value)
+    assert (
+        f"Could not connect to MongoDB at mongodb://127.0.0.1:{unused_tcp_port}/ after 1 attempt " in message
+    ), message
+    assert "check that the servers run and are reachable" in message, message
+    assert "connect.max.attempts" not in message, message

@@ -407,9 +407,9 @@ def connect(
         ) from None
     except ConnectionFailure as error:
         waited = int((time.monotonic() - started) * 1000)
+        attempts = f"{policy.max_calls} attempt{'s' if policy.max_calls != 1 else ''}"
         raise ConnectionFailedError(
-            f"Could not connect to MongoDB at {details.describe()} after {policy.max_calls} attempts "
-            f"over {format_duration_ms(waited)}",
+            f"Could not connect to MongoDB at {details.describe()} after {attempts} over {format_duration_ms(waited)}",
             cause=error_text(error, brief=True),
             fix=_connection_fix(details, error, require_primary, policy),
         ) from None
@@ -434,10 +434,11 @@ def _connection_fix(
         hints.append(f"check that the replica set is named {details.effective_replica_set()!r}")
     if details.members_auto_discover:
         hints.append("behind a proxy set members auto-discover to false")
-    hints.append(
-        f"to wait longer raise connect.max.attempts (now {policy.max_attempts}) or "
-        f"connect.backoff.max.delay.ms (now {policy.max_delay_ms})"
-    )
+    if policy.max_attempts > 0:  # a single contact (health probes, gap checks) has no wait to raise
+        hints.append(
+            f"to wait longer raise connect.max.attempts (now {policy.max_attempts}) or "
+            f"connect.backoff.max.delay.ms (now {policy.max_delay_ms})"
+        )
     return "; ".join(hints)
 
 
