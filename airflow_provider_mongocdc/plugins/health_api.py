@@ -32,6 +32,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse
 
+from airflow_provider_mongocdc.connector_dags import Connector, ConnectorEntryError, load_connectors
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
@@ -50,7 +51,6 @@ from airflow_provider_mongocdc.core.health.record import (
     shown_error,
     utcnow,
 )
-from airflow_provider_mongocdc.dags import Connector, ConnectorEntryError, load_connectors
 from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
 from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
 
