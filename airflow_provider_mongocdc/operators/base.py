@@ -96,7 +96,7 @@ def parse_connector_config(connector_config: Mapping[str, Any] | str) -> Connect
     return ConnectorConfig.from_properties(decode_connector_config(connector_config))
 
 
-class MongoCdcSparkSubmitOperator(SparkSubmitSettings):
+class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
     """Run one of the provider's Spark applications while holding the connector's lease.
     Subclasses set ``application_name`` and ``lease_kind``.
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
@@ -63,13 +62,18 @@ def spark_submit_opts(options: str) -> Iterator[None]:
             os.environ["SPARK_SUBMIT_OPTS"] = previous
 
 
-class SparkSubmitSettings(SparkSubmitOperator):
-    """SparkSubmitOperator with the provider's spark-submit settings: Spark's log level, the driver
-    JVM's log4j configuration and JIT, and the provider's Spark hook. Subclasses set
-    ``spark_conn_id`` (templated) and ``spark_log_level`` (see :func:`checked_spark_log_level`)."""
+class SparkSubmitSettings:
+    """The provider's spark-submit settings, mixed into a SparkSubmitOperator (before it in the
+    bases): Spark's log level, the driver JVM's log4j configuration and JIT, and the provider's
+    Spark hook. The operator sets ``spark_conn_id`` (templated) and ``spark_log_level`` (see
+    :func:`checked_spark_log_level`); the rest is SparkSubmitOperator's."""
 
     spark_conn_id: str
     spark_log_level: str | None
+    # SparkSubmitOperator's, read here.
+    conf: dict[str, Any] | None
+    env_vars: dict[str, Any] | None
+    _deploy_mode: str | None
 
     # -- SparkSubmitOperator's private state (apache-airflow-providers-apache-spark 6.3.4) ---------
     def _use_rendered_spark_connection(self) -> None:
