@@ -3,7 +3,7 @@
 Each connector gets an hourly window DAG, a re-snapshot DAG (trigger form) and an oplog gap
 watchdog; the connector ``default`` keeps the ids ``mongocdc_hourly``, ``mongocdc_resnapshot`` and
 ``mongocdc_watchdog``, another connector ``<name>`` gets ``mongocdc_<name>_hourly`` ... The entries
-are described in :mod:`airflow_provider_mongocdc.dags`. An invalid entry shows as a DAG of its
+are described in :mod:`airflow_provider_mongocdc.connector_dags`. An invalid entry shows as a DAG of its
 own, ``mongocdc_invalid_<name>``, that names the entry and the fix; the other connectors' DAGs still
 load. Nothing here reads a Variable or the network: the connector configuration is read when a task
 runs.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from airflow_provider_mongocdc.dags import connector_dags
+from airflow_provider_mongocdc.connector_dags import connector_dags
 
 CONNECTORS = Path(
     os.environ.get("MONGOCDC_CONNECTORS_FILE") or Path(__file__).with_name("mongocdc_connectors.json")

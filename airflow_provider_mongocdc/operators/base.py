@@ -6,43 +6,33 @@ configuration before anything is submitted, writes the job spec to an owner-only
 the executors as a zip (``py_files``), and turns the application's result file into the task's
 return value (pushed to XCom) or into one clear error. Spark's own logging is kept at
 ``spark_log_level`` (default WARN) so that the task log holds the provider's progress lines; how
-the level reaches the driver and the executors: docs/design.md, "Spark applications".
+spark-submit's JVM and Spark's logging are configured: operators/spark_options.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
-from airflow.sdk import Asset, AssetAlias, BaseHook
+from airflow.sdk import Asset, AssetAlias
 
 import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
-from airflow_provider_mongocdc.hooks.spark_submit import MongoCdcSparkSubmitHook
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
+from airflow_provider_mongocdc.operators.spark_options import SparkSubmitSettings, checked_spark_log_level
 
 PACKAGE_DIR = Path(airflow_provider_mongocdc.__file__).resolve().parent
-# Log4j 2 configuration of the driver JVM in client deploy mode (shipped in the wheel).
-SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.properties")
-# The driver JVM of the applications with its C1 compiler only (see _driver_jvm_startup).
-DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 # The AssetAlias of the tasks whose topic.prefix is templated: each run adds its connector's Asset.
 CONNECTOR_ASSET_ALIAS = "mongocdc"
-SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
-# The levels at which Spark's own report of a failed task (with its Java stack trace) is logged; at
-# the others the application's report in words stands alone (spark-log4j2.properties).
-SPARK_TASK_FAILURE_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO")
 # The templated parameters of every task of a connector (the Spark operators and OplogGapSensor).
 CONNECTOR_TEMPLATE_FIELDS = ("connector_config", "mongo_conn_id", "kafka_conn_id")
 
@@ -106,7 +96,7 @@ def parse_connector_config(connector_config: Mapping[str, Any] | str) -> Connect
     return ConnectorConfig.from_properties(decode_connector_config(connector_config))
 
 
-class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
+class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
     """Run one of the provider's Spark applications while holding the connector's lease.
     Subclasses set ``application_name`` and ``lease_kind``.
 
@@ -147,11 +137,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         spark_log_level: str | None = "WARN",
         **kwargs: Any,
     ) -> None:
-        if spark_log_level is not None and str(spark_log_level).upper() not in SPARK_LOG_LEVELS:
-            raise ConfigError(
-                f"spark_log_level {spark_log_level!r} is not a log level of Spark",
-                fix=f"use one of {', '.join(SPARK_LOG_LEVELS)}, or None to keep Spark's own configuration",
-            )
+        spark_log_level = checked_spark_log_level(spark_log_level)
         kwargs.setdefault("conn_id", spark_conn_id)
         if "outlets" not in kwargs:
             # The connector's Asset when topic.prefix is known at parse time (not templated) and every
@@ -167,7 +153,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
         self.mongo_conn_id = mongo_conn_id
         self.kafka_conn_id = kafka_conn_id
         self.spark_conn_id = kwargs["conn_id"]
-        self.spark_log_level = spark_log_level.upper() if spark_log_level else None
+        self.spark_log_level = spark_log_level
 
     # -- what subclasses provide -------------------------------------------------------------------
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
@@ -257,86 +243,8 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
     def _on_lease_lost(self, error) -> None:
         """Called by the lease keeper's thread: stop the Spark job, which no longer holds the lease."""
         self._lease_lost = error
-        if getattr(self, "_hook", None) is not None:  # a job was submitted: kill it
+        if self._spark_job_submitted():  # a job was submitted: kill it
             self.on_kill()
-
-    # -- spark-submit -------------------------------------------------------------------------------
-    def _get_hook(self) -> MongoCdcSparkSubmitHook:
-        """SparkSubmitOperator's hook (built from the operator's arguments) with this provider's
-        additions: spark-submit dies with the task process, the JVM's start-up notice stays out of
-        the task log (hooks/spark_submit.py)."""
-        return MongoCdcSparkSubmitHook.from_hook(super()._get_hook())
-
-    # -- Spark's own logging ------------------------------------------------------------------------
-    def _effective_spark_log_level(self) -> str | None:
-        """spark_log_level, or the user's spark.log.level (Spark applies it at the SparkContext's start)."""
-        if not self.spark_log_level:
-            return None
-        return str((self.conf or {}).get("spark.log.level") or self.spark_log_level).upper()
-
-    def spark_log_conf(self) -> dict[str, str]:
-        """Spark properties that set Spark's log level in the driver and the executors (read by
-        spark_apps/runtime.py). Spark's own spark.log.level is not used: the level it sets at the
-        SparkContext's start does not reach the executors."""
-        level = self._effective_spark_log_level()
-        if not level:
-            return {}
-        return {"spark.mongocdc.log.level": level, "spark.executor.syncLogLevel.enabled": "true"}
-
-    def _submit_deploy_mode(self) -> str:
-        mode = self._deploy_mode or (self.conf or {}).get("spark.submit.deployMode")
-        if not mode:
-            try:
-                mode = BaseHook.get_connection(self.spark_conn_id).extra_dejson.get("deploy-mode")
-            except Exception:  # no such connection: SparkSubmitHook falls back to its defaults
-                mode = None
-        return str(mode or "client").lower()
-
-    def _users_log4j_config(self) -> bool:
-        """Whether the user configured the driver's log4j: JVM options or a conf directory with one."""
-        conf = self.conf or {}
-        env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
-        options = " ".join(
-            str(conf.get(key, ""))
-            for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions")
-        )
-        if "log4j" in options or "log4j" in env.get("SPARK_SUBMIT_OPTS", ""):
-            return True
-        conf_dirs = [env.get("SPARK_CONF_DIR"), env.get("SPARK_HOME") and f"{env['SPARK_HOME']}/conf"]
-        return any(d and any(Path(d).glob("log4j2*.*")) for d in conf_dirs if d and Path(d).is_dir())
-
-    @contextlib.contextmanager
-    def _driver_jvm_startup(self) -> Iterator[None]:
-        """While spark-submit runs (client deploy mode): the driver JVM with its C1 compiler only
-        (``-XX:TieredStopAtLevel=1``). The JVM of a window or snapshot only ships the tasks and
-        collects their summaries (the Python workers read, build and produce), and C2 compiling
-        Spark's start-up code cost half of its CPU: an empty window's driver JVM 8 -> 4.5 CPU-s,
-        the whole run 10.3 -> 6.7 CPU-s on 2 cores (bench/RESULTS.md). Given through
-        ``SPARK_SUBMIT_OPTS``, which the JVM reads before ``spark.driver.extraJavaOptions``: a
-        ``-XX:TieredStopAtLevel`` of your own there (or in ``SPARK_SUBMIT_OPTS``) wins."""
-        env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
-        if self._submit_deploy_mode() == "cluster" or "TieredStopAtLevel" in env.get("SPARK_SUBMIT_OPTS", ""):
-            yield
-            return
-        with _spark_submit_opts(DRIVER_JIT_OPTION):
-            yield
-
-    @contextlib.contextmanager
-    def _driver_jvm_logging(self) -> Iterator[None]:
-        """While spark-submit runs: the packaged log4j configuration for the driver JVM (client
-        deploy mode only: in cluster mode the spark-submit JVM is a client whose INFO lines the
-        Spark hook reads to follow the application)."""
-        level = self._effective_spark_log_level()
-        if not level or self._submit_deploy_mode() == "cluster" or self._users_log4j_config():
-            yield
-            return
-        failures = "NEUTRAL" if level in SPARK_TASK_FAILURE_LEVELS else "DENY"
-        options = (
-            f"-Dlog4j2.configurationFile={SPARK_LOG4J2_CONFIG.as_uri()} -Dmongocdc.spark.log.level={level} "
-            f"-Dmongocdc.spark.task.failures={failures}"
-        )
-        with _spark_submit_opts(options):
-            yield
 
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
@@ -374,8 +282,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 **self.spark_log_conf(),
                 **(self.conf or {}),
             }
-            self._conn_id = self.spark_conn_id  # templated here; SparkSubmitOperator reads _conn_id
-            self._hook = None  # rebuild the hook with the arguments set above
+            self._use_rendered_spark_connection()  # the hook built with the arguments set above
             self.log.info(
                 "Running %s for connector %s: %s",
                 self.application_name,
@@ -405,19 +312,3 @@ class MongoCdcSparkSubmitOperator(SparkSubmitOperator):
                 "run the task again; nothing past the last committed offset was recorded."
             )
         return self.report_run(context, config, self.summarize(context, result["summary"]))
-
-
-@contextlib.contextmanager
-def _spark_submit_opts(options: str) -> Iterator[None]:
-    """``options`` appended to ``SPARK_SUBMIT_OPTS`` (the driver JVM's options in client deploy
-    mode) while spark-submit runs; the previous value restored afterwards (each Airflow task runs
-    in its own process)."""
-    previous = os.environ.get("SPARK_SUBMIT_OPTS")
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{previous} {options}" if previous else options
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("SPARK_SUBMIT_OPTS", None)
-        else:
-            os.environ["SPARK_SUBMIT_OPTS"] = previous

@@ -358,8 +358,7 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     # -- run ---------------------------------------------------------------------------------------
     def execute(self, context) -> dict[str, Any]:
         config = parse_connector_config(self.connector_config)
-        self._conn_id = self.spark_conn_id
-        self._hook = None
+        self._use_rendered_spark_connection()
         self._decision = self.decide(config)
         decision = self._decision
         if decision["mode"] in (INCREMENTAL, STOP):

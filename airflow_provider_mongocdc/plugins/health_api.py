@@ -32,6 +32,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse
 
+from airflow_provider_mongocdc.connector_dags import Connector, ConnectorEntryError, load_connectors
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
@@ -50,7 +51,6 @@ from airflow_provider_mongocdc.core.health.record import (
     shown_error,
     utcnow,
 )
-from airflow_provider_mongocdc.dags import Connector, ConnectorEntryError, load_connectors
 from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
 from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
 
@@ -247,34 +247,43 @@ def read_runs(dag_ids: Mapping[str, str], now: datetime) -> dict[str, Any]:
             )
         )
         summaries = _summaries(session, [*windows[:1], *day, *snapshots])
-        last_snapshot = None
-        for ti in snapshots:
-            summary = summaries.get((ti.dag_id, ti.run_id, ti.task_id))
-            copied = isinstance(summary, Mapping) and summary.get("action") not in (None, *NO_COPY_ACTIONS)
-            unfinished = ti.state not in ("success", "skipped")
-            if copied or (unfinished and (ti.task_id == RESNAPSHOT_TASK or ti.state != "running")):
-                last_snapshot = _run(ti, summary, SNAPSHOT_FIELDS)
-                break
-        points = []
-        for ti in day:
-            summary = summaries.get((hourly, ti.run_id, WINDOW_TASK))
-            summary = summary if isinstance(summary, Mapping) else {}
-            points.append(
-                {
-                    "end": summary.get("window_end") or ti.end_date.isoformat(),
-                    "events": summary.get("events"),
-                    "state": str(ti.state),
-                    "run_id": ti.run_id,
-                }
-            )
         last = windows[0] if windows else None
         return {
             "last_window": _run(last, summaries.get((hourly, last.run_id, WINDOW_TASK)), WINDOW_FIELDS)
             if last
             else None,
-            "last_snapshot": last_snapshot,
-            "windows": points,
+            "last_snapshot": _last_snapshot(snapshots, summaries),
+            "windows": _window_points(day, summaries),
         }
+
+
+def _last_snapshot(snapshots, summaries: Mapping[tuple[str, str, str], Any]) -> dict[str, Any] | None:
+    """The newest of ``snapshots`` (newest first) that copied documents or did not succeed; of the
+    running ones, only a re-snapshot's counts (the hourly DAG's snapshot task is left out)."""
+    for ti in snapshots:
+        summary = summaries.get((ti.dag_id, ti.run_id, ti.task_id))
+        copied = isinstance(summary, Mapping) and summary.get("action") not in (None, *NO_COPY_ACTIONS)
+        unfinished = ti.state not in ("success", "skipped")
+        if copied or (unfinished and (ti.task_id == RESNAPSHOT_TASK or ti.state != "running")):
+            return _run(ti, summary, SNAPSHOT_FIELDS)
+    return None
+
+
+def _window_points(day, summaries: Mapping[tuple[str, str, str], Any]) -> list[dict[str, Any]]:
+    """The chart's points: each window of the last day, its end, events, state and run id."""
+    points = []
+    for ti in day:
+        summary = summaries.get((ti.dag_id, ti.run_id, WINDOW_TASK))
+        summary = summary if isinstance(summary, Mapping) else {}
+        points.append(
+            {
+                "end": summary.get("window_end") or ti.end_date.isoformat(),
+                "events": summary.get("events"),
+                "state": str(ti.state),
+                "run_id": ti.run_id,
+            }
+        )
+    return points
 
 
 def read_pool(name: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The MongoDB CDC page: the health records of :mod:`airflow_provider_mongocdc.core.health.record`
-as one HTML table, a row per connector (README, "The MongoDB CDC page", describes each column).
+as one HTML table, a row per connector (docs/operations.md, "The MongoDB CDC page and its JSON API",
+describes each column).
 
 Plain HTML rendered on the API server: no script is needed to read it. The one script makes the
 links to Airflow's own pages (DAGs, task logs, the re-snapshot form) open in the Airflow UI around

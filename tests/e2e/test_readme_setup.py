@@ -70,7 +70,7 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
         )
     )
     (folder / "side_connectors.py").write_text(
-        "from pathlib import Path\n\nfrom airflow_provider_mongocdc.dags import connector_dags\n\n"
+        "from pathlib import Path\n\nfrom airflow_provider_mongocdc.connector_dags import connector_dags\n\n"
         'globals().update(connector_dags(path=Path(__file__).with_name("side_connectors.json")))\n'
     )
     env = own_airflow(airflow_env, home, folder)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from airflow_provider_mongocdc.operators.base import DRIVER_JIT_OPTION
+from airflow_provider_mongocdc.operators.spark_options import DRIVER_JIT_OPTION
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
-from airflow_provider_mongocdc.operators.base import SPARK_LOG4J2_CONFIG
+from airflow_provider_mongocdc.operators.spark_options import SPARK_LOG4J2_CONFIG
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 
 pytestmark = pytest.mark.unit
@@ -35,7 +35,7 @@ def _submit_settings(operator, monkeypatch, deploy_mode: str | None = None) -> t
         **operator.spark_log_conf(),
         **(operator.conf or {}),
     }
-    operator._conn_id = operator.spark_conn_id
+    operator._use_rendered_spark_connection()
     with operator._driver_jvm_logging():
         opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     assert "SPARK_SUBMIT_OPTS" not in os.environ, "SPARK_SUBMIT_OPTS outlived the submit"

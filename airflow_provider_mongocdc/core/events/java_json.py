@@ -395,6 +395,38 @@ def _regex_pattern(value: Any) -> str:
     return value.pattern
 
 
+# The leaves orjson cannot write, as a strict (JsonMode.STRICT) and a relaxed writer has them.
+def _strict_date(value: Any) -> Any:
+    return {"$date": _epoch_millis(value)}
+
+
+def _strict_binary(data: bytes, subtype: int) -> Any:
+    return {"$binary": _b64(data), "$type": f"{subtype:02X}"}
+
+
+def _strict_regex(value: Any) -> Any:
+    return {"$regex": _regex_pattern(value), "$options": _regex_options(value.flags)}
+
+
+def _strict_int64(value: Any) -> Any:
+    return {"$numberLong": str(int(value))}
+
+
+def _relaxed_date(value: Any) -> Any:
+    millis = _epoch_millis(value)
+    if 0 <= millis <= _LAST_MS_OF_YEAR_9999:
+        return {"$date": java_date(millis)}
+    return {"$date": {"$numberLong": str(millis)}}
+
+
+def _relaxed_binary(data: bytes, subtype: int) -> Any:
+    return {"$binary": {"base64": _b64(data), "subType": f"{subtype:02X}"}}
+
+
+def _relaxed_regex(value: Any) -> Any:
+    return {"$regularExpression": {"pattern": _regex_pattern(value), "options": _regex_options(value.flags)}}
+
+
 class _FastPath:
     """orjson-based text of a compact strict or relaxed :class:`JavaJsonWriter` (see above)."""
 
@@ -403,41 +435,9 @@ class _FastPath:
     def __init__(self, mode: str):
         strict = self._strict = mode == "strict"
         if strict:
-
-            def date(value: Any) -> Any:
-                return {"$date": _epoch_millis(value)}
-
-            def binary(data: bytes, subtype: int) -> Any:
-                return {"$binary": _b64(data), "$type": f"{subtype:02X}"}
-
-            def regex(value: Any) -> Any:
-                return {"$regex": _regex_pattern(value), "$options": _regex_options(value.flags)}
-
-            def int64(value: Any) -> Any:
-                return {"$numberLong": str(int(value))}
-
+            date, binary, regex, int64 = _strict_date, _strict_binary, _strict_regex, _strict_int64
         else:
-
-            def date(value: Any) -> Any:
-                millis = _epoch_millis(value)
-                if 0 <= millis <= _LAST_MS_OF_YEAR_9999:
-                    return {"$date": java_date(millis)}
-                return {"$date": {"$numberLong": str(millis)}}
-
-            def binary(data: bytes, subtype: int) -> Any:
-                return {"$binary": {"base64": _b64(data), "subType": f"{subtype:02X}"}}
-
-            def regex(value: Any) -> Any:
-                return {
-                    "$regularExpression": {
-                        "pattern": _regex_pattern(value),
-                        "options": _regex_options(value.flags),
-                    }
-                }
-
-            def int64(value: Any) -> Any:
-                return int(value)
-
+            date, binary, regex, int64 = _relaxed_date, _relaxed_binary, _relaxed_regex, int
         self._types: dict[type, Any] = {
             datetime.datetime: date,
             DatetimeMS: date,

@@ -299,11 +299,39 @@ def window_chart(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- the record -------------------------------------------------------------------------------------
+class _Findings:
+    """The problems found while one record is built, each ``(status, words)``, in the order found."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.problems: list[tuple[str, str]] = []
+
+    def add(self, status: str, words: str) -> None:
+        self.problems.append((status, words))
+
+    def read(self, part: dict[str, Any], reading: Reading | None, status: str, words: str) -> Any:
+        """``reading``'s value (None without one); its age and error into ``part``, the error
+        into the problems."""
+        if reading is None:
+            return None
+        part.update(reading.meta(self.now))
+        if reading.error:
+            self.add(status, f"{words}: {headline(reading.error)}")
+        return reading.value
+
+    def status(self) -> str:
+        return max((status for status, _ in self.problems), key=_RANK.__getitem__, default=OK_STATUS)
+
+    def words(self) -> list[str]:
+        """The problems, the worst first (found order within a status)."""
+        return [words for _, words in sorted(self.problems, key=lambda item: -_RANK[item[0]])]
+
+
 def connector_record(
     identity: ConnectorIdentity, sources: Sources, *, now: datetime, headroom_threshold_seconds: float
 ) -> dict[str, Any]:
     """The health record of one connector (JSON-serialisable)."""
-    problems: list[tuple[str, str]] = []  # (status, words)
+    found = _Findings(now)
     record: dict[str, Any] = {
         "name": identity.name,
         "dag_ids": dict(identity.dag_ids),
@@ -313,31 +341,28 @@ def connector_record(
         "generated_at": iso_z(now),
     }
     if identity.config_error:
-        problems.append((ERROR_STATUS, f"configuration: {headline(identity.config_error)}"))
+        found.add(ERROR_STATUS, f"configuration: {headline(identity.config_error)}")
     if sources.registered_dags is not None:
         missing = sorted(set(identity.dag_ids.values()) - set(sources.registered_dags))
         record["dags_registered"] = not missing
         if missing:
-            problems.append(
-                (
-                    WARNING_STATUS,
-                    f"DAGs not registered in Airflow yet: {', '.join(missing)} (see DAG import errors)",
-                )
+            found.add(
+                WARNING_STATUS,
+                f"DAGs not registered in Airflow yet: {', '.join(missing)} (see DAG import errors)",
             )
+    record.update(_offsets_parts(identity, sources, found))
+    record["oplog"] = _oplog_part(identity, sources, headroom_threshold_seconds, found)
+    record.update(_airflow_parts(identity, sources, found))
+    record["status"] = found.status()
+    record["problems"] = found.words()
+    return record
 
-    def read(part: dict[str, Any], reading: Reading | None, status: str, words: str) -> Any:
-        """``reading``'s value (None without one); its age and error into ``part``, the error
-        into the problems."""
-        if reading is None:
-            return None
-        part.update(reading.meta(now))
-        if reading.error:
-            problems.append((status, f"{words}: {headline(reading.error)}"))
-        return reading.value
 
-    # offsets: positions, lag, lease, incremental snapshot
+def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findings) -> dict[str, Any]:
+    """``offsets`` (positions and lag), ``lease`` and ``incremental_snapshot`` of a record."""
+    now = found.now
     offsets: dict[str, Any] = {"partitions": [], "lag_seconds": None}
-    view: OffsetsView | None = read(
+    view: OffsetsView | None = found.read(
         offsets, sources.offsets, ERROR_STATUS, "Kafka: the offsets could not be read"
     )
     if view is not None:
@@ -349,69 +374,65 @@ def connector_record(
         lags = [row["lag_seconds"] for row in rows if row["lag_seconds"] is not None]
         offsets["lag_seconds"] = max(lags) if lags else None
         if not rows:
-            problems.append(
-                (WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
-            )
+            found.add(WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
         elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):
-            problems.append((WARNING_STATUS, "a snapshot is in progress"))
-    record["offsets"] = offsets
-    record["lease"] = lease_part(view.lease if view else None, now) | (
-        sources.offsets.meta(now) if sources.offsets is not None else {}
-    )
-    record["incremental_snapshot"] = (
-        incremental_part(view, sources.documents_left, identity.chunk_size, now) if view else None
-    )
+            found.add(WARNING_STATUS, "a snapshot is in progress")
+    return {
+        "offsets": offsets,
+        "lease": lease_part(view.lease if view else None, now)
+        | (sources.offsets.meta(now) if sources.offsets is not None else {}),
+        "incremental_snapshot": (
+            incremental_part(view, sources.documents_left, identity.chunk_size, now) if view else None
+        ),
+    }
 
-    # oplog headroom
+
+def _oplog_part(
+    identity: ConnectorIdentity, sources: Sources, threshold_seconds: float, found: _Findings
+) -> dict[str, Any]:
+    """``oplog`` of a record: each position's headroom, a gap or a low headroom as a problem."""
     oplog: dict[str, Any] = {
-        "threshold_seconds": int(headroom_threshold_seconds),
+        "threshold_seconds": int(threshold_seconds),
         "partitions": [],
         "headroom_seconds": None,
     }
-    report: GapReport | None = read(
+    report: GapReport | None = found.read(
         oplog, sources.oplog, WARNING_STATUS, "MongoDB: the oplog headroom is unknown"
     )
     if report is not None:
-        oplog["partitions"] = [headroom_row(check, headroom_threshold_seconds) for check in report.checks]
+        oplog["partitions"] = [headroom_row(check, threshold_seconds) for check in report.checks]
         oplog["headroom_seconds"] = report.headroom_seconds
         oplog["notes"] = [shown_error(note) for note in report.notes]
         if report.gap:
             lost = ", ".join(check.partition.rs for check in report.gaps)
-            problems.append(
-                (
-                    ERROR_STATUS,
-                    f"oplog gap: the stored position of {lost} is no longer in the oplog; re-snapshot "
-                    f"({identity.dag_ids.get('resnapshot')})",
-                )
+            found.add(
+                ERROR_STATUS,
+                f"oplog gap: the stored position of {lost} is no longer in the oplog; re-snapshot "
+                f"({identity.dag_ids.get('resnapshot')})",
             )
         elif any(row["low"] for row in oplog["partitions"]):
-            problems.append(
-                (
-                    WARNING_STATUS,
-                    f"oplog headroom below {_hours(headroom_threshold_seconds)}: run the window "
-                    "(or size the oplog) before the position is purged",
-                )
+            found.add(
+                WARNING_STATUS,
+                f"oplog headroom below {_hours(threshold_seconds)}: run the window "
+                "(or size the oplog) before the position is purged",
             )
-    record["oplog"] = oplog
+    return oplog
 
-    # runs and pool (from Airflow)
-    record["runs"] = {}
-    runs = read(record["runs"], sources.runs, WARNING_STATUS, "Airflow runs could not be read") or {}
-    record["last_window"] = runs.get("last_window")
-    record["last_snapshot"] = runs.get("last_snapshot")
-    record["windows_last_day"] = window_chart(runs.get("windows") or [])
-    if (record["last_window"] or {}).get("state") in ("failed", "upstream_failed"):
-        problems.append(
-            (WARNING_STATUS, f"the last window failed (run {record['last_window'].get('run_id')})")
-        )
+
+def _airflow_parts(identity: ConnectorIdentity, sources: Sources, found: _Findings) -> dict[str, Any]:
+    """What Airflow tells of a record: ``runs`` (its reading), the last window and snapshot, the
+    windows of the last day and the ``pool``."""
+    parts: dict[str, Any] = {"runs": {}}
+    runs = found.read(parts["runs"], sources.runs, WARNING_STATUS, "Airflow runs could not be read") or {}
+    parts["last_window"] = runs.get("last_window")
+    parts["last_snapshot"] = runs.get("last_snapshot")
+    parts["windows_last_day"] = window_chart(runs.get("windows") or [])
+    if (parts["last_window"] or {}).get("state") in ("failed", "upstream_failed"):
+        found.add(WARNING_STATUS, f"the last window failed (run {parts['last_window'].get('run_id')})")
     pool_read: dict[str, Any] = {}
-    pool = read(pool_read, sources.pool, WARNING_STATUS, "the pool could not be read") or {}
-    record["pool"] = {"name": identity.pool, **pool, "read": pool_read}
-
-    worst = max((status for status, _ in problems), key=_RANK.__getitem__, default=OK_STATUS)
-    record["status"] = worst
-    record["problems"] = [words for _, words in sorted(problems, key=lambda item: -_RANK[item[0]])]
-    return record
+    pool = found.read(pool_read, sources.pool, WARNING_STATUS, "the pool could not be read") or {}
+    parts["pool"] = {"name": identity.pool, **pool, "read": pool_read}
+    return parts
 
 
 def _hours(seconds: float) -> str:

@@ -5,7 +5,7 @@ A DAG file (see ``dags/mongocdc_connectors.py``) calls::
     globals().update(connector_dags(path=Path(__file__).with_name("mongocdc_connectors.json")))
 
 The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries); an entry's
-keys, their defaults and the DAG ids (:mod:`.core.dag_ids`): README, "The example DAGs". A
+keys, their defaults and the DAG ids (:mod:`.core.base.dag_ids`): README, "The example DAGs". A
 ``config_variable`` is read when a task runs (macro ``mongocdc_connector_config()``), never while
 the DAG files are parsed. An entry that is not valid yields none of its DAGs but a DAG of its own,
 ``mongocdc_invalid_<name>``, whose name, description and Docs name the entry, the problem and the
@@ -143,83 +143,118 @@ def clock_timetable(clock: Any, label: str):
     )
 
 
-class Connector:
-    """One validated entry of the connector list."""
+def _entry_name(entry: Any, label: str) -> str:
+    """The entry's ``name``, once the entry is an object of known keys."""
+    if not isinstance(entry, Mapping):
+        raise ConnectorEntryError(f"{label} must be a JSON object, got {type(entry).__name__}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConnectorEntryError(
+            f"{label}: 'name' must be letters, digits and _ (it is part of the DAG ids), got {name!r}"
+        )
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        raise ConnectorEntryError(
+            f"{label}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(ENTRY_KEYS))}"
+        )
+    return name
 
-    def __init__(self, entry: Any, index: int):
-        label = entry_label(entry, index)
-        if not isinstance(entry, Mapping):
-            raise ConnectorEntryError(f"{label} must be a JSON object, got {type(entry).__name__}")
-        name = entry.get("name")
-        self.label = label
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ConnectorEntryError(
-                f"{label}: 'name' must be letters, digits and _ (it is part of the DAG ids), got {name!r}"
-            )
-        unknown = sorted(set(entry) - ENTRY_KEYS)
-        if unknown:
-            raise ConnectorEntryError(
-                f"{label}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(ENTRY_KEYS))}"
-            )
-        self.name = name
-        self.config = entry.get("config")
-        self.config_variable = entry.get("config_variable")
-        if self.config is not None and self.config_variable is not None:
-            raise ConnectorEntryError(f"{label}: give either 'config' or 'config_variable', not both")
-        if self.config is not None:
-            if not isinstance(self.config, Mapping) or not self.config.get("topic.prefix"):
-                raise ConnectorEntryError(
-                    f"{label}: 'config' must be a JSON object of Debezium properties with a "
-                    f'topic.prefix, e.g. {{"topic.prefix": "{name}"}}'
-                )
-            from airflow_provider_mongocdc.core.base.errors import MongoCdcError
-            from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
-            try:
-                ConnectorConfig.from_properties(dict(self.config))
-            except MongoCdcError as error:
-                raise ConnectorEntryError(f"{label}: 'config' is not valid: {error}") from None
-        elif self.config_variable is None:
-            self.config_variable = (
-                CONNECTOR_CONFIG_VARIABLE if name == DEFAULT_NAME else f"mongocdc_{name}_connector_config"
-            )
-        if not isinstance(self.config_variable, (str, type(None))) or self.config_variable == "":
-            raise ConnectorEntryError(f"{label}: 'config_variable' must be a Variable name")
-        conn_ids = entry.get("conn_ids") or {}
-        if not isinstance(conn_ids, Mapping) or set(conn_ids) - set(DEFAULT_CONN_IDS):
+def _entry_config(entry: Mapping[str, Any], name: str, label: str) -> tuple[Any, str | None]:
+    """``(config, config_variable)``: the inline configuration (validated), else the Variable
+    that holds it (``mongocdc_connector_config`` for the connector ``default``)."""
+    config = entry.get("config")
+    config_variable = entry.get("config_variable")
+    if config is not None and config_variable is not None:
+        raise ConnectorEntryError(f"{label}: give either 'config' or 'config_variable', not both")
+    if config is not None:
+        if not isinstance(config, Mapping) or not config.get("topic.prefix"):
             raise ConnectorEntryError(
-                f"{label}: 'conn_ids' must be an object with the keys mongo, kafka, spark, got {conn_ids!r}"
+                f"{label}: 'config' must be a JSON object of Debezium properties with a "
+                f'topic.prefix, e.g. {{"topic.prefix": "{name}"}}'
             )
-        self.conn_ids = {**DEFAULT_CONN_IDS, **conn_ids}
-        pool = entry.get("pool")
-        if pool is None:
-            pool = (
-                os.environ.get(POOL_ENV) or "mongocdc_default" if name == DEFAULT_NAME else f"mongocdc_{name}"
-            )
-        if not isinstance(pool, str) or not pool:
-            raise ConnectorEntryError(f"{label}: 'pool' must be a pool name, got {pool!r}")
-        self.pool = pool
-        self.schedule = entry.get("schedule", "@hourly")
-        # The window DAG's schedule by the clock, by changes (a change watcher), or both.
-        self.changes = None
-        if "window_schedule" in entry:
-            if "schedule" in entry:
-                raise ConnectorEntryError(f"{label}: give either 'schedule' or 'window_schedule', not both")
-            self.schedule, self.changes = window_schedule(entry["window_schedule"], label)
-        watchdog = entry.get("watchdog_schedule", 600)
-        self.watchdog_schedule = timedelta(seconds=watchdog) if isinstance(watchdog, int) else watchdog
-        import pendulum
+        from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+        from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
         try:
-            self.start_date = pendulum.parse(str(entry.get("start_date", DEFAULT_START_DATE)), tz="UTC")
-        except Exception:
-            raise ConnectorEntryError(
-                f"{label}: 'start_date' must be an ISO 8601 date, got {entry.get('start_date')!r}"
-            ) from None
-        tags = entry.get("tags") or []
-        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-            raise ConnectorEntryError(f"{label}: 'tags' must be a list of strings")
-        self.tags = [*TAGS, *([] if name == DEFAULT_NAME else [name]), *tags]
+            ConnectorConfig.from_properties(dict(config))
+        except MongoCdcError as error:
+            raise ConnectorEntryError(f"{label}: 'config' is not valid: {error}") from None
+    elif config_variable is None:
+        config_variable = (
+            CONNECTOR_CONFIG_VARIABLE if name == DEFAULT_NAME else f"mongocdc_{name}_connector_config"
+        )
+    if not isinstance(config_variable, (str, type(None))) or config_variable == "":
+        raise ConnectorEntryError(f"{label}: 'config_variable' must be a Variable name")
+    return config, config_variable
+
+
+def _entry_conn_ids(entry: Mapping[str, Any], label: str) -> dict[str, str]:
+    """The entry's connection ids over ``DEFAULT_CONN_IDS``."""
+    conn_ids = entry.get("conn_ids") or {}
+    if not isinstance(conn_ids, Mapping) or set(conn_ids) - set(DEFAULT_CONN_IDS):
+        raise ConnectorEntryError(
+            f"{label}: 'conn_ids' must be an object with the keys mongo, kafka, spark, got {conn_ids!r}"
+        )
+    return {**DEFAULT_CONN_IDS, **conn_ids}
+
+
+def _entry_pool(entry: Mapping[str, Any], name: str, label: str) -> str:
+    """The entry's pool: ``mongocdc_<name>`` (the connector ``default``: ``$MONGOCDC_POOL`` or
+    ``mongocdc_default``) unless it names one."""
+    pool = entry.get("pool")
+    if pool is None:
+        pool = os.environ.get(POOL_ENV) or "mongocdc_default" if name == DEFAULT_NAME else f"mongocdc_{name}"
+    if not isinstance(pool, str) or not pool:
+        raise ConnectorEntryError(f"{label}: 'pool' must be a pool name, got {pool!r}")
+    return pool
+
+
+def _entry_schedules(entry: Mapping[str, Any], label: str) -> tuple[Any, Any, Any]:
+    """``(schedule, changes, watchdog_schedule)``: the window DAG's schedule by the clock, by
+    changes (a change watcher), or both; the watchdog's (seconds, or as given)."""
+    schedule = entry.get("schedule", "@hourly")
+    changes = None
+    if "window_schedule" in entry:
+        if "schedule" in entry:
+            raise ConnectorEntryError(f"{label}: give either 'schedule' or 'window_schedule', not both")
+        schedule, changes = window_schedule(entry["window_schedule"], label)
+    watchdog = entry.get("watchdog_schedule", 600)
+    return schedule, changes, timedelta(seconds=watchdog) if isinstance(watchdog, int) else watchdog
+
+
+def _entry_start_date(entry: Mapping[str, Any], label: str):
+    """The entry's ``start_date`` (ISO 8601, UTC)."""
+    import pendulum
+
+    try:
+        return pendulum.parse(str(entry.get("start_date", DEFAULT_START_DATE)), tz="UTC")
+    except Exception:
+        raise ConnectorEntryError(
+            f"{label}: 'start_date' must be an ISO 8601 date, got {entry.get('start_date')!r}"
+        ) from None
+
+
+def _entry_tags(entry: Mapping[str, Any], name: str, label: str) -> list[str]:
+    """The DAGs' tags: ``TAGS``, the connector's name (but ``default``'s) and the entry's own."""
+    tags = entry.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ConnectorEntryError(f"{label}: 'tags' must be a list of strings")
+    return [*TAGS, *([] if name == DEFAULT_NAME else [name]), *tags]
+
+
+class Connector:
+    """One validated entry of the connector list, its keys checked one after the other."""
+
+    def __init__(self, entry: Any, index: int):
+        self.label = label = entry_label(entry, index)
+        self.name = name = _entry_name(entry, label)
+        self.config, self.config_variable = _entry_config(entry, name, label)
+        self.conn_ids = _entry_conn_ids(entry, label)
+        self.pool = _entry_pool(entry, name, label)
+        self.schedule, self.changes, self.watchdog_schedule = _entry_schedules(entry, label)
+        self.start_date = _entry_start_date(entry, label)
+        self.tags = _entry_tags(entry, name, label)
         self.dag_ids = dag_ids(name)
 
     # -- run-time macros ---------------------------------------------------------------------------
@@ -378,17 +413,6 @@ def window_dag_schedule(connector: Connector) -> Any:
 
 def build_connector_dags(connector: Connector) -> dict[str, Any]:
     """The hourly, re-snapshot and watchdog DAGs of one connector."""
-    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-    from airflow.sdk import DAG
-
-    from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
-    from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, resnapshot_params
-    from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
-    from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
-    from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
-
-    ids = connector.dag_ids
-    about = connector.describe()
     common = dict(
         start_date=connector.start_date,
         catchup=False,
@@ -396,15 +420,26 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
         user_defined_macros=connector.macros,
         tags=connector.tags,
     )
+    dags = (window_dag(connector, common), resnapshot_dag(connector, common), watchdog_dag(connector, common))
+    return {dag.dag_id: dag for dag in dags}
 
+
+def window_dag(connector: Connector, common: Mapping[str, Any]):
+    """``mongocdc_hourly``: snapshot >> window."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
+    from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+
+    ids = connector.dag_ids
     with DAG(
         dag_id=ids["hourly"],
         schedule=window_dag_schedule(connector),
-        doc_md=HOURLY_DOC.format(connector=about, resnapshot=ids["resnapshot"])
+        doc_md=HOURLY_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"])
         + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else ""),
         **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
-    ) as hourly:
+    ) as dag:
         snapshot = MongoSnapshotOperator(
             task_id="snapshot",
             execution_timeout=SNAPSHOT_TIMEOUT,
@@ -418,15 +453,26 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             **connector.arguments(MongoStreamWindowOperator),
         )
         snapshot >> window
+    return dag
 
+
+def resnapshot_dag(connector: Connector, common: Mapping[str, Any]):
+    """``mongocdc_resnapshot``: its trigger form (Params) and the re-snapshot task."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator, resnapshot_params
+
+    ids = connector.dag_ids
     with DAG(
         dag_id=ids["resnapshot"],
         schedule=None,
-        doc_md=RESNAPSHOT_DOC.format(connector=about, dag_id=ids["resnapshot"], watchdog=ids["watchdog"]),
+        doc_md=RESNAPSHOT_DOC.format(
+            connector=connector.describe(), dag_id=ids["resnapshot"], watchdog=ids["watchdog"]
+        ),
         **common,
         render_template_as_native_obj=True,  # collections and the gap report stay lists and objects
         params=resnapshot_params(),
-    ) as resnapshot:
+    ) as dag:
         MongoResnapshotOperator(
             task_id="resnapshot",
             collections="{{ params.collections }}",
@@ -437,13 +483,24 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             execution_timeout=SNAPSHOT_TIMEOUT,
             **connector.arguments(MongoResnapshotOperator),
         )
+    return dag
 
+
+def watchdog_dag(connector: Connector, common: Mapping[str, Any]):
+    """``mongocdc_watchdog``: detect_gap >> trigger_resnapshot (one re-snapshot run per gap)."""
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import DAG
+
+    from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
+    from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
+
+    ids = connector.dag_ids
     with DAG(
         dag_id=ids["watchdog"],
         schedule=connector.watchdog_schedule,
-        doc_md=WATCHDOG_DOC.format(connector=about, resnapshot=ids["resnapshot"]),
+        doc_md=WATCHDOG_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"]),
         **common,
-    ) as watchdog:
+    ) as dag:
         detect_gap = OplogGapSensor(
             task_id="detect_gap",
             mode="reschedule",
@@ -468,7 +525,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
             wait_for_completion=False,
         )
         detect_gap >> trigger_resnapshot
-    return {dag.dag_id: dag for dag in (hourly, resnapshot, watchdog)}
+    return dag
 
 
 HOURLY_DOC = """
