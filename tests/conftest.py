@@ -52,12 +52,8 @@ def kafka_broker():
         return
     from devtools.kafka import KafkaBroker
 
-    broker = KafkaBroker()
-    broker.start()
-    try:
+    with KafkaBroker() as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bson.binary import UuidRepresentation
+from bson.json_util import JSONOptions
+
+# json_util.loads options for the records' Extended JSON: binary UUIDs stay Binary values of their
+# subtype (3 or 4), as the documents hold them.
+UUIDS_AS_BINARY = JSONOptions(uuid_representation=UuidRepresentation.UNSPECIFIED)
+# The fields of a Debezium 3.x change event's value, in their order.
+ENVELOPE_FIELDS = ["before", "after", "updateDescription", "source", "op", "ts_ms", "transaction"]
+
 
 def unwrapped(text: bytes | str | None) -> Any:
     """The ``payload`` of a Kafka Connect JSON key or value (the whole JSON when it has no schema

@@ -321,6 +321,20 @@ def wait_for(what: str, condition, timeout: float = 300):
         time.sleep(2)
 
 
+def wait_registered(api, dag_id: str) -> None:
+    """Wait until the dag-processor has registered ``dag_id`` (the REST API knows it)."""
+    wait_for(
+        f"the dag-processor did not register {dag_id}",
+        lambda: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
+    )
+
+
+def unpause(api, dag_id: str) -> None:
+    """Switch ``dag_id`` on, as the UI's toggle does."""
+    patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+    assert patched.status_code == 200, patched.text
+
+
 def reads(bootstrap: str, topic: str) -> int:
     return sum(1 for _, value in topic_events(bootstrap, topic) if value is not None and value["op"] == "r")
 

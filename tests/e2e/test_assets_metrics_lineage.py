@@ -81,23 +81,30 @@ def run(env: dict[str, str], home: Path, *args: str) -> str:
     return output
 
 
-def asset_events(db: Path, prefix: str) -> list[tuple[str, dict]]:
+def of_assets(db: Path, prefix: str, query: str) -> list[tuple]:
+    """The rows of ``query`` (on Airflow's metadata database ``db``) whose ``a.uri`` (``?``) is an
+    asset of the connector with topic prefix ``prefix``."""
     with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT e.source_task_id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-            "WHERE a.uri LIKE ? ORDER BY e.id",
-            (f"mongocdc://{prefix}%",),
-        ).fetchall()
+        return conn.execute(query, (f"mongocdc://{prefix}%",)).fetchall()
+
+
+def asset_events(db: Path, prefix: str) -> list[tuple[str, dict]]:
+    rows = of_assets(
+        db,
+        prefix,
+        "SELECT e.source_task_id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+        "WHERE a.uri LIKE ? ORDER BY e.id",
+    )
     return [(task, json.loads(extra)) for task, extra in rows]
 
 
 def queued_dags(db: Path, prefix: str) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT q.target_dag_id FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id "
-            "WHERE a.uri LIKE ?",
-            (f"mongocdc://{prefix}%",),
-        ).fetchall()
+    rows = of_assets(
+        db,
+        prefix,
+        "SELECT q.target_dag_id FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id "
+        "WHERE a.uri LIKE ?",
+    )
     return [row[0] for row in rows]
 
 

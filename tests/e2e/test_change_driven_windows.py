@@ -39,7 +39,9 @@ from tests.e2e.airflow_stack import (
     start_triggerer,
     stop,
     topic_events,
+    unpause,
     wait_for,
+    wait_registered,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
@@ -101,12 +103,8 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
             stack.api = start_airflow(stack)
             stack.triggerer = start_triggerer(stack)
             for dag_id in (WATCHED, TIGHT):
-                wait_for(
-                    f"the dag-processor registers {dag_id}",
-                    lambda dag_id=dag_id: stack.api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
-                )
-                switched = stack.api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-                assert switched.status_code == 200, switched.text
+                wait_registered(stack.api, dag_id)
+                unpause(stack.api, dag_id)
             yield stack
         finally:
             stop(stack.processes)

@@ -32,7 +32,9 @@ from tests.e2e.airflow_stack import (
     start_airflow,
     stop,
     trigger,
+    unpause,
     wait_for,
+    wait_registered,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
@@ -73,16 +75,12 @@ def test_missing_connector_pool_is_created_when_the_run_starts_and_existing_pool
             api = start_airflow(stack)
             dag_ids = {name: f"mongocdc_{name}_hourly" for name in prefixes}
             for dag_id in dag_ids.values():
-                wait_for(
-                    f"the dag-processor did not register {dag_id}",
-                    lambda dag_id=dag_id: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
-                )
+                wait_registered(api, dag_id)
             assert api.call("GET", "/api/v2/pools/mongocdc_fresh").status_code == 404, (
                 "mongocdc_fresh exists before any run: the test needs it missing"
             )
             for dag_id in dag_ids.values():
-                patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-                assert patched.status_code == 200, patched.text
+                unpause(api, dag_id)
             runs = {
                 name: trigger(api, dag_id, datetime.now(timezone.utc).isoformat())
                 for name, dag_id in dag_ids.items()
@@ -163,12 +161,8 @@ def test_pool_deleted_during_a_run_is_created_again_when_another_run_starts(
         try:
             api = start_airflow(stack)
             for dag_id in ("mongocdc_again_hourly", "ping"):
-                wait_for(
-                    f"the dag-processor did not register {dag_id}",
-                    lambda dag_id=dag_id: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
-                )
-                patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-                assert patched.status_code == 200, patched.text
+                wait_registered(api, dag_id)
+                unpause(api, dag_id)
             # The snapshot's reads of shop.orders are held (20 s each, the simulator's failCommand fail
             # point) until the pool is deleted, so the snapshot cannot end before that.
             stack.client.admin.command(

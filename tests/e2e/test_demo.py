@@ -37,6 +37,18 @@ def demo_env(extra_path: Path | None = None) -> dict[str, str]:
     return env
 
 
+def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``make demo``'s command (``python -m devtools.demo``) in ``env``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "devtools.demo"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+    )
+
+
 def processes_mentioning(text: str, width: int | None = 200) -> list[str]:
     """Live processes whose command line or environment mentions ``text`` (the demo's work dir:
     every process the demo starts carries it in its environment or its arguments), as
@@ -100,14 +112,7 @@ def counts(output: str, topic: str) -> dict[str, int]:
 
 
 def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
-    result = subprocess.run(
-        [sys.executable, "-m", "devtools.demo"],
-        cwd=REPO,
-        env=demo_env(),
-        capture_output=True,
-        text=True,
-        timeout=DEMO_TIMEOUT_S,
-    )
+    result = run_demo(demo_env())
     output = result.stdout
     try:
         assert result.returncode == 0, f"{output[-6000:]}\n{result.stderr[-4000:]}"
@@ -239,14 +244,7 @@ def test_a_mongod_that_cannot_start_is_reported_and_everything_is_stopped(tmp_pa
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     assert shutil.which("mongod", path=demo_env(bin_dir)["PATH"]) == str(fake)
 
-    result = subprocess.run(
-        [sys.executable, "-m", "devtools.demo"],
-        cwd=REPO,
-        env=demo_env(bin_dir),
-        capture_output=True,
-        text=True,
-        timeout=DEMO_TIMEOUT_S,
-    )
+    result = run_demo(demo_env(bin_dir))
     output = result.stdout
     try:
         assert result.returncode == 1, f"{output[-4000:]}\n{result.stderr[-4000:]}"

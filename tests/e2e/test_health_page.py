@@ -48,7 +48,8 @@ from tests.e2e.airflow_stack import (
     start_airflow,
     stop,
     trigger,
-    wait_for,
+    unpause,
+    wait_registered,
 )
 from tests.readme_commands import README_KAFKA, README_MONGO_URI, README_PREFIX, setup_commands, substitute
 
@@ -116,13 +117,9 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
 
             api = start_airflow(stack)
             for dag_id in ("mongocdc_hourly", "mongocdc_orders_hourly", "mongocdc_lost_hourly"):
-                wait_for(
-                    f"the dag-processor did not register {dag_id}",
-                    lambda dag_id=dag_id: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
-                )
+                wait_registered(api, dag_id)
             # One hourly run, as the UI's Trigger button starts it.
-            patched = api.call("PATCH", "/api/v2/dags/mongocdc_hourly", json={"is_paused": False})
-            assert patched.status_code == 200, patched.text
+            unpause(api, "mongocdc_hourly")
             hourly = trigger(api, "mongocdc_hourly", datetime.now(timezone.utc).isoformat())
             assert_all_tasks_succeed(api, "mongocdc_hourly", hourly)
             stack.api = api

@@ -34,7 +34,8 @@ from tests.e2e.airflow_stack import (
     start_airflow,
     stop,
     topic_events,
-    wait_for,
+    unpause,
+    wait_registered,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
@@ -116,12 +117,8 @@ def test_incremental_resnapshot_is_copied_one_chunk_per_hourly_window(stack):
     client.shop.orders.insert_many([{"_id": i, "status": "new"} for i in range(1, 13)])
     api = start_airflow(stack)
     for dag_id in ("mongocdc_hourly", "mongocdc_resnapshot"):
-        wait_for(
-            f"the dag-processor did not register {dag_id}",
-            lambda dag_id=dag_id: api.call("GET", f"/api/v2/dags/{dag_id}").status_code == 200,
-        )
-        patched = api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-        assert patched.status_code == 200, patched.text
+        wait_registered(api, dag_id)
+        unpause(api, dag_id)
 
     # The first run: snapshot and window.
     first = trigger(api, "mongocdc_hourly")

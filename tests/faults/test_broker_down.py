@@ -21,7 +21,7 @@ from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from devtools.kafka import KafkaBroker
 from tests.faults.support import Connections, changes, wait_for
-from tests.integration.window_helpers import connector, insert_at, next_second, pass_second, seed_offset
+from tests.integration.window_helpers import connector, end_after_insert, seed_offset
 
 pytestmark = pytest.mark.faults
 
@@ -61,8 +61,7 @@ def test_broker_killed_mid_window_fails_clearly_then_rerun_completes_exactly_onc
             client[db_name].items.insert_many(
                 [{"_id": n} for n in range(start, min(start + 500, CHANGES - 1))]
             )
-        end = next_second(insert_at(client[db_name].items, {"_id": CHANGES - 1}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].items, {"_id": CHANGES - 1}, f"{db_name}_m")
     connections = Connections(monkeypatch)
     operator = MongoStreamWindowOperator(
         task_id="window",

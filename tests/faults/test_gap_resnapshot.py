@@ -26,7 +26,7 @@ from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic, wait_stable
-from tests.integration.window_helpers import insert_at, next_second, pass_second
+from tests.integration.window_helpers import end_after_insert
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = [pytest.mark.faults, pytest.mark.simulator_only]
@@ -116,8 +116,7 @@ def test_purge_between_windows_is_found_and_resnapshot_converges(
     client.shop.customers.insert_many([{"_id": f"c{n}", "name": f"customer {n}"} for n in range(25)])
 
     def window() -> dict:
-        end = next_second(insert_at(client.marks.m, {"at": 1}))  # after everything written so far
-        pass_second(client, end, "marks")
+        end = end_after_insert(client.marks.m, {"at": 1}, "marks")  # after everything written so far
         (target,) = plan_streams(details, config)
         summary = run_window(target, config, kafka, WindowParams(end))
         assert summary["reached_end"] is True, summary

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 from bson import json_util
-from bson.binary import UuidRepresentation
-from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
+from bson.json_util import CANONICAL_JSON_OPTIONS
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
@@ -34,32 +33,17 @@ from airflow_provider_mongocdc.core.snapshot.plan import data_chunks_finished
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
-from tests.faults.support import (
-    Span,
-    Submitted,
-    Watermark,
-    changes,
-    kill_at,
-    measure,
-    trial_count,
-    trial_params,
-)
+from tests.faults import support
 from tests.integration.snapshot_helpers import mongo_details, seed, snapshot_connector
 from tests.integration.snapshot_helpers import write_spec as write_snapshot_spec
 from tests.integration.window_helpers import connector as window_connector
-from tests.integration.window_helpers import (
-    insert_at,
-    next_second,
-    pass_second,
-    seed_offset,
-    settled_after_kill,
-)
+from tests.integration.window_helpers import end_after_insert, seed_offset, settled_after_kill
 from tests.integration.window_helpers import write_spec as write_window_spec
 from tests.settled_offsets import SettledOffsetStore
+from tests.topic_records import UUIDS_AS_BINARY
 
 pytestmark = pytest.mark.faults
 
-_DECODE = JSONOptions(uuid_representation=UuidRepresentation.UNSPECIFIED)
 SNAPSHOT_SIZES = {"customers": 450, "orders": 350, "mixed": 200}
 
 
@@ -68,7 +52,7 @@ def _canonical(value) -> str:
 
 
 def _key_value(key_id: str):
-    return json_util.loads(key_id, json_options=_DECODE)
+    return json_util.loads(key_id, json_options=UUIDS_AS_BINARY)
 
 
 # -- snapshot --------------------------------------------------------------------------------------
@@ -79,7 +63,7 @@ class SnapshotData:
     database: str
     rs: str
     ids: dict[str, list]
-    span: Span
+    span: support.Span
     tmp: Path
 
     def connector(self, prefix: str) -> dict:
@@ -96,7 +80,7 @@ def assert_snapshot_exactly_once(data: SnapshotData, prefix: str, summary: dict)
     recorded start with a marker per planned chunk."""
     last = 0
     for name, ids in data.ids.items():
-        events = changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.{name}")
+        events = support.changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.{name}")
         keys = Counter(_canonical(_key_value(event.key)) for event in events)
         duplicates = {key: n for key, n in keys.items() if n > 1}
         assert not duplicates, f"{name}: documents read more than once: {list(duplicates)[:5]}"
@@ -132,14 +116,14 @@ def snapshot_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) 
         ids = seed(client, database, SNAPSHOT_SIZES)
         rs = client.admin.command("hello")["setName"]
     data = SnapshotData(
-        mongodb_uri, {"bootstrap.servers": kafka_bootstrap}, database, rs, ids, Span(0, 0, 0), tmp
+        mongodb_uri, {"bootstrap.servers": kafka_bootstrap}, database, rs, ids, support.Span(0, 0, 0), tmp
     )
     prefix = f"fsnap_calib_{uuid.uuid4().hex[:6]}"
     spec, result = data.spec(prefix)
-    watermark = Watermark(kafka_bootstrap, f"{prefix}.offsets")
+    watermark = support.Watermark(kafka_bootstrap, f"{prefix}.offsets")
     try:
-        data.span, run = measure(
-            Submitted(spark_submit, "snapshot", spec, result, tmp / "calibration.log"), watermark
+        data.span, run = support.measure(
+            support.Submitted(spark_submit, "snapshot", spec, result, tmp / "calibration.log"), watermark
         )
     finally:
         watermark.close()
@@ -149,18 +133,18 @@ def snapshot_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) 
     return data
 
 
-@pytest.mark.parametrize("seed", trial_params())
+@pytest.mark.parametrize("seed", support.trial_params())
 def test_snapshot_killed_at_a_random_point_then_rerun_reads_each_document_once(
     snapshot_data, spark_submit, run_in_jvm, seed
 ):
     data = snapshot_data
     prefix = f"fsnap{seed}_{uuid.uuid4().hex[:6]}"
-    point = data.span.kill_point(seed, trial_count())
+    point = data.span.kill_point(seed, support.trial_count())
     spec, result = data.spec(prefix)
-    watermark = Watermark(data.kafka["bootstrap.servers"], f"{prefix}.offsets")
+    watermark = support.Watermark(data.kafka["bootstrap.servers"], f"{prefix}.offsets")
     try:
-        killed = Submitted(spark_submit, "snapshot", spec, result, data.tmp / f"{prefix}-killed.log")
-        was_running, when = kill_at(killed, watermark, point)
+        killed = support.Submitted(spark_submit, "snapshot", spec, result, data.tmp / f"{prefix}-killed.log")
+        was_running, when = support.kill_at(killed, watermark, point)
     finally:
         watermark.close()
     store = SettledOffsetStore(data.kafka, f"{prefix}.offsets")
@@ -197,7 +181,7 @@ class WindowData:
     expected: dict[int, list[tuple[str, int | None]]]
     transactions: list[int]  # events per MongoDB transaction
     prefixes: list[str]
-    span: Span
+    span: support.Span
     tmp: Path
 
     def props(self, prefix: str) -> dict:
@@ -251,7 +235,7 @@ def assert_window_exactly_once(data: WindowData, prefix: str) -> None:
     delete followed by its tombstone; BEGIN/END once per transaction; the offset at the end."""
     bootstrap = data.kafka["bootstrap.servers"]
     seen: dict[int, list[tuple[str, int | None]]] = {}
-    events = changes(bootstrap, f"{prefix}.{data.database}.items")
+    events = support.changes(bootstrap, f"{prefix}.{data.database}.items")
     for index, event in enumerate(events):
         key = int(_key_value(event.key))
         if event.payload is None:
@@ -276,7 +260,7 @@ def assert_window_exactly_once(data: WindowData, prefix: str) -> None:
             f"key {key}: events {seen.get(key)} but changes {data.expected.get(key)}"
         )
 
-    markers = [event.payload for event in changes(bootstrap, f"{prefix}.transaction")]
+    markers = [event.payload for event in support.changes(bootstrap, f"{prefix}.transaction")]
     statuses = Counter((marker["id"], marker["status"]) for marker in markers)
     assert set(statuses.values()) == {1} and len(statuses) == 2 * len(data.transactions), statuses
     ends = {marker["id"]: marker["event_count"] for marker in markers if marker["status"] == "END"}
@@ -304,23 +288,22 @@ def window_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
     database = f"fwin_{uuid.uuid4().hex[:10]}"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     stamp = uuid.uuid4().hex[:6]
-    prefixes = [f"fwin_calib_{stamp}"] + [f"fwin{seed.values[0]}_{stamp}" for seed in trial_params()]
-    data = WindowData(mongodb_uri, kafka, database, None, {}, [], prefixes, Span(0, 0, 0), tmp)
+    prefixes = [f"fwin_calib_{stamp}"] + [f"fwin{seed.values[0]}_{stamp}" for seed in support.trial_params()]
+    data = WindowData(mongodb_uri, kafka, database, None, {}, [], prefixes, support.Span(0, 0, 0), tmp)
     for prefix in prefixes:
         seed_offset(mongodb_uri, kafka, data.props(prefix))
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         data.expected, data.transactions = apply_changes(client, database, random.Random(20240501))
-        data.end = next_second(insert_at(client[f"{database}_m"]["markers"], {"at": time.time()}))
-        pass_second(client, data.end, f"{database}_m")
+        data.end = end_after_insert(client[f"{database}_m"]["markers"], {"at": time.time()}, f"{database}_m")
 
     calibration = prefixes[0]
     spec, result = data.spec(calibration)
-    watermark = Watermark(
+    watermark = support.Watermark(
         kafka_bootstrap, ConnectorConfig.from_properties(data.props(calibration)).offsets_topic
     )
     try:
-        data.span, run = measure(
-            Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"), watermark
+        data.span, run = support.measure(
+            support.Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"), watermark
         )
     finally:
         watermark.close()
@@ -329,17 +312,19 @@ def window_data(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
     return data
 
 
-@pytest.mark.parametrize("seed", trial_params())
+@pytest.mark.parametrize("seed", support.trial_params())
 def test_window_killed_at_a_random_point_then_rerun_emits_each_change_once(window_data, spark_submit, seed):
     data = window_data
     prefix = data.prefixes[seed + 1]
-    point = data.span.kill_point(seed, trial_count())
+    point = data.span.kill_point(seed, support.trial_count())
     spec, result = data.spec(prefix)
     config = ConnectorConfig.from_properties(data.props(prefix))
-    watermark = Watermark(data.kafka["bootstrap.servers"], config.offsets_topic)
+    watermark = support.Watermark(data.kafka["bootstrap.servers"], config.offsets_topic)
     try:
-        killed = Submitted(spark_submit, "stream_window", spec, result, data.tmp / f"{prefix}-killed.log")
-        was_running, when = kill_at(killed, watermark, point)
+        killed = support.Submitted(
+            spark_submit, "stream_window", spec, result, data.tmp / f"{prefix}-killed.log"
+        )
+        was_running, when = support.kill_at(killed, watermark, point)
     finally:
         watermark.close()
     store = SettledOffsetStore(data.kafka, config.offsets_topic)
@@ -351,7 +336,9 @@ def test_window_killed_at_a_random_point_then_rerun_emits_each_change_once(windo
         partition,
         lambda: sum(
             1
-            for event in changes(data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items", settle=0)
+            for event in support.changes(
+                data.kafka["bootstrap.servers"], f"{prefix}.{data.database}.items", settle=0
+            )
             if event.payload is not None
         ),
     )

@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 from bson import json_util
-from bson.binary import UuidRepresentation
-from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
+from bson.json_util import CANONICAL_JSON_OPTIONS
 from bson.objectid import ObjectId
 from pymongo import MongoClient
 
@@ -37,31 +36,20 @@ from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgr
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
-from tests.faults.support import (
-    Span,
-    Submitted,
-    Watermark,
-    changes,
-    kill_at,
-    measure,
-    trial_count,
-    trial_params,
-)
+from tests.faults import support
 from tests.integration.window_helpers import (
     connector,
+    end_after_insert,
     failing_commands,
-    insert_at,
-    next_second,
-    pass_second,
     seed_offset,
     settled_after_kill,
 )
 from tests.integration.window_helpers import write_spec as write_window_spec
 from tests.settled_offsets import SettledOffsetStore
+from tests.topic_records import UUIDS_AS_BINARY
 
 pytestmark = pytest.mark.faults
 
-_DECODE = JSONOptions(uuid_representation=UuidRepresentation.UNSPECIFIED)
 DOCUMENTS = 300
 CHUNK_SIZE = 25
 MAX_RERUNS = 10
@@ -157,8 +145,7 @@ class Case:
         return SettledOffsetStore(self.kafka, self.config.offsets_topic)
 
     def window_end(self, client: MongoClient):
-        end = next_second(insert_at(client[self.marker_db]["markers"], {"at": time.time()}))
-        pass_second(client, end, self.marker_db)
+        end = end_after_insert(client[self.marker_db]["markers"], {"at": time.time()}, self.marker_db)
         return end
 
     def spec(self, name: str, end) -> tuple[Path, Path]:
@@ -189,7 +176,11 @@ def new_case(uri: str, kafka: dict, client: MongoClient, name: str, tmp: Path) -
 
 def read_events(case: Case, settle: float | None = None) -> list:
     bootstrap = case.kafka["bootstrap.servers"]
-    events = changes(bootstrap, case.topic) if settle is None else changes(bootstrap, case.topic, settle)
+    events = (
+        support.changes(bootstrap, case.topic)
+        if settle is None
+        else support.changes(bootstrap, case.topic, settle)
+    )
     return [event for event in events if event.payload is not None]
 
 
@@ -238,12 +229,12 @@ def assert_consistent(case: Case, client: MongoClient) -> None:
 
 
 def _key(event):
-    return json_util.loads(event.key, json_options=_DECODE)
+    return json_util.loads(event.key, json_options=UUIDS_AS_BINARY)
 
 
 @dataclass
 class Calibration:
-    span: Span
+    span: support.Span
     chunk_phase_s: float  # the calibration window's time on chunks
 
 
@@ -257,12 +248,13 @@ def calibration(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
         case = new_case(mongodb_uri, kafka, client, "calib", tmp)
         end = case.window_end(client)
         writer = Writer(client[case.database]["items"], case.ids, seed=99)
-        watermark = Watermark(kafka_bootstrap, case.config.offsets_topic)
+        watermark = support.Watermark(kafka_bootstrap, case.config.offsets_topic)
         try:
             with held_reads(client):
                 spec, result = case.spec("calibration", end)
-                span, run = measure(
-                    Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"), watermark
+                span, run = support.measure(
+                    support.Submitted(spark_submit, "stream_window", spec, result, tmp / "calibration.log"),
+                    watermark,
                 )
         finally:
             watermark.close()
@@ -283,7 +275,7 @@ def calibration(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
     )
     # The window's first write is its streaming commit (the stream up to the end is short); the
     # chunks follow. The last trial's kill point must fall after that write and within the chunks.
-    trials = trial_count()
+    trials = support.trial_count()
     anchor, delay = span.kill_point(trials - 1, trials)
     assert anchor == "write" and delay < result.chunk_phase_s, (
         f"the last trial's kill point {anchor}+{delay:.1f} s is not within the chunks "
@@ -292,23 +284,25 @@ def calibration(mongodb_uri, kafka_bootstrap, spark_submit, tmp_path_factory) ->
     return result
 
 
-@pytest.mark.parametrize("seed", trial_params())
+@pytest.mark.parametrize("seed", support.trial_params())
 def test_incremental_window_killed_at_a_random_point_then_windows_complete_it_once(
     calibration, mongodb_uri, kafka_bootstrap, spark_submit, tmp_path, seed
 ):
     kafka = {"bootstrap.servers": kafka_bootstrap}
-    point = calibration.span.kill_point(seed, trial_count())
+    point = calibration.span.kill_point(seed, support.trial_count())
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         case = new_case(mongodb_uri, kafka, client, f"s{seed}", tmp_path)
         end = case.window_end(client)
         writer = Writer(client[case.database]["items"], case.ids, seed=seed)
         try:
             with held_reads(client):
-                watermark = Watermark(kafka_bootstrap, case.config.offsets_topic)
+                watermark = support.Watermark(kafka_bootstrap, case.config.offsets_topic)
                 try:
                     spec, result = case.spec("killed", end)
-                    killed = Submitted(spark_submit, "stream_window", spec, result, tmp_path / "killed.log")
-                    was_running, when = kill_at(killed, watermark, point)
+                    killed = support.Submitted(
+                        spark_submit, "stream_window", spec, result, tmp_path / "killed.log"
+                    )
+                    was_running, when = support.kill_at(killed, watermark, point)
                 finally:
                     watermark.close()
                 # What the killed run committed is visible, its open transaction is not: the

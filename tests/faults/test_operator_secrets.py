@@ -25,7 +25,7 @@ from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.faults.support import Connections, changes
-from tests.integration.window_helpers import insert_at, next_second, pass_second
+from tests.integration.window_helpers import end_after_insert
 
 pytestmark = [pytest.mark.faults, pytest.mark.simulator_only]
 
@@ -33,6 +33,15 @@ MONGO_PASSWORD = "Mongo-s3cr3t-never-in-logs"
 SASL_PASSWORD = "Kafka-sasl-s3cr3t-never-in-logs"
 WRONG_PASSWORD = "Wrong-passw0rd-also-secret"
 SESSION_TOKEN = "Aws-sess10n-t0ken-never-in-logs"
+
+
+def _authenticated_sim(mongosim, database: str, documents: int):
+    """A simulator with authentication (user ``cdc``, MONGO_PASSWORD) holding ``documents``
+    documents in ``database``.items."""
+    sim = mongosim(auth=("cdc", MONGO_PASSWORD))
+    with sim.client() as client:
+        client[database].items.insert_many([{"_id": n, "v": 0} for n in range(documents)])
+    return sim
 
 
 def _assert_no_secret(text: str, where: str) -> None:
@@ -44,10 +53,8 @@ def test_no_secret_in_argv_or_logs_and_wrong_credentials_fail_the_window_clearly
     mongosim, kafka_bootstrap, unique_name, monkeypatch, capfd, caplog
 ):
     caplog.set_level(logging.INFO)
-    sim = mongosim(auth=("cdc", MONGO_PASSWORD))
     database = unique_name[:40]
-    with sim.client() as client:
-        client[database].items.insert_many([{"_id": n, "v": 0} for n in range(40)])
+    sim = _authenticated_sim(mongosim, database, 40)
     connections = Connections(monkeypatch)
     good = connections.mongo("sec_mongo", sim.uri, "cdc", MONGO_PASSWORD)
     wrong = connections.mongo("sec_wrong", sim.uri, "cdc", WRONG_PASSWORD)
@@ -77,8 +84,7 @@ def test_no_secret_in_argv_or_logs_and_wrong_credentials_fail_the_window_clearly
     # 2. The window operator with a wrong MongoDB password: one clear error, the offset unchanged.
     with sim.client() as client:
         client[database].items.update_many({}, {"$set": {"v": 1}})
-        end = next_second(insert_at(client[database].items, {"_id": 1000, "v": 1}))
-        pass_second(client, end, f"{database}_m")
+        end = end_after_insert(client[database].items, {"_id": 1000, "v": 1}, f"{database}_m")
     interval_end = datetime.fromtimestamp(end.time, timezone.utc)
     refused = MongoStreamWindowOperator(task_id="window_wrong", mongo_conn_id=wrong, **common)
     with pytest.raises(AirflowException) as info:
@@ -118,10 +124,8 @@ def test_credentials_inside_a_connection_string_or_an_extra_never_reach_the_logs
     mongosim, kafka_bootstrap, unique_name, monkeypatch, capfd, caplog
 ):
     caplog.set_level(logging.INFO)
-    sim = mongosim(auth=("cdc", MONGO_PASSWORD))
     database = unique_name[:40]
-    with sim.client() as client:
-        client[database].items.insert_many([{"_id": n, "v": 0} for n in range(30)])
+    sim = _authenticated_sim(mongosim, database, 30)
     assert sim.uri.startswith("mongodb://") and "@" not in sim.uri
     connections = Connections(monkeypatch)
     # The password inside the connection string of the host field (no login/password fields).
@@ -158,8 +162,7 @@ def test_credentials_inside_a_connection_string_or_an_extra_never_reach_the_logs
 
     # The window connects through the connection whose extra holds the token.
     with sim.client() as client:
-        end = next_second(insert_at(client[database].items, {"_id": 1000, "v": 1}))
-        pass_second(client, end, f"{database}_m")
+        end = end_after_insert(client[database].items, {"_id": 1000, "v": 1}, f"{database}_m")
     window = MongoStreamWindowOperator(task_id="window_extra", mongo_conn_id=in_extra, **common)
     summary = window.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
     assert summary["events"] == 1 and summary["reached_end"] is True, summary

@@ -24,10 +24,9 @@ from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.window_helpers import (
     connector,
+    end_after_insert,
     failing_commands,
     insert_at,
-    next_second,
-    pass_second,
     seed_offset,
     topic_events,
     write_time,
@@ -76,8 +75,7 @@ def test_user_pipeline_filters_the_events(mongodb_uri, kafka_bootstrap, unique_n
         items = client[db_name].items
         items.insert_many([{"_id": 1, "region": "EU"}, {"_id": 2, "region": "US"}])
         items.delete_one({"_id": 2})
-        end = next_second(insert_at(items, {"_id": 3, "region": "EU"}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 3, "region": "EU"}, f"{db_name}_m")
     summary = _window(mongodb_uri, props, kafka, end)
     events = topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")
     # The user's $match keeps EU documents and deletes; skipped.operations=d drops the delete
@@ -102,8 +100,7 @@ def test_oversize_skip_threshold_drops_large_documents_on_the_server(
         items.insert_one({"_id": 1, "pad": "x" * 100})
         items.insert_one({"_id": 2, "pad": "x" * 2000})
         items.delete_one({"_id": 1})  # no fullDocument: $bsonSize of a missing field is null
-        end = next_second(insert_at(items, {"_id": 3, "pad": "x" * 900}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 3, "pad": "x" * 900}, f"{db_name}_m")
     summary = _window(mongodb_uri, props, kafka, end)
     events = topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")
     assert _keys(events) == [("1", "c"), ("1", "d"), ("3", "c")]
@@ -142,8 +139,7 @@ def test_split_events_are_reassembled_into_the_unsplit_event(mongodb_uri, kafka_
         big = write_time(
             client, lambda s: items.update_one({"_id": 1}, {"$set": {"a": "y" * length}}, session=s)
         )
-        end = next_second(insert_at(items, {"_id": 2}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 2}, f"{db_name}_m")
         assert 16 * MB < _event_size(client, f"{db_name}_p", length) <= 16 * MB + 16 * 1024
 
     split = _window(mongodb_uri, split_props, kafka, end)
@@ -172,8 +168,7 @@ def test_capture_start_op_time_is_where_a_connector_without_offset_starts(
         items = client[db_name].items
         insert_at(items, {"_id": 1})
         start = insert_at(items, {"_id": 2})
-        end = next_second(insert_at(items, {"_id": 3}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 3}, f"{db_name}_m")
         props = connector(
             unique_name,
             db_name,
@@ -211,8 +206,7 @@ def test_a_window_failing_between_fragments_stores_no_position_inside_the_event(
         items = client[db_name].items
         first = insert_at(items, {"_id": 1, "a": ""})
         items.update_one({"_id": 1}, {"$set": {"a": "y" * (9 * MB)}})  # an 18 MB event: 2 fragments
-        end = next_second(insert_at(items, {"_id": 2}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 2}, f"{db_name}_m")
         # With batches of one, the second getMore returns the second fragment: it fails (and every
         # getMore after it), with an error the stream cannot resume from.
         with (
@@ -250,8 +244,7 @@ def test_resumable_errors_between_fragments_lose_and_repeat_nothing(mongosim, ka
         for n in range(3):
             items.insert_one({"_id": n, "a": ""})
             items.update_one({"_id": n}, {"$set": {"a": str(n) * (9 * MB)}})
-        end = next_second(insert_at(items, {"_id": 99}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 99}, f"{db_name}_m")
         # Half of the getMores fail with a resumable error: pymongo resumes from the last fragment's
         # token (the stream goes on with the next fragment), or the window re-opens the stream from
         # its last whole event.
@@ -280,8 +273,7 @@ def test_oversize_fail_names_split_and_skip_when_mongodb_cannot_return_a_change(
         items = client[db_name].items
         first = insert_at(items, {"_id": 1, "a": ""})
         items.update_one({"_id": 1}, {"$set": {"a": "y" * (9 * MB)}})  # an 18 MB change event
-        end = next_second(insert_at(items, {"_id": 2}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 2}, f"{db_name}_m")
     with pytest.raises(OversizeEventError) as info:
         _window(mongodb_uri, props, kafka, end)
     text = str(info.value)

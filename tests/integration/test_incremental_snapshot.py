@@ -33,10 +33,8 @@ from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowO
 from airflow_provider_mongocdc.spark_apps.runtime import SUMMARY_MARKER
 from tests.integration.window_helpers import (
     connector,
+    end_after_insert,
     failing_commands,
-    insert_at,
-    next_second,
-    pass_second,
     seed_offset,
     topic_events,
 )
@@ -66,8 +64,7 @@ def _requested(uri: str, kafka: dict, props: dict, namespace: str) -> tuple:
 
 def _passed_end(client: MongoClient, marker_db: str) -> Timestamp:
     """A window end that the server's cluster time has passed."""
-    end = next_second(insert_at(client[marker_db]["markers"], {"at": 0}))
-    pass_second(client, end, marker_db)
+    end = end_after_insert(client[marker_db]["markers"], {"at": 0}, marker_db)
     return end
 
 
@@ -257,7 +254,9 @@ def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, u
     assert stored_request["request"]["id"] == request.request_id
 
 
-def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, kafka_bootstrap, unique_name):
+def test_a_retried_window_past_its_end_copies_the_pending_chunks(
+    mongodb_uri, kafka_bootstrap, kafka_config, unique_name
+):
     # A window whose chunk phase ended early (here by its document limit; in production a kill -9
     # after a chunk's commit) has committed a position past its end (the chunk's high watermark).
     # Its retry has the same window end (the run's data interval): it has nothing to stream, but
@@ -265,7 +264,6 @@ def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, ka
     db_name = unique_name[:40]
     marker_db = f"{db_name}_m"
     prefix = unique_name
-    kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(
         prefix,
         db_name,
@@ -273,14 +271,14 @@ def test_a_retried_window_past_its_end_copies_the_pending_chunks(mongodb_uri, ka
     )
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     client[db_name]["items"].insert_many([{"_id": number, "v": 0} for number in range(35)])
-    store, partition, _ = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
+    store, partition, _ = _requested(mongodb_uri, kafka_config, props, f"{db_name}.items")
     end = _passed_end(client, marker_db)
 
-    first = _window(mongodb_uri, props, kafka, end)
+    first = _window(mongodb_uri, props, kafka_config, end)
     assert first["incremental_snapshot"]["documents"] == 10, first["incremental_snapshot"]
     assert store.read(partition).position.cluster_time > end, "the chunk's commit is past the window end"
 
-    retry = _window(mongodb_uri, props, kafka, end)
+    retry = _window(mongodb_uri, props, kafka_config, end)
 
     assert retry["stop_reason"] == "already_past_end" and retry["reached_end"] is True, retry
     incremental = retry["incremental_snapshot"]
@@ -337,7 +335,7 @@ def test_update_deltas_during_a_chunk_leave_no_document_without_a_full_image(
 
 
 def test_the_window_task_log_says_where_the_incremental_snapshot_stands(
-    mongodb_uri, kafka_bootstrap, unique_name, monkeypatch
+    mongodb_uri, kafka_bootstrap, unique_name, operator_connections
 ):
     # One INFO line of the window's task log (what the operator logs, spark-submit's output
     # included) names the running snapshot, its collection, the documents so far and its status.
@@ -345,12 +343,6 @@ def test_the_window_task_log_says_where_the_incremental_snapshot_stands(
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name, {"incremental.snapshot.chunk.size": 10})
     props["incremental.snapshot.window.max.documents"] = 20
-    for conn_id, fields in (
-        ("inc_mongo", {"conn_type": "mongocdc", "host": mongodb_uri}),
-        ("inc_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("inc_spark", {"conn_type": "spark", "host": "local[1]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     client[db_name]["items"].insert_many([{"_id": number} for number in range(35)])
     _, _, request = _requested(mongodb_uri, kafka, props, f"{db_name}.items")
@@ -358,10 +350,7 @@ def test_the_window_task_log_says_where_the_incremental_snapshot_stands(
     operator = MongoStreamWindowOperator(
         task_id="window",
         connector_config=props,
-        mongo_conn_id="inc_mongo",
-        kafka_conn_id="inc_kafka",
-        spark_conn_id="inc_spark",
-        conf={"spark.ui.enabled": "false"},
+        **operator_connections("inc", mongodb_uri, kafka, master="local[1]"),
     )
 
     with capture_logs() as entries:

@@ -42,7 +42,7 @@ def _ti(dag_id: str, task_id: str, run_id: str) -> dict:
 
 
 @pytest.fixture
-def window_setup(mongosim, kafka_bootstrap, unique_name, monkeypatch):
+def window_setup(mongosim, kafka_bootstrap, unique_name, operator_connections):
     """A simulator without periodic no-ops, a stored offset, the Airflow connections, and a window
     operator with a 30 s lease whose job runs until ``finish()`` writes past its end."""
     sim = mongosim(noop_interval=3600)
@@ -51,19 +51,10 @@ def window_setup(mongosim, kafka_bootstrap, unique_name, monkeypatch):
     props = connector(unique_name, database)
     store, partition = seed_offset(sim.uri, kafka, props)
     seeded = store.read(partition)
-    for conn_id, fields in (
-        ("renew_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
-        ("renew_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("renew_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
     operator = MongoStreamWindowOperator(
         task_id="window",
         connector_config=props,
-        mongo_conn_id="renew_mongo",
-        kafka_conn_id="renew_kafka",
-        spark_conn_id="renew_spark",
-        conf={"spark.ui.enabled": "false"},
+        **operator_connections("renew", sim.uri, kafka),
         idle_timeout=600,  # no cluster-time progress: only the test's writes end the window
         lease_ttl=TTL,
     )

@@ -32,10 +32,8 @@ class Rec(NamedTuple):
 
 
 @pytest.fixture
-def store(kafka_config, unique_name):
-    store = SettledOffsetStore(kafka_config, f"{unique_name}.offsets")
-    store.ensure_topic()
-    return store
+def store(new_offsets_store):
+    return new_offsets_store(SettledOffsetStore)
 
 
 @pytest.fixture

@@ -22,10 +22,8 @@ def _iso(value) -> str:
 
 
 @pytest.fixture
-def store(kafka_config, unique_name):
-    store = OffsetStore(kafka_config, f"{unique_name}.offsets")
-    store.ensure_topic()
-    return store
+def store(new_offsets_store):
+    return new_offsets_store(OffsetStore)
 
 
 @pytest.fixture

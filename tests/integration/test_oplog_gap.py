@@ -120,11 +120,10 @@ def test_quiet_window_is_no_gap_and_a_purged_position_is_found_by_poke_and_trigg
 
 
 def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
-    mongosim, kafka_bootstrap, gap_connections, unique_name
+    mongosim, kafka_config, gap_connections, unique_name
 ):
     sim = mongosim("sharded", shards=2)
     ids = gap_connections(sim.uri)
-    kafka = {"bootstrap.servers": kafka_bootstrap}
     client = MongoClient(sim.uri)
     client.shop.orders.insert_many([{"_id": i} for i in range(10)])
 
@@ -132,11 +131,11 @@ def test_sharded_cluster_partitions_snapshot_in_progress_and_missing_offsets(
     per_shard = {"topic.prefix": f"{unique_name}_s", "mongodb.connection.mode": "replica_set"}
     whole_config = ConnectorConfig.from_properties(whole)
     shard_config = ConnectorConfig.from_properties(per_shard)
-    OffsetStore(kafka, whole_config.offsets_topic).write(
+    OffsetStore(kafka_config, whole_config.offsets_topic).write(
         OffsetPartition(whole_config.topic_prefix, "cluster"), completed_snapshot(client, whole_config)
     )
     shard0 = MongoClient(sim.shard_uris[0])
-    shard_store = OffsetStore(kafka, shard_config.offsets_topic)
+    shard_store = OffsetStore(kafka_config, shard_config.offsets_topic)
     shard_store.write(
         OffsetPartition(shard_config.topic_prefix, "shard0"),
         OffsetState().snapshot_started("s9", current_position(shard0, shard_config), 1),

@@ -22,7 +22,14 @@ from airflow_provider_mongocdc.core.window.read_loop import ReadLoop
 from airflow_provider_mongocdc.core.window.scope import StreamScope
 from airflow_provider_mongocdc.core.window.streams import offset_partition
 from airflow_provider_mongocdc.core.window.summary import StopReason
-from tests.integration.window_helpers import connector, insert_at, next_second, pass_second, topic_events
+from tests.integration.window_helpers import (
+    connector,
+    end_after_insert,
+    insert_at,
+    next_second,
+    pass_second,
+    topic_events,
+)
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
@@ -52,8 +59,7 @@ def test_the_loop_returns_end_reached_with_the_end_as_the_position_to_store(
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         start = current_position(client, config)
         client[db_name].orders.insert_many([{"_id": 1}, {"_id": 2}])
-        end = next_second(insert_at(client[db_name].orders, {"_id": 3}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].orders, {"_id": 3}, f"{db_name}_m")
         insert_at(client[db_name].orders, {"_id": 4})  # at or past the end
         params = WindowParams(datetime.fromtimestamp(end.time, timezone.utc), idle_timeout_s=60)
         with read_loop(client, kafka_config, config, start, params) as (loop, store):

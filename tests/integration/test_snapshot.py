@@ -12,8 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from bson import json_util
-from bson.binary import UuidRepresentation
-from bson.json_util import JSONOptions
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.jobspec import JobSpec
@@ -36,10 +34,9 @@ from tests.integration.snapshot_helpers import (
 )
 from tests.settled_offsets import SettledOffsetStore
 from tests.spark_jvm import local_spark_jvm
+from tests.topic_records import UUIDS_AS_BINARY
 
 pytestmark = pytest.mark.integration
-
-_DECODE = JSONOptions(uuid_representation=UuidRepresentation.UNSPECIFIED)
 
 
 def _bson(value) -> bytes:
@@ -65,14 +62,14 @@ def _assert_snapshot_events(events: dict[str, list], ids: dict[str, list], datab
         keys = []
         for key, value in got:
             assert set(key) == {"id"}
-            keys.append(_bson(json_util.loads(key["id"], json_options=_DECODE)))
+            keys.append(_bson(json_util.loads(key["id"], json_options=UUIDS_AS_BINARY)))
             assert value["op"] == "r" and value["before"] is None
             source = value["source"]
             assert (source["connector"], source["db"], source["collection"]) == ("mongodb", database, name)
             assert "rs" not in source and source["wallTime"] is None  # Debezium 3.x snapshot reads
             assert source["snapshot"] in ("true", "last")
             last += source["snapshot"] == "last"
-            after = json_util.loads(value["after"], json_options=_DECODE)
+            after = json_util.loads(value["after"], json_options=UUIDS_AS_BINARY)
             assert _bson(after["_id"]) == keys[-1]
         assert sorted(keys) == sorted(_bson(_id) for _id in expected_ids), f"{name}: keys differ from _ids"
     return last
@@ -150,7 +147,7 @@ def test_snapshot_killed_then_resumed_emits_each_document_once(
     keys = {json.dumps(key) for key, _ in events["mixed"]}
     assert json.dumps({"id": "1"}) in keys and json.dumps({"id": '"key-00002"'}) in keys
     mixed_values = [value for _, value in events["mixed"]]
-    sample = json_util.loads(mixed_values[0]["after"], json_options=_DECODE)
+    sample = json_util.loads(mixed_values[0]["after"], json_options=UUIDS_AS_BINARY)
     assert {"decimal", "uuid", "ts", "re", "code", "min", "max", "nan", "nested"} <= set(sample)
 
     # The offset: the recorded start, snapshot completed; markers of every chunk.

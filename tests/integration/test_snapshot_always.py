@@ -5,7 +5,6 @@ spark-submit ``local[2]``, the real Kafka broker and MongoDB (simulator or real)
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -18,7 +17,7 @@ from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
-from tests.integration.window_helpers import insert_at, next_second, pass_second, topic_events
+from tests.integration.window_helpers import end_after_insert, topic_events
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +28,7 @@ def _context(task_id: str, run_id: str, **extra) -> dict:
 
 
 def test_always_resnapshots_every_run_and_loses_no_change_between_runs(
-    mongodb_uri, kafka_bootstrap, unique_name, monkeypatch
+    mongodb_uri, kafka_bootstrap, unique_name, operator_connections
 ):
     database, marker_db = unique_name[:40], f"{unique_name[:40]}_m"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -40,18 +39,9 @@ def test_always_resnapshots_every_run_and_loses_no_change_between_runs(
         "snapshot.max.threads": 1,
         "connect.max.attempts": 1,
     }
-    for conn_id, fields in (
-        ("always_mongo", {"conn_type": "mongocdc", "host": mongodb_uri}),
-        ("always_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("always_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
     common = dict(
         connector_config=props,
-        mongo_conn_id="always_mongo",
-        kafka_conn_id="always_kafka",
-        spark_conn_id="always_spark",
-        conf={"spark.ui.enabled": "false"},
+        **operator_connections("always", mongodb_uri, kafka),
     )
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000)
     items = client[database]["items"]
@@ -63,8 +53,7 @@ def test_always_resnapshots_every_run_and_loses_no_change_between_runs(
     def hourly_run(run_id: str) -> tuple[dict, dict]:
         """The hourly DAG's two tasks: snapshot, then the window up to the data interval's end."""
         snapshot = MongoSnapshotOperator(task_id="snapshot", **common).execute(_context("snapshot", run_id))
-        end = next_second(insert_at(client[marker_db]["markers"], {"at": time.time()}))
-        pass_second(client, end, marker_db)
+        end = end_after_insert(client[marker_db]["markers"], {"at": time.time()}, marker_db)
         window = MongoStreamWindowOperator(task_id="window", idle_timeout=60, **common).execute(
             _context("window", run_id, data_interval_end=datetime.fromtimestamp(end.time, timezone.utc))
         )

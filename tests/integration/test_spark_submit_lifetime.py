@@ -109,18 +109,13 @@ def _python_worker_started(processes: dict[int, str]) -> bool:
 
 
 def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
-    mongosim, kafka_bootstrap, unique_name, monkeypatch
+    mongosim, kafka_bootstrap, unique_name, operator_connections
 ):
     sim = mongosim("replset", noop_interval=3600)  # the cluster time moves only with writes
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, f"life_{unique_name[-8:]}")
     seed_offset(sim.uri, kafka, props)
-    for conn_id, fields in (
-        ("life_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
-        ("life_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("life_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+    operator_connections("life", sim.uri, kafka)
 
     task = subprocess.Popen(
         [sys.executable, "-c", TASK, json.dumps(props)],

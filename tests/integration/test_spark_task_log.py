@@ -16,7 +16,6 @@ Python logging of the task process (leases, offsets, Kafka clients).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import traceback
@@ -34,7 +33,7 @@ from structlog.testing import capture_logs
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from devtools.kafka import KafkaBroker
-from tests.integration.window_helpers import connector, insert_at, next_second, pass_second, seed_offset
+from tests.integration.window_helpers import connector, end_after_insert, seed_offset
 
 pytestmark = pytest.mark.integration
 
@@ -127,43 +126,30 @@ def task_log() -> Iterator[TaskLog]:
                 log.add(event.get("logger", ""), event.get("event", ""))
 
 
-def _connections(monkeypatch, mongo_uri: str, kafka: dict) -> None:
-    for conn_id, fields in (
-        ("log_mongo", {"conn_type": "mongocdc", "host": mongo_uri}),
-        ("log_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("log_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
-
-
-def _operator(cls, props: dict, **kwargs):
+def _operator(cls, props: dict, connections: dict, **kwargs):
     return cls(
         task_id=cls.application_name,
         connector_config=props,
-        mongo_conn_id="log_mongo",
-        kafka_conn_id="log_kafka",
-        spark_conn_id="log_spark",
-        conf={"spark.ui.enabled": "false"},
+        **connections,
         **kwargs,
     )
 
 
 @pytest.mark.parametrize("spark_log_level", ["default", "INFO"])
 def test_window_task_log_holds_our_progress_lines_and_no_spark_info(
-    spark_log_level, mongodb_uri, kafka_bootstrap, unique_name, monkeypatch
+    spark_log_level, mongodb_uri, kafka_bootstrap, unique_name, operator_connections
 ):
     db_name = f"tasklog_{unique_name[-8:]}"  # unique_name ends with a random suffix
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name)
     seed_offset(mongodb_uri, kafka, props)
-    _connections(monkeypatch, mongodb_uri, kafka)
+    connections = operator_connections("log", mongodb_uri, kafka)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         client[db_name].items.insert_many([{"_id": n} for n in range(2)])
-        end = next_second(insert_at(client[db_name].items, {"_id": 2}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].items, {"_id": 2}, f"{db_name}_m")
 
     level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
-    operator = _operator(MongoStreamWindowOperator, props, **level)
+    operator = _operator(MongoStreamWindowOperator, props, connections, **level)
     with task_log() as log:
         summary = operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
     assert summary["events"] == 3 and summary["reached_end"] is True, summary
@@ -188,33 +174,28 @@ def test_window_task_log_holds_our_progress_lines_and_no_spark_info(
 def new_kafka_cluster():
     """A Kafka broker of this test only: the connector's first runs are the cluster's first
     transactional producers."""
-    broker = KafkaBroker()
-    broker.start()
-    try:
+    with KafkaBroker() as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def test_first_runs_on_a_new_kafka_cluster_log_the_providers_lines_once_and_little_else(
-    new_kafka_cluster, mongodb_uri, unique_name, monkeypatch
+    new_kafka_cluster, mongodb_uri, unique_name, operator_connections
 ):
     db_name = f"first_{unique_name[-8:]}"
     kafka = {"bootstrap.servers": new_kafka_cluster.bootstrap_servers}
     props = connector(unique_name, db_name)
-    _connections(monkeypatch, mongodb_uri, kafka)
+    connections = operator_connections("log", mongodb_uri, kafka)
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         client[db_name].items.insert_many([{"_id": n} for n in range(3)])
 
     logs = {}
     with task_log() as logs["snapshot"]:
-        snapshot = _operator(MongoSnapshotOperator, props).execute({})
+        snapshot = _operator(MongoSnapshotOperator, props, connections).execute({})
     assert snapshot["documents"] == 3, snapshot
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
-        end = next_second(insert_at(client[db_name].items, {"_id": 3}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].items, {"_id": 3}, f"{db_name}_m")
     with task_log() as logs["window"]:
-        window = _operator(MongoStreamWindowOperator, props).execute(
+        window = _operator(MongoStreamWindowOperator, props, connections).execute(
             {"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)}
         )
     assert window["events"] == 1, window
@@ -230,22 +211,21 @@ def test_first_runs_on_a_new_kafka_cluster_log_the_providers_lines_once_and_litt
 @pytest.mark.simulator_only
 @pytest.mark.parametrize("spark_log_level", ["default", "INFO"])
 def test_failed_window_task_log_leads_with_the_error_in_words(
-    spark_log_level, mongosim, kafka_bootstrap, unique_name, monkeypatch
+    spark_log_level, mongosim, kafka_bootstrap, unique_name, operator_connections
 ):
     sim = mongosim("replset")
     db_name = f"failed_{unique_name[-8:]}"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name)
     seed_offset(sim.uri, kafka, props)
-    _connections(monkeypatch, sim.uri, kafka)
+    connections = operator_connections("log", sim.uri, kafka)
     with sim.client() as client:
         client[db_name].items.insert_many([{"_id": n} for n in range(5)])
-        end = next_second(insert_at(client[db_name].items, {"_id": 5}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].items, {"_id": 5}, f"{db_name}_m")
     sim.set_oplog_retention(max_entries=2)  # the stored resume point is purged
 
     level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
-    operator = _operator(MongoStreamWindowOperator, props, **level)
+    operator = _operator(MongoStreamWindowOperator, props, connections, **level)
     with task_log() as log, pytest.raises(Exception) as failure:
         operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
 

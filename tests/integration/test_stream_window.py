@@ -24,6 +24,7 @@ from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.window_helpers import (
     connector,
+    end_after_insert,
     insert_at,
     next_second,
     pass_second,
@@ -205,8 +206,7 @@ def test_collection_scoped_window_ends_at_an_invalidate_and_the_next_starts_afte
         carts.insert_one({"_id": 1})
         dropped = write_time(client, lambda s: carts.drop(session=s))
         carts.insert_one({"_id": 2})  # the collection again, after the drop
-        end = next_second(insert_at(carts, {"_id": 3}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(carts, {"_id": 3}, f"{db_name}_m")
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
     params = WindowParams(end, idle_timeout_s=60)

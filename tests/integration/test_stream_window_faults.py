@@ -23,6 +23,7 @@ from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.window_helpers import (
     SPARK_TIMEOUT_S,
     connector,
+    end_after_insert,
     failing_commands,
     insert_at,
     next_second,
@@ -186,8 +187,7 @@ def test_purged_resume_point_fails_clearly_and_keeps_the_offset(
     with sim.client() as client:
         for n in range(5):
             client[db_name].items.insert_one({"_id": n})
-        end = next_second(insert_at(client[db_name].items, {"_id": 5}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(client[db_name].items, {"_id": 5}, f"{db_name}_m")
     sim.set_oplog_retention(max_entries=2)
     before = store.read(partition)
 
@@ -246,8 +246,7 @@ def test_oversize_events_fail_or_are_skipped(mongodb_uri, kafka_bootstrap, uniqu
         items = client[db_name].items
         small = insert_at(items, {"_id": 1})
         items.insert_one({"_id": 2, "big": "x" * 50000})
-        end = next_second(insert_at(items, {"_id": 3}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": 3}, f"{db_name}_m")
     topic = f"{unique_name}.{db_name}.items"
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
@@ -297,8 +296,7 @@ def test_stream_errors_are_retried_from_the_last_position_without_loss_or_duplic
             with client.start_session() as session, session.start_transaction():
                 db.items.insert_many([{"_id": 100 * (txn + 1) + n} for n in range(12)], session=session)
                 db.other.insert_one({"_id": txn}, session=session)
-        end = next_second(insert_at(db.items, {"_id": 999}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(db.items, {"_id": 999}, f"{db_name}_m")
         # 70% of the window's aggregate and getMore commands fail with a resumable error: pymongo
         # resumes once by itself, the window re-opens the stream when that fails too (inside a
         # transaction it rolls back to its last commit and reads the transaction again).
@@ -346,8 +344,7 @@ def test_errors_the_server_labels_resumable_are_retried_without_loss_or_duplicat
     with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
         db = client[db_name]
         db.items.insert_many([{"_id": n} for n in range(20)])
-        end = next_second(insert_at(db.items, {"_id": 99}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(db.items, {"_id": 99}, f"{db_name}_m")
         with (
             failing_commands(client, {"times": 2}, ["aggregate"], errorCode=6),
             failing_commands(

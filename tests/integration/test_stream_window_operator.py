@@ -19,14 +19,7 @@ from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator, window_end_for
-from tests.integration.window_helpers import (
-    connector,
-    insert_at,
-    next_second,
-    pass_second,
-    topic_events,
-    write_time,
-)
+from tests.integration.window_helpers import connector, end_after_insert, topic_events, write_time
 from tests.settled_offsets import SettledOffsetStore
 
 pytestmark = pytest.mark.integration
@@ -50,7 +43,7 @@ def _seed(store, prefix: str, rs: str, uri: str, config: ConnectorConfig) -> Off
 
 @pytest.mark.simulator_only
 def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
-    mongosim, kafka_bootstrap, unique_name, monkeypatch
+    mongosim, kafka_bootstrap, unique_name, operator_connections
 ):
     sim = mongosim("sharded", shards=2)
     db_name = unique_name[:40]
@@ -64,12 +57,6 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     partitions = {rs: _seed(store, prefix, rs, uri, config) for rs, uri in shards.items()}
     through_mongos = ConnectorConfig.from_properties({**props, "mongodb.connection.mode": "sharded"})
     cluster = _seed(store, prefix, "cluster", sim.uri, through_mongos)
-    for conn_id, fields in (
-        ("window_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
-        ("window_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("window_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
 
     with MongoClient(sim.uri, serverSelectionTimeoutMS=20000) as client:
         client.admin.command("enableSharding", db_name)
@@ -84,8 +71,7 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
                 db.items.insert_many([{"_id": n} for n in range(100, 110)], session=session)
 
         write_time(client, transaction)
-        end = next_second(insert_at(db.items, {"_id": 999}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(db.items, {"_id": 999}, f"{db_name}_m")
     on_shard = {}
     for rs, uri in shards.items():
         with MongoClient(uri, serverSelectionTimeoutMS=20000) as shard:
@@ -95,10 +81,7 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     operator = MongoStreamWindowOperator(
         task_id="window",
         connector_config=props,
-        mongo_conn_id="window_mongo",
-        kafka_conn_id="window_kafka",
-        spark_conn_id="window_spark",
-        conf={"spark.ui.enabled": "false"},
+        **operator_connections("window", sim.uri, kafka),
         idle_timeout=60,
     )
     data_interval_end = datetime.fromtimestamp(end.time, timezone.utc)

@@ -28,6 +28,7 @@ from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 from tests.integration.window_helpers import (
     connector,
+    end_after_insert,
     insert_at,
     next_second,
     pass_second,
@@ -93,8 +94,7 @@ def test_batch_commits_never_cut_a_mongodb_transaction(mongodb_uri, kafka_bootst
                     items.insert_one({"_id": f"t{n}"}, session=session)
 
         write_time(client, transaction)
-        end = next_second(insert_at(items, {"_id": "after"}))
-        pass_second(client, end, f"{db_name}_m")
+        end = end_after_insert(items, {"_id": "after"}, f"{db_name}_m")
         changes = _changes(client, config, seeded.position, TRANSACTION_SIZE + 2)
 
     inside = changes[1 : 1 + TRANSACTION_SIZE]
@@ -130,7 +130,7 @@ def test_batch_commits_never_cut_a_mongodb_transaction(mongodb_uri, kafka_bootst
 
 @pytest.mark.simulator_only
 def test_a_past_end_the_cluster_time_never_reaches_fails_retryably_and_keeps_what_was_read(
-    mongosim, kafka_bootstrap, unique_name, monkeypatch
+    mongosim, kafka_bootstrap, unique_name, operator_connections
 ):
     # No periodic no-op: the server's cluster time stays at its last write.
     sim = mongosim("replset", noop_interval=3600)
@@ -163,19 +163,10 @@ def test_a_past_end_the_cluster_time_never_reaches_fails_retryably_and_keeps_wha
     assert _keys(kafka_bootstrap, f"{unique_name}.{db_name}.items") == [0, 1, 2]
 
     # Through the operator (spark-submit): the Airflow task fails, retryably, with the message.
-    for conn_id, fields in (
-        ("stall_mongo", {"conn_type": "mongocdc", "host": sim.uri}),
-        ("stall_kafka", {"conn_type": "mongocdc_kafka", "extra": kafka}),
-        ("stall_spark", {"conn_type": "spark", "host": "local[2]"}),
-    ):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
     operator = MongoStreamWindowOperator(
         task_id="window",
         connector_config=props,
-        mongo_conn_id="stall_mongo",
-        kafka_conn_id="stall_kafka",
-        spark_conn_id="stall_spark",
-        conf={"spark.ui.enabled": "false"},
+        **operator_connections("stall", sim.uri, kafka),
         idle_timeout=20,
     )
     with pytest.raises(AirflowException) as failed:

@@ -24,6 +24,7 @@ from bson import Binary, Int64, ObjectId, Timestamp
 from airflow_provider_mongocdc import __version__
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from tests.topic_records import ENVELOPE_FIELDS
 
 pytestmark = pytest.mark.unit
 
@@ -213,15 +214,7 @@ def test_source_has_no_rs_and_its_schema_is_version_1_with_every_snapshot_value(
     assert snapshot["parameters"]["allowed"] == (
         "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
     )
-    assert [f["field"] for f in value["schema"]["fields"]] == [
-        "before",
-        "after",
-        "updateDescription",
-        "source",
-        "op",
-        "ts_ms",
-        "transaction",
-    ]
+    assert [f["field"] for f in value["schema"]["fields"]] == ENVELOPE_FIELDS
 
 
 def test_oplog_format_keeps_rs_and_cluster_time():

@@ -16,6 +16,7 @@ from bson import Binary, Int64, ObjectId, Timestamp, json_util
 from airflow_provider_mongocdc import __version__
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from tests.topic_records import ENVELOPE_FIELDS
 
 pytestmark = pytest.mark.unit
 
@@ -123,6 +124,19 @@ def _builder(clock_ms: int, **props) -> EventBuilder:
     return EventBuilder(config, replica_set="rs0", clock=lambda: clock_ms)
 
 
+def _change(operation_type: str, resume_data: str, increment: int, **fields) -> dict:
+    """A change event of the documented customer 1004 in NS: its resume token's ``_data``, operation
+    type and cluster time increment, then ``fields``."""
+    return {
+        "_id": {"_data": resume_data},
+        "operationType": operation_type,
+        "clusterTime": Timestamp(1558965508, increment),
+        "ns": NS,
+        "documentKey": {"_id": Int64(1004)},
+        **fields,
+    }
+
+
 def _ejson(text: str):
     return json_util.loads(text)
 
@@ -145,14 +159,7 @@ def _check_source(source: dict, expected: dict, *, snapshot: bool) -> None:
 
 def test_create_event_matches_debezium_docs_field_by_field():
     # MongoDB's insert change event shape, for the documented document.
-    change = {
-        "_id": {"_data": "825CEBE0E4000000012B"},
-        "operationType": "insert",
-        "clusterTime": Timestamp(1558965508, 31),
-        "ns": NS,
-        "documentKey": {"_id": Int64(1004)},
-        "fullDocument": DOCUMENT,
-    }
+    change = _change("insert", "825CEBE0E4000000012B", 31, fullDocument=DOCUMENT)
     [event] = _builder(PROCESSED_MS, **{"event.format": "oplog"}).build_change(change)
 
     assert event.topic == "fulfillment.inventory.customers"
@@ -175,18 +182,16 @@ def test_create_event_matches_debezium_docs_field_by_field():
 
 def test_update_event_matches_debezium_docs_field_by_field():
     # MongoDB's update change event shape (no fullDocument: capture.mode=change_streams).
-    change = {
-        "_id": {"_data": "825CEBE0E4000000062B"},
-        "operationType": "update",
-        "clusterTime": Timestamp(1558965508, 6),
-        "ns": NS,
-        "documentKey": {"_id": Int64(1004)},
-        "updateDescription": {
+    change = _change(
+        "update",
+        "825CEBE0E4000000062B",
+        6,
+        updateDescription={
             "updatedFields": {"first_name": "Anne Marie"},
             "removedFields": [],
             "truncatedArrays": [],
         },
-    }
+    )
     [event] = _builder(
         1465491461815, **{"event.format": "oplog", "capture.mode": "change_streams"}
     ).build_change(change)
@@ -204,13 +209,7 @@ def test_update_event_matches_debezium_docs_field_by_field():
 
 
 def test_delete_event_and_tombstone_match_debezium_docs():
-    change = {
-        "_id": {"_data": "825CEBE0E4000000062B"},
-        "operationType": "delete",
-        "clusterTime": Timestamp(1558965508, 6),
-        "ns": NS,
-        "documentKey": {"_id": Int64(1004)},
-    }
+    change = _change("delete", "825CEBE0E4000000062B", 6)
     event, tombstone = _builder(1465495462115, **{"event.format": "oplog"}).build_change(change)
 
     payload = json.loads(event.value)["payload"]
@@ -322,15 +321,7 @@ def test_debezium_3x_update_event_layout():
     value = json.loads(event.value)
     schema = value["schema"]
     assert schema["name"] == "mongo.public.books.Envelope" and schema["optional"] is False
-    assert [f["field"] for f in schema["fields"]] == [
-        "before",
-        "after",
-        "updateDescription",
-        "source",
-        "op",
-        "ts_ms",
-        "transaction",
-    ]
+    assert [f["field"] for f in schema["fields"]] == ENVELOPE_FIELDS
     before, after, description, source, op, ts_ms, transaction = schema["fields"]
     for json_field in (before, after):
         assert json_field == {

@@ -77,18 +77,11 @@ def write_spec(
     return spec.write(directory / f"{name}.json"), directory / f"{name}-result.json"
 
 
-def run_window_app(
-    spark_submit: str,
-    directory: Path,
-    name: str,
-    props: dict[str, Any],
-    uri: str,
-    kafka: dict[str, Any],
-    window_end: datetime | Timestamp,
-    **params: Any,
-) -> AppRun:
-    spec, result = write_spec(directory, name, props, uri, kafka, window_end, **params)
-    return run_app(spark_submit, "stream_window", spec, result, timeout=SPARK_TIMEOUT_S)
+def run_window_app(spark_submit: str, *spec: Any, **params: Any) -> AppRun:
+    """The stream window application run by spark-submit on the job spec that :func:`write_spec`
+    writes of ``spec`` (its arguments from ``directory`` to ``window_end``) and ``params``."""
+    spec_path, result = write_spec(*spec, **params)
+    return run_app(spark_submit, "stream_window", spec_path, result, timeout=SPARK_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -187,3 +180,11 @@ def settled_after_kill(
             f"offset counts {state.events if state else 'no offset'}"
         )
         time.sleep(0.2)
+
+
+def end_after_insert(collection, document: dict, marker_db: str) -> Timestamp:
+    """Insert ``document`` and return the window end right after it (:func:`next_second`) once the
+    server's cluster time has reached that end (:func:`pass_second`), so a window ending there can close."""
+    end = next_second(insert_at(collection, document))
+    pass_second(collection.database.client, end, marker_db)
+    return end
