@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +104,25 @@ def ensure_topics(
                 cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
                 fix="create the topic yourself, or grant the Kafka principal CREATE on the cluster or topic",
             ) from None
+    _await_listed(admin, [name for name, outcome in result.items() if outcome == "created"], timeout_s)
     return result
+
+
+def _await_listed(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Wait until the brokers' metadata lists the created topics: a KRaft controller answers
+    CreateTopics once the topic is in its log, and a broker's metadata follows a moment later, so a
+    describe or a produce right after creation could otherwise find no topic. Bounded by
+    ``timeout_s``; past it the caller goes on (the topic exists; the next request will see it)."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(names)
+    while waiting and time.monotonic() < deadline:
+        try:
+            topics = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        except KafkaException:
+            return
+        waiting = {name for name in waiting if name not in topics or topics[name].error is not None}
+        if waiting:
+            time.sleep(0.05)
 
 
 def describe_topic(
