@@ -150,7 +150,9 @@ class Span:
         """Where trial ``seed`` of ``trials`` kills its run, drawn by ``random.Random(seed)``.
 
         The span runs from the last part of Spark's start (60 % of the time to the first write to
-        the offsets topic) to a little after the last write. It is stratified: trial ``i`` draws
+        the offsets topic, but never longer than the part after it, so that a start stretched by
+        the machine's load cannot take the later trials out of the work) to a little after the last
+        write. It is stratified: trial ``i`` draws
         its point uniformly within the ``i``-th of ``trials`` equal slices, so even two trials
         fall early and late, and twenty cover the span evenly. A point before the first write is
         ``("start", t)``: ``t`` seconds after the launch. A later one is ``("write", t)``: ``t``
@@ -159,8 +161,8 @@ class Span:
         """
         import random
 
-        low = 0.6 * self.first_write
         high = self.first_write + 1.1 * (self.last_write - self.first_write) + 0.2
+        low = self.first_write - min(0.4 * self.first_write, high - self.first_write)
         point = low + (high - low) * (seed + random.Random(seed).random()) / trials
         if point < self.first_write:
             return "start", point
