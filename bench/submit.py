@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -194,31 +195,38 @@ def _window_phases(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- (g) ---------------------------------------------------------------------------------------------
-def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
+def run_window(services: Services, sizes: list[int], empty_rounds: int = 1) -> dict[str, Any]:
+    """The windows of ``sizes`` changes with their one stream in the driver (the operators' default
+    on a local master), then ``empty_rounds`` pairs of empty windows, one stream in a Spark task
+    and in the driver alternately (the fixed cost of either path)."""
     sim_pid = _sim_pid(services)
     database = f"benchg{uuid.uuid4().hex[:8]}"
     rng = random.Random(11)
     runs: dict[int, dict[str, Any]] = {}
+    empty: dict[str, list[dict[str, Any]]] = {"task": [], "driver": []}
+    plan = [(size, True) for size in [0, *sizes]]
+    for round_number in range(empty_rounds):
+        plan += [(0, False), (0, True)] if round_number % 2 == 0 else [(0, True), (0, False)]
     with tempfile.TemporaryDirectory(prefix="mongocdc-bench-") as tmp:
-        for size in [0, *sizes]:
+        for number, (size, in_driver) in enumerate(plan):
             with services.client() as client:
-                probe = connector(f"{database}x{size}", database)
+                probe = connector(f"{database}x{number}", database)
                 start = current_position(client, probe)
                 documents = [make_document(rng, index) for index in range(size)]
-                collection = f"c{size}"
+                collection = f"c{number}"
                 if documents:
                     last = insert_documents(client, database, collection, documents, batch=1000)
                 else:
                     last = current_position(client, probe).cluster_time
                 window_end = window_end_after(services, client, last, f"{database}_markers")
-            config = connector(f"{database}w{size}", database)
+            config = connector(f"{database}w{number}", database)
             seed(services, config, start)
             spec = JobSpec(
                 "stream_window",
                 config.to_properties(),
                 {"connection_string": services.mongodb_uri},
                 services.kafka,
-                {"window_end": iso_z(window_end), "poll_ms": 200},
+                {"window_end": iso_z(window_end), "poll_ms": 200, "stream_in_driver": in_driver},
             )
             run = submit("stream_window", spec, Path(tmp), sim_pid)
             summary = run.pop("summary")
@@ -226,11 +234,15 @@ def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
                 raise RuntimeError(f"the window of {size} changes ended with {summary}")
             run["app_s"] = summary["duration_s"]
             run["phases_s"] = _window_phases(summary)
-            runs[size] = run
+            if number <= len(sizes):
+                runs[size] = run
+            else:
+                empty["driver" if in_driver else "task"].append(run)
     small, large = sizes
     return {
         "sizes": sizes,
         "runs": runs,
+        "empty": empty,
         "fixed_wall_s": runs[0]["wall_s"],
         "fixed_cpu_s": runs[0]["cpu_s"],
         "marginal_cpu_us": _slope(runs[small], runs[large], small, large, "cpu_s"),
@@ -311,7 +323,26 @@ def _run_line(label: str, run: dict[str, Any]) -> str:
 
 
 def report_window(figures: dict[str, Any]) -> list[str]:
-    lines = [_run_line(f"{size} changes", run) for size, run in figures["runs"].items()]
+    lines = [
+        _run_line(f"{size} changes (stream in the driver)", run) for size, run in figures["runs"].items()
+    ]
+    for path, runs in figures["empty"].items():
+        lines += [
+            _run_line(
+                "empty window, stream in a Spark task"
+                if path == "task"
+                else "empty window, stream in the driver",
+                run,
+            )
+            for run in runs
+        ]
+    for path, runs in figures["empty"].items():
+        if runs:
+            lines.append(
+                f"(g) empty window, stream in {'a Spark task' if path == 'task' else 'the driver'}, median of "
+                f"{len(runs)}: {statistics.median(r['wall_s'] for r in runs):.2f} s wall, "
+                f"{statistics.median(r['cpu_s'] for r in runs):.2f} CPU-s"
+            )
     lines.append(
         f"(g) fixed cost (empty window): {figures['fixed_wall_s']} s wall, {figures['fixed_cpu_s']} CPU-s; "
         f"marginal per change {figures['marginal_cpu_us']} us CPU (whole tree), "
