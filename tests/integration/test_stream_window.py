@@ -293,3 +293,39 @@ def test_live_window_commits_on_time_and_stops_at_its_end(mongodb_uri, kafka_boo
     ids = [int(e.key["id"]) for e in topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")]
     assert ids == inside
     assert store.read(partition).cluster_time == params.end
+
+
+def test_window_whose_end_has_passed_stops_at_the_streams_first_reply_without_awaiting_changes(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    # The change stream's first reply (the aggregate) already says, with its postBatchResumeToken,
+    # that the server scanned past the end: the window stops there instead of holding a getMore
+    # for poll_ms (here 10 minutes, far beyond the bound below) to hear the same again.
+    db_name = unique_name[:32] + unique_name[-8:]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = next_second(insert_at(client[f"{db_name}_m"].markers, {"uncaptured": True}))
+        pass_second(client, end, f"{db_name}_m")
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    params = WindowParams(end, idle_timeout_s=60, poll_ms=600_000)
+    outcome: dict = {}
+
+    def window() -> None:
+        try:
+            outcome["summary"] = run_window(target, config, kafka, params)
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=window, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert outcome, (
+        "the window whose end had passed was still waiting 120 s later (a getMore held for poll_ms)"
+    )
+    assert "error" not in outcome, outcome
+    summary = outcome["summary"]
+    assert summary["stop_reason"] == "end_reached" and summary["events"] == 0
+    assert store.read(partition).cluster_time == end
