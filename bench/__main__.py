@@ -83,7 +83,11 @@ def _snapshot(services: Services, quick: bool) -> dict[str, Any]:
 
 
 def _submit_window(services: Services, quick: bool) -> dict[str, Any]:
-    return submit.run_window(services, sizes=[1000, 5000] if quick else [10000, 100000])
+    figures = submit.run_window(
+        services, sizes=[1000, 5000] if quick else [10000, 100000], empty_rounds=2 if quick else 4
+    )
+    figures["operator"] = submit.run_operator_window(services, rounds=2 if quick else 3)
+    return figures
 
 
 def _submit_snapshot(services: Services, quick: bool) -> dict[str, Any]:

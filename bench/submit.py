@@ -1,7 +1,12 @@
 """Whole spark-submit runs, measured as users pay for them: wall time and the CPU of the process tree.
 
 (g) ``submit-window``: ``spark-submit stream_window.py`` over 0 (an empty window: the fixed cost),
-then two sizes of insert changes of ~1 KB documents (bench.events). (h) ``submit-snapshot``:
+then two sizes of insert changes of ~1 KB documents (bench.events), the one stream in the driver;
+empty windows with the stream in a Spark task and in the driver, alternately; and the Airflow task
+around spark-submit: a Python process that runs ``MongoStreamWindowOperator.execute`` (the lease,
+the job spec, the operator's spark-submit through Airflow's SparkSubmitHook, the summary) with
+``AIRFLOW_CONN_*`` connections, as a task process does without the task runner and its API
+server, empty windows with ``stream_in_driver=False`` and ``"auto"`` alternately. (h) ``submit-snapshot``:
 ``spark-submit snapshot.py`` of an empty collection, then two sizes of ~1 KB documents at
 each ``snapshot.max.threads`` (1, 2, 4).
 
@@ -18,9 +23,12 @@ applications' summaries (``phases_s``).
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -145,10 +153,20 @@ def submit(application: str, spec: JobSpec, directory: Path, sim_pid: int | None
     result_path = directory / f"result-{name}.json"
     command = [str(VENV_BIN / "spark-submit"), *SPARK_ARGS, str(APPS / f"{application}.py")]
     command += ["--job-spec", str(spec_path), "--result", str(result_path)]
+    run = _measured(command, directory / f"out-{name}.log", spark_env(), sim_pid)
+    result = read_result(result_path)
+    if run.pop("returncode") != 0 or not result or result.get("status") != "ok":
+        tail = (directory / f"out-{name}.log").read_text(errors="replace")[-4000:]
+        raise RuntimeError(f"spark-submit {application} failed: {result}\n{tail}")
+    return {"summary": result["summary"], **run}
+
+
+def _measured(command: list[str], output: Path, env: dict[str, str], sim_pid: int | None) -> dict[str, Any]:
+    """Run ``command`` (its output to ``output``): exit code, wall seconds, tree CPU, the simulator's CPU."""
     sim_before = process_cpu(sim_pid)
     began = time.perf_counter()
-    log = open(directory / f"out-{name}.log", "wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=spark_env())
+    log = open(output, "wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     sampler = TreeSampler(process.pid).start()
     try:
         _, status, rusage = os.wait4(process.pid, 0)
@@ -159,12 +177,8 @@ def submit(application: str, spec: JobSpec, directory: Path, sim_pid: int | None
     process.returncode = os.waitstatus_to_exitcode(status)
     reaped = rusage.ru_utime + rusage.ru_stime
     sim_after = process_cpu(sim_pid)
-    result = read_result(result_path)
-    if process.returncode != 0 or not result or result.get("status") != "ok":
-        tail = (directory / f"out-{name}.log").read_text(errors="replace")[-4000:]
-        raise RuntimeError(f"spark-submit {application} failed (exit {process.returncode}): {result}\n{tail}")
     return {
-        "summary": result["summary"],
+        "returncode": process.returncode,
         "wall_s": round(wall, 3),
         "cpu_s": round(max(sampled, reaped), 3),
         "cpu_sampled_s": round(sampled, 3),
@@ -194,31 +208,38 @@ def _window_phases(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- (g) ---------------------------------------------------------------------------------------------
-def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
+def run_window(services: Services, sizes: list[int], empty_rounds: int = 1) -> dict[str, Any]:
+    """The windows of ``sizes`` changes with their one stream in the driver (the operators' default
+    on a local master), then ``empty_rounds`` pairs of empty windows, one stream in a Spark task
+    and in the driver alternately (the fixed cost of either path)."""
     sim_pid = _sim_pid(services)
     database = f"benchg{uuid.uuid4().hex[:8]}"
     rng = random.Random(11)
     runs: dict[int, dict[str, Any]] = {}
+    empty: dict[str, list[dict[str, Any]]] = {"task": [], "driver": []}
+    plan = [(size, True) for size in [0, *sizes]]
+    for round_number in range(empty_rounds):
+        plan += [(0, False), (0, True)] if round_number % 2 == 0 else [(0, True), (0, False)]
     with tempfile.TemporaryDirectory(prefix="mongocdc-bench-") as tmp:
-        for size in [0, *sizes]:
+        for number, (size, in_driver) in enumerate(plan):
             with services.client() as client:
-                probe = connector(f"{database}x{size}", database)
+                probe = connector(f"{database}x{number}", database)
                 start = current_position(client, probe)
                 documents = [make_document(rng, index) for index in range(size)]
-                collection = f"c{size}"
+                collection = f"c{number}"
                 if documents:
                     last = insert_documents(client, database, collection, documents, batch=1000)
                 else:
                     last = current_position(client, probe).cluster_time
                 window_end = window_end_after(services, client, last, f"{database}_markers")
-            config = connector(f"{database}w{size}", database)
+            config = connector(f"{database}w{number}", database)
             seed(services, config, start)
             spec = JobSpec(
                 "stream_window",
                 config.to_properties(),
                 {"connection_string": services.mongodb_uri},
                 services.kafka,
-                {"window_end": iso_z(window_end), "poll_ms": 200},
+                {"window_end": iso_z(window_end), "poll_ms": 200, "stream_in_driver": in_driver},
             )
             run = submit("stream_window", spec, Path(tmp), sim_pid)
             summary = run.pop("summary")
@@ -226,11 +247,15 @@ def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
                 raise RuntimeError(f"the window of {size} changes ended with {summary}")
             run["app_s"] = summary["duration_s"]
             run["phases_s"] = _window_phases(summary)
-            runs[size] = run
+            if number <= len(sizes):
+                runs[size] = run
+            else:
+                empty["driver" if in_driver else "task"].append(run)
     small, large = sizes
     return {
         "sizes": sizes,
         "runs": runs,
+        "empty": empty,
         "fixed_wall_s": runs[0]["wall_s"],
         "fixed_cpu_s": runs[0]["cpu_s"],
         "marginal_cpu_us": _slope(runs[small], runs[large], small, large, "cpu_s"),
@@ -239,6 +264,81 @@ def run_window(services: Services, sizes: list[int]) -> dict[str, Any]:
         if runs[small]["sim_cpu_s"] is not None
         else None,
     }
+
+
+OPERATOR_TASK = """
+import json, sys
+from datetime import datetime, timezone
+from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
+props, end, stream_in_driver = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+summary = MongoStreamWindowOperator(
+    task_id="window", connector_config=props, mongo_conn_id="bench_mongo", kafka_conn_id="bench_kafka",
+    spark_conn_id="bench_spark", conf={"spark.ui.enabled": "false"}, stream_in_driver=stream_in_driver,
+).execute({"data_interval_end": datetime.fromisoformat(end)})
+print("BENCH_SUMMARY " + json.dumps(summary))
+"""
+
+
+def run_operator_window(services: Services, rounds: int) -> dict[str, Any]:
+    """Empty windows through the operator in a process of its own (the Airflow task around
+    spark-submit), ``stream_in_driver`` False and "auto" (a local master: in the driver) alternately."""
+    sim_pid = _sim_pid(services)
+    database = f"benchgo{uuid.uuid4().hex[:8]}"
+    env = spark_env()
+    for conn_id, fields in (
+        ("bench_mongo", {"conn_type": "mongocdc", "host": services.mongodb_uri}),
+        ("bench_kafka", {"conn_type": "mongocdc_kafka", "extra": services.kafka}),
+        ("bench_spark", {"conn_type": "spark", "host": "local[2]"}),
+    ):
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(fields)
+    # The operator adds -XX:TieredStopAtLevel=1 itself (client deploy mode), as the runs above have it.
+    runs: dict[str, list[dict[str, Any]]] = {"task": [], "driver": []}
+    plan = []
+    for round_number in range(rounds):
+        plan += [False, "auto"] if round_number % 2 == 0 else ["auto", False]
+    with tempfile.TemporaryDirectory(prefix="mongocdc-bench-") as tmp:
+        for number, setting in enumerate(plan):
+            with services.client() as client:
+                probe = connector(f"{database}x{number}", database)
+                start = current_position(client, probe)
+                window_end = window_end_after(services, client, start.cluster_time, f"{database}_markers")
+            config = connector(f"{database}w{number}", database)
+            seed(services, config, start)
+            output = Path(tmp) / f"operator-{number}.log"
+            command = [
+                sys.executable,
+                "-c",
+                OPERATOR_TASK,
+                json.dumps(config.to_properties()),
+                iso_z(window_end),
+            ]
+            command.append(json.dumps(setting))
+            run = _measured(command, output, env, sim_pid)
+            text = output.read_text(errors="replace")
+            summaries = [line for line in text.splitlines() if line.startswith("BENCH_SUMMARY ")]
+            if run.pop("returncode") != 0 or not summaries:
+                raise RuntimeError(f"the operator's window failed:\n{text[-4000:]}")
+            summary = json.loads(summaries[-1][len("BENCH_SUMMARY ") :])
+            if summary["events"] != 0 or not summary["reached_end"]:
+                raise RuntimeError(f"the empty operator window ended with {summary}")
+            run["app_s"] = summary["duration_s"]
+            run["phases_s"] = _window_phases(summary)
+            runs["driver" if setting == "auto" else "task"].append(run)
+    return {"rounds": rounds, "runs": runs}
+
+
+def report_operator_window(figures: dict[str, Any]) -> list[str]:
+    lines = []
+    for path, runs in figures["runs"].items():
+        label = "a Spark task" if path == "task" else "the driver"
+        lines += [_run_line(f"operator task, empty window, stream in {label}", run) for run in runs]
+        lines.append(
+            f"(g) the Airflow task around spark-submit (operator.execute in its own process), empty window, "
+            f"stream in {label}, median of {len(runs)}: "
+            f"{statistics.median(r['wall_s'] for r in runs):.2f} s wall, "
+            f"{statistics.median(r['cpu_s'] for r in runs):.2f} CPU-s"
+        )
+    return lines
 
 
 # -- (h) ---------------------------------------------------------------------------------------------
@@ -311,7 +411,32 @@ def _run_line(label: str, run: dict[str, Any]) -> str:
 
 
 def report_window(figures: dict[str, Any]) -> list[str]:
-    lines = [_run_line(f"{size} changes", run) for size, run in figures["runs"].items()]
+    return _report_submit_window(figures) + (
+        report_operator_window(figures["operator"]) if figures.get("operator") else []
+    )
+
+
+def _report_submit_window(figures: dict[str, Any]) -> list[str]:
+    lines = [
+        _run_line(f"{size} changes (stream in the driver)", run) for size, run in figures["runs"].items()
+    ]
+    for path, runs in figures["empty"].items():
+        lines += [
+            _run_line(
+                "empty window, stream in a Spark task"
+                if path == "task"
+                else "empty window, stream in the driver",
+                run,
+            )
+            for run in runs
+        ]
+    for path, runs in figures["empty"].items():
+        if runs:
+            lines.append(
+                f"(g) empty window, stream in {'a Spark task' if path == 'task' else 'the driver'}, median of "
+                f"{len(runs)}: {statistics.median(r['wall_s'] for r in runs):.2f} s wall, "
+                f"{statistics.median(r['cpu_s'] for r in runs):.2f} CPU-s"
+            )
     lines.append(
         f"(g) fixed cost (empty window): {figures['fixed_wall_s']} s wall, {figures['fixed_cpu_s']} CPU-s; "
         f"marginal per change {figures['marginal_cpu_us']} us CPU (whole tree), "

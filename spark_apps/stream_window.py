@@ -5,10 +5,12 @@
 The driver lists the deployment's change streams (one, or one per shard replica set with
 ``mongodb.connection.mode=replica_set``), checks that each can start from its stored offset (clear
 errors before any task runs), runs one Spark task per stream (``core.window.stream_window.run_stream_tasks``) and
-merges their summaries. A cluster time that stalled before a window end in the past fails the run
+merges their summaries. With the ``stream_in_driver`` parameter (the operator sets it for one
+stream on a local master), a window of one stream runs it in this driver process instead,
+without starting the SparkContext. A cluster time that stalled before a window end in the past fails the run
 with ``WindowEndNotReachedError`` once every stream has committed what it read. The job spec's
 ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``, ``max_duration_s``,
-``poll_ms`` (:class:`~airflow_provider_mongocdc.core.window.params.WindowParams`). Connection
+``poll_ms``, ``stream_in_driver`` (:class:`~airflow_provider_mongocdc.core.window.params.WindowParams`). Connection
 details travel to the tasks inside the task closure, never through Spark's configuration or
 environment. Reasons: docs/design.md, "Stream windows".
 """
@@ -18,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import time
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
+from airflow_provider_mongocdc.core.base.lifetime import die_with_parent
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
@@ -65,17 +69,31 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
         run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
     )
     checked = time.monotonic()
-    context = spark.sparkContext  # the JVM, SparkContext and Py4J gateway start here
-    spark_started = time.monotonic()
-    rdd = context.parallelize([target.to_json() for target in targets], len(targets))
-    summaries = rdd.mapPartitions(task).collect()
+    jobs = [target.to_json() for target in targets]
+    if len(targets) == 1 and params.stream_in_driver:
+        # One stream, run here: no SparkContext, no Python worker (docs/design.md, "Stream
+        # windows"). This process now dies with the JVM that started it: it no longer waits on
+        # the Py4J gateway, through which it would notice the JVM's death.
+        tie = die_with_parent(os.getppid())
+        if tie is not None:
+            tie()
+        summaries = list(task(jobs))
+        phases = {
+            "driver_checks": round(checked - started, 3),
+            "in_driver": round(time.monotonic() - checked, 3),
+        }
+    else:
+        context = spark.sparkContext  # the JVM's SparkContext and the Py4J gateway's use start here
+        spark_started = time.monotonic()
+        summaries = context.parallelize(jobs, len(jobs)).mapPartitions(task).collect()
+        phases = {
+            "driver_checks": round(checked - started, 3),
+            "spark_start": round(spark_started - checked, 3),
+            "tasks": round(time.monotonic() - spark_started, 3),
+        }
     summary = merge_summaries(summaries, params.window_end, time.monotonic() - started)
     # Driver phases in wall seconds (each stream's own phases are in its partitions[].phases_s).
-    summary["phases_s"] = {
-        "driver_checks": round(checked - started, 3),
-        "spark_start": round(spark_started - checked, 3),
-        "tasks": round(time.monotonic() - spark_started, 3),
-    }
+    summary["phases_s"] = phases
     error = end_not_reached_error(summary, params)
     if error is not None:
         for item in summary["partitions"]:

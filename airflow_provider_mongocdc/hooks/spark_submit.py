@@ -18,40 +18,16 @@ notice kept out of the task log.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import os
 import re
-import signal
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_provider_mongocdc.core.base.lifetime import die_with_parent
+
 # Lines of spark-submit's output that say nothing about the run, written whatever it does.
 KNOWN_NOISE = re.compile(r"WARNING: Using incubator modules: jdk\.incubator\.vector")
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` giving the child the parent-death signal SIGKILL, or None where the
-    kernel has no ``prctl`` (not Linux). The C function is looked up here, in the parent: the
-    child between fork and exec only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl: no signal would come
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 class MongoCdcSparkSubmitHook(SparkSubmitHook):
@@ -65,6 +41,11 @@ class MongoCdcSparkSubmitHook(SparkSubmitHook):
         class's behaviour (its state is kept as it is)."""
         hook.__class__ = cls
         return hook
+
+    def local_master(self) -> bool:
+        """Whether spark-submit runs the application on a ``local`` master (``local``,
+        ``local[N]``, ``local[*]``): driver and tasks on this machine, in client deploy mode."""
+        return str(self._connection.get("master") or "").startswith("local")
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         preexec = die_with_parent()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.offsets.lease import WINDOW
@@ -45,6 +46,13 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         transactions, storing its position (default 3600). (templated)
     :param lease_ttl: how long the lease lasts if this task dies without releasing it (default:
         the task's execution_timeout, else 2 hours).
+    :param stream_in_driver: where a window of ONE stream (one replica set, or a sharded cluster
+        read through mongos) runs it: ``"auto"`` (default) in the application's Python driver when
+        the Spark master is ``local[...]``, else in a Spark task; ``True`` always in the driver
+        (the machine running spark-submit then reads MongoDB and writes Kafka); ``False`` always
+        in a Spark task. In the driver the window starts no SparkContext and no Python worker
+        (seconds and CPU-seconds less per window). Windows of several streams (one per shard)
+        always run one Spark task per stream.
     Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
     ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
     """
@@ -63,12 +71,19 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         idle_timeout: float | None = None,
         max_duration: float | None = None,
         lease_ttl: timedelta | None = None,
+        stream_in_driver: bool | str = "auto",
         **kwargs: Any,
     ) -> None:
+        if stream_in_driver not in (True, False, "auto"):
+            raise ConfigError(
+                f"stream_in_driver {stream_in_driver!r} is not one of True, False, 'auto'",
+                fix="leave the default 'auto' (in the driver on a local Spark master), or pass True or False",
+            )
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
         self.lease_ttl = lease_ttl
+        self.stream_in_driver = stream_in_driver
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
         params = {"window_end": iso_z(window_end_for(context))}
@@ -76,9 +91,17 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
             params["idle_timeout_s"] = float(self.idle_timeout)
         if self.max_duration is not None:
             params["max_duration_s"] = float(self.max_duration)
+        params["stream_in_driver"] = self._stream_in_driver()
         # Validate here, before anything is submitted.
         WindowParams.from_params(params, config)
         return params
+
+    def _stream_in_driver(self) -> bool:
+        """stream_in_driver, with "auto" resolved from the Spark connection's master."""
+        if self.stream_in_driver != "auto":
+            return bool(self.stream_in_driver)
+        self._conn_id = self.spark_conn_id  # templated by now; SparkSubmitOperator reads _conn_id
+        return self._get_hook().local_master()
 
     def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:
         from airflow_provider_mongocdc.metrics import window_metrics

@@ -2,10 +2,12 @@
 
 A window runs through MongoStreamWindowOperator in a process of its own, as an Airflow task does
 (spark-submit, local[2], the real Kafka broker). The simulator writes no periodic no-op, so the
-window waits in its Spark task (a Python worker) for the cluster time to reach its end. The task
-process is then killed with SIGKILL, as Airflow's supervisor or the kernel's OOM killer kill it:
-no on_kill runs. The spark-submit JVM, the application's Python driver and the Python workers it
-started must end by themselves; otherwise they would keep streaming and holding the connector.
+window waits for the cluster time to reach its end: in its Spark task (a Python worker) with
+``stream_in_driver=False``, in the application's Python driver by default (one stream on a local
+master). The task process is then killed with SIGKILL, as Airflow's supervisor or the kernel's
+OOM killer kill it: no on_kill runs. The spark-submit JVM, the application's Python driver and the
+Python workers it started must end by themselves; otherwise they would keep streaming and holding
+the connector.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ TASK = """
 import json, sys
 from datetime import datetime, timezone
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
-props = json.loads(sys.argv[1])
+props, stream_in_driver = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 MongoStreamWindowOperator(
     task_id="window", connector_config=props, mongo_conn_id="life_mongo", kafka_conn_id="life_kafka",
     spark_conn_id="life_spark", conf={"spark.ui.enabled": "false"}, idle_timeout=600,
+    stream_in_driver=stream_in_driver,
 ).execute({"data_interval_end": datetime.now(timezone.utc)})
 """
 
@@ -108,8 +111,15 @@ def _python_worker_started(processes: dict[int, str]) -> bool:
     return any((_stat(pid) or ["", ""])[1] in {str(d) for d in daemons} for pid in daemons)
 
 
+def _streaming_in_driver(output: Path) -> bool:
+    """The task's output (the operator logs spark-submit's lines) shows that the window streams:
+    the window's line "Window of <stream> from <position> to <end>"."""
+    return bool(re.search(r"Window of .+ from .+ to ", output.read_text(errors="replace")))
+
+
+@pytest.mark.parametrize("stream_in_driver", [False, "auto"], ids=["in-spark-task", "in-driver"])
 def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
-    mongosim, kafka_bootstrap, unique_name, operator_connections
+    mongosim, kafka_bootstrap, unique_name, operator_connections, stream_in_driver, tmp_path
 ):
     sim = mongosim("replset", noop_interval=3600)  # the cluster time moves only with writes
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -117,25 +127,32 @@ def test_killed_task_process_takes_spark_submit_and_its_python_workers_with_it(
     seed_offset(sim.uri, kafka, props)
     operator_connections("life", sim.uri, kafka)
 
-    task = subprocess.Popen(
-        [sys.executable, "-c", TASK, json.dumps(props)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    output = tmp_path / "task.log"
+    with output.open("wb") as sink:
+        task = subprocess.Popen(
+            [sys.executable, "-c", TASK, json.dumps(props), json.dumps(stream_in_driver)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    in_driver = stream_in_driver == "auto"  # one stream on a local master
     started: dict[int, str] = {}
     job_directories: set[str] = set()
     try:
         deadline = time.monotonic() + START_BOUND_S
-        while not _python_worker_started(started):
+        while not (_streaming_in_driver(output) if in_driver else _python_worker_started(started)):
             assert task.poll() is None, f"the task process ended (code {task.returncode}) before the kill"
             assert time.monotonic() < deadline, (
-                f"no Python worker of the window within {START_BOUND_S} s: {_alive(started)}"
+                f"the window did not stream within {START_BOUND_S} s "
+                f"({'in the driver' if in_driver else 'in a Python worker'}): {_alive(started)}"
             )
             time.sleep(0.5)
             started = _descendants(task.pid)
             job_directories |= _job_directories(started)
 
+        started = _descendants(task.pid)
+        # In the driver, the window started no Python worker (no SparkContext).
+        assert _python_worker_started(started) is not in_driver
         os.kill(task.pid, signal.SIGKILL)
         task.wait(timeout=60)
 

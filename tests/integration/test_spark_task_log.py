@@ -4,7 +4,9 @@ through Airflow's task logger (the hook logs every line spark-submit prints) and
 Python logging of the task process (leases, offsets, Kafka clients).
 
 - Spark's own lines at WARN from the driver JVM's start on, the provider's progress lines kept;
-  ``spark_log_level="INFO"`` gives Spark's INFO lines back.
+  ``spark_log_level="INFO"`` gives Spark's INFO lines back (the INFO cases run the window's stream
+  in a Spark task, ``stream_in_driver=False``: in the driver, the default here, no SparkContext
+  starts and Spark has next to nothing to log).
 - A connector's first runs on a new Kafka cluster (snapshot, then window) log the provider's lines,
   each once, and next to nothing else: no JVM notice, no Python warning of pyspark, no librdkafka
   warning of the cluster's first transactional producer.
@@ -148,7 +150,11 @@ def test_window_task_log_holds_our_progress_lines_and_no_spark_info(
         client[db_name].items.insert_many([{"_id": n} for n in range(2)])
         end = end_after_insert(client[db_name].items, {"_id": 2}, f"{db_name}_m")
 
-    level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
+    level = (
+        {}
+        if spark_log_level == "default"
+        else {"spark_log_level": spark_log_level, "stream_in_driver": False}
+    )
     operator = _operator(MongoStreamWindowOperator, props, connections, **level)
     with task_log() as log:
         summary = operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})
@@ -224,7 +230,11 @@ def test_failed_window_task_log_leads_with_the_error_in_words(
         end = end_after_insert(client[db_name].items, {"_id": 5}, f"{db_name}_m")
     sim.set_oplog_retention(max_entries=2)  # the stored resume point is purged
 
-    level = {} if spark_log_level == "default" else {"spark_log_level": spark_log_level}
+    level = (
+        {}
+        if spark_log_level == "default"
+        else {"spark_log_level": spark_log_level, "stream_in_driver": False}
+    )
     operator = _operator(MongoStreamWindowOperator, props, connections, **level)
     with task_log() as log, pytest.raises(Exception) as failure:
         operator.execute({"data_interval_end": datetime.fromtimestamp(end.time, timezone.utc)})

@@ -45,10 +45,13 @@ def _updated(event) -> dict:
     return json.loads(event.payload["updateDescription"]["updatedFields"])
 
 
+# The one stream of these windows runs in the application's driver (no SparkContext; the
+# operators' default on a local master) or in a Spark task: the same events, summary and offsets.
+@pytest.mark.parametrize("stream_in_driver", [True, False], ids=["in-driver", "in-spark-task"])
 def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
-    mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path
+    mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path, stream_in_driver
 ):
-    db_name = unique_name[:40]
+    db_name = unique_name[:32] + unique_name[-8:]  # unique_name ends with a random suffix
     marker_db = f"{db_name}_m"
     prefix = unique_name
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -85,8 +88,15 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     y_time = insert_at(db.orders, {"_id": 101})  # at or after the end of window A
     assert y_time >= end_a
 
-    run_a = run_window_app(spark_submit, tmp_path, "a", props, mongodb_uri, kafka, end_a)
+    run_a = run_window_app(
+        spark_submit, tmp_path, "a", props, mongodb_uri, kafka, end_a, stream_in_driver=stream_in_driver
+    )
     summary = run_a.summary
+    # Where the stream ran: the driver's phases say whether a SparkContext was started.
+    expected_phases = (
+        {"driver_checks", "in_driver"} if stream_in_driver else {"driver_checks", "spark_start", "tasks"}
+    )
+    assert set(summary["phases_s"]) == expected_phases
     assert summary["status"] == "completed" and summary["reached_end"] is True
     assert summary["events"] == 12
     assert summary["events_by_op"] == {"c": 7, "d": 1, "u": 4}
@@ -169,7 +179,9 @@ def test_consecutive_windows_emit_every_change_once_and_quiet_windows_advance(
     z_time = write_time(client, lambda s: db.orders.update_one({"_id": 101}, {"$set": {"z": 1}}, session=s))
     end_b = next_second(z_time)
     pass_second(client, end_b, marker_db)
-    summary = run_window_app(spark_submit, tmp_path, "b", props, mongodb_uri, kafka, end_b).summary
+    summary = run_window_app(
+        spark_submit, tmp_path, "b", props, mongodb_uri, kafka, end_b, stream_in_driver=stream_in_driver
+    ).summary
     assert summary["events"] == 2 and summary["events_by_op"] == {"c": 1, "u": 1}
     orders = topic_events(kafka_bootstrap, f"{topic}.orders")
     assert [(e.key["id"], e.op) for e in orders] == window_a_orders + [("101", "c"), ("101", "u")]
@@ -281,3 +293,39 @@ def test_live_window_commits_on_time_and_stops_at_its_end(mongodb_uri, kafka_boo
     ids = [int(e.key["id"]) for e in topic_events(kafka_bootstrap, f"{unique_name}.{db_name}.items")]
     assert ids == inside
     assert store.read(partition).cluster_time == params.end
+
+
+def test_window_whose_end_has_passed_stops_at_the_streams_first_reply_without_awaiting_changes(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    # The change stream's first reply (the aggregate) already says, with its postBatchResumeToken,
+    # that the server scanned past the end: the window stops there instead of holding a getMore
+    # for poll_ms (here 10 minutes, far beyond the bound below) to hear the same again.
+    db_name = unique_name[:32] + unique_name[-8:]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = next_second(insert_at(client[f"{db_name}_m"].markers, {"uncaptured": True}))
+        pass_second(client, end, f"{db_name}_m")
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    params = WindowParams(end, idle_timeout_s=60, poll_ms=600_000)
+    outcome: dict = {}
+
+    def window() -> None:
+        try:
+            outcome["summary"] = run_window(target, config, kafka, params)
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=window, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert outcome, (
+        "the window whose end had passed was still waiting 120 s later (a getMore held for poll_ms)"
+    )
+    assert "error" not in outcome, outcome
+    summary = outcome["summary"]
+    assert summary["stop_reason"] == "end_reached" and summary["events"] == 0
+    assert store.read(partition).cluster_time == end

@@ -104,6 +104,9 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     assert set(summary["lag_ms"]) == {"p50", "p95", "max"}
     assert 0 <= summary["lag_ms"]["p50"] <= summary["lag_ms"]["p95"] <= summary["lag_ms"]["max"]
     assert summary["duration_s"] > 0
+    # Two streams: one Spark task each, even where a single stream would run in the driver
+    # (stream_in_driver "auto" on a local master).
+    assert set(summary["phases_s"]) == {"driver_checks", "spark_start", "tasks"}
     json.dumps(summary)  # fit for XCom
 
     events = topic_events(kafka_bootstrap, f"{prefix}.{db_name}.items")

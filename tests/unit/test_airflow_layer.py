@@ -236,7 +236,40 @@ def test_stream_window_operator_renders_every_templated_field():
         "window_end": iso_z(DATA_INTERVAL_END),
         "idle_timeout_s": 45.0,
         "max_duration_s": 900.0,
+        "stream_in_driver": False,  # no spark_prod connection: SparkSubmitHook's master is yarn
     }
+
+
+@pytest.mark.parametrize(
+    ("master", "setting", "in_driver"),
+    [
+        ("local[2]", "auto", True),
+        ("local[*]", "auto", True),
+        ("spark://spark-master:7077", "auto", False),
+        ("yarn", "auto", False),
+        ("local[2]", False, False),
+        ("spark://spark-master:7077", True, True),
+    ],
+)
+def test_stream_window_runs_its_one_stream_in_the_driver_on_a_local_master(
+    monkeypatch, master, setting, in_driver
+):
+    monkeypatch.setenv("AIRFLOW_CONN_WHERE_SPARK", json.dumps({"conn_type": "spark", "host": master}))
+    operator = MongoStreamWindowOperator(
+        task_id="window",
+        connector_config={"topic.prefix": "shop"},
+        spark_conn_id="where_spark",
+        stream_in_driver=setting,
+    )
+    params = operator.job_params(context(), parse_connector_config(operator.connector_config))
+    assert params["stream_in_driver"] is in_driver
+
+
+def test_stream_in_driver_takes_true_false_or_auto():
+    with pytest.raises(ConfigError, match="stream_in_driver 'yes' is not one of True, False, 'auto'"):
+        MongoStreamWindowOperator(
+            task_id="window", connector_config={"topic.prefix": "shop"}, stream_in_driver="yes"
+        )
 
 
 def test_resnapshot_operator_renders_like_the_example_dag():

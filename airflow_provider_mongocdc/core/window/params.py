@@ -82,6 +82,9 @@ class WindowParams:
     # Whether the window works on a requested incremental snapshot after streaming (only when the
     # connector reads one stream: the chunks are de-duplicated against that stream).
     incremental_snapshots: bool = True
+    # Whether a window of one stream runs it in the application's driver process instead of a
+    # Spark task (no SparkContext, no Python worker; windows of several streams always use tasks).
+    stream_in_driver: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window_end", parse_time(self.window_end))
@@ -100,6 +103,11 @@ class WindowParams:
                 "would give up before the cluster time passes an end that has already passed",
                 fix=f"give idle_timeout_s (the operator's idle_timeout) at least {MIN_IDLE_TIMEOUT_S:g} s, "
                 f"or leave the default ({DEFAULT_IDLE_TIMEOUT_S:g} s)",
+            )
+        if not isinstance(self.stream_in_driver, bool):
+            raise ConfigError(
+                f"The window parameter stream_in_driver={self.stream_in_driver!r} is invalid",
+                fix="give stream_in_driver as true or false (the operator's stream_in_driver also takes 'auto')",
             )
         if isinstance(self.poll_ms, bool) or not isinstance(self.poll_ms, int) or self.poll_ms <= 0:
             raise ConfigError(
@@ -135,6 +143,7 @@ class WindowParams:
             poll_ms=int(poll),
             commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S),
             incremental_snapshots=bool(params.get("incremental_snapshots", True)),
+            stream_in_driver=params.get("stream_in_driver", False),
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -145,4 +154,5 @@ class WindowParams:
             "poll_ms": self.poll_ms,
             "commit_interval_s": self.commit_interval_s,
             "incremental_snapshots": self.incremental_snapshots,
+            "stream_in_driver": self.stream_in_driver,
         }

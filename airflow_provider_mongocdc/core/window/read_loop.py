@@ -118,6 +118,8 @@ class ReadLoop:
         max_batch = self.scope.config.max_batch_size
         event_format = self.scope.config.event_format
         self._idle_since = time.monotonic()
+        if self._opened_past_end(stream):
+            return StopReason.END_REACHED
         while True:
             change = stream.try_next()
             now = time.monotonic()
@@ -146,6 +148,14 @@ class ReadLoop:
             self._idle_since = now
             if not stream.alive:
                 return self._invalidated(self._invalidate_token(stream.resume_token))
+
+    def _opened_past_end(self, stream) -> bool:
+        """Whether the stream's first reply (the aggregate, no change in its batch) already carries
+        a PBRT at or past the end: then no change before the end is left, and the first
+        ``try_next`` would only hold a getMore for ``poll_ms`` to say so again. (With changes in
+        the first batch, pymongo's ``resume_token`` is still the start position, before the end.)"""
+        cluster_time = token_cluster_time(stream.resume_token)
+        return cluster_time is not None and cluster_time >= self.pbrt_end
 
     def _no_change(self, stream, now: float, deadline: float) -> StopReason | None:
         """An empty poll: the stop it brings (end passed by the PBRT, max duration, idle), if any;
