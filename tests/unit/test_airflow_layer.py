@@ -240,16 +240,19 @@ def test_stream_window_operator_renders_every_templated_field():
     }
 
 
+# (master, stream_in_driver setting) -> whether the one stream runs in the driver
+WHERE_THE_STREAM_RUNS = {
+    ("local[2]", "auto"): True,
+    ("local[*]", "auto"): True,
+    ("spark://spark-master:7077", "auto"): False,
+    ("yarn", "auto"): False,
+    ("local[2]", False): False,
+    ("spark://spark-master:7077", True): True,
+}
+
+
 @pytest.mark.parametrize(
-    ("master", "setting", "in_driver"),
-    [
-        ("local[2]", "auto", True),
-        ("local[*]", "auto", True),
-        ("spark://spark-master:7077", "auto", False),
-        ("yarn", "auto", False),
-        ("local[2]", False, False),
-        ("spark://spark-master:7077", True, True),
-    ],
+    ("master", "setting", "in_driver"), [(*case, runs) for case, runs in WHERE_THE_STREAM_RUNS.items()]
 )
 def test_stream_window_runs_its_one_stream_in_the_driver_on_a_local_master(
     monkeypatch, master, setting, in_driver
