@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
@@ -71,26 +72,10 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     checked = time.monotonic()
     jobs = [target.to_json() for target in targets]
     if len(targets) == 1 and params.stream_in_driver:
-        # One stream, run here: no SparkContext, no Python worker (docs/design.md, "Stream
-        # windows"). This process now dies with the JVM that started it: it no longer waits on
-        # the Py4J gateway, through which it would notice the JVM's death.
-        tie = die_with_parent(os.getppid())
-        if tie is not None:
-            tie()
-        summaries = list(task(jobs))
-        phases = {
-            "driver_checks": round(checked - started, 3),
-            "in_driver": round(time.monotonic() - checked, 3),
-        }
+        summaries, phases = run_in_driver(task, jobs)
     else:
-        context = spark.sparkContext  # the JVM's SparkContext and the Py4J gateway's use start here
-        spark_started = time.monotonic()
-        summaries = context.parallelize(jobs, len(jobs)).mapPartitions(task).collect()
-        phases = {
-            "driver_checks": round(checked - started, 3),
-            "spark_start": round(spark_started - checked, 3),
-            "tasks": round(time.monotonic() - spark_started, 3),
-        }
+        summaries, phases = run_in_spark_tasks(spark, task, jobs)
+    phases = {"driver_checks": round(checked - started, 3), **phases}
     summary = merge_summaries(summaries, params.window_end, time.monotonic() - started)
     # Driver phases in wall seconds (each stream's own phases are in its partitions[].phases_s).
     summary["phases_s"] = phases
@@ -106,6 +91,32 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
             )
         raise error
     return summary
+
+
+def run_in_driver(task: Callable[[list[str]], Any], jobs: list[str]) -> tuple[list[Any], dict[str, float]]:
+    """One stream, run here: no SparkContext, no Python worker (docs/design.md, "Stream windows").
+    This process now dies with the JVM that started it: it no longer waits on the Py4J gateway,
+    through which it would notice the JVM's death."""
+    tie = die_with_parent(os.getppid())
+    if tie is not None:
+        tie()
+    started = time.monotonic()
+    summaries = list(task(jobs))
+    return summaries, {"in_driver": round(time.monotonic() - started, 3)}
+
+
+def run_in_spark_tasks(
+    spark: Any, task: Callable[[list[str]], Any], jobs: list[str]
+) -> tuple[list[Any], dict[str, float]]:
+    """One Spark task per stream; their summaries."""
+    started = time.monotonic()
+    context = spark.sparkContext  # the JVM's SparkContext and the Py4J gateway's use start here
+    spark_started = time.monotonic()
+    summaries = context.parallelize(jobs, len(jobs)).mapPartitions(task).collect()
+    return summaries, {
+        "spark_start": round(spark_started - started, 3),
+        "tasks": round(time.monotonic() - spark_started, 3),
+    }
 
 
 if __name__ == "__main__":
