@@ -100,7 +100,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         """stream_in_driver, with "auto" resolved from the Spark connection's master."""
         if self.stream_in_driver != "auto":
             return bool(self.stream_in_driver)
-        self._conn_id = self.spark_conn_id  # templated by now; SparkSubmitOperator reads _conn_id
+        self._use_rendered_spark_connection()  # templated by now: the hook reads the rendered connection
         return self._get_hook().local_master()
 
     def send_metrics(self, config: ConnectorConfig, summary: dict[str, Any]) -> None:

@@ -334,3 +334,19 @@ def test_the_wheel_lists_every_package_of_the_provider():
     assert present == listed, (
         f"in the tree but not listed: {sorted(present - listed)}; listed, absent: {sorted(listed - present)}"
     )
+
+
+def test_spark_submit_operators_private_attributes_are_written_in_one_place():
+    # SparkSubmitOperator's _conn_id and _hook are upstream internals: one method writes them
+    # (operators/spark_options.py, checked against the Spark provider's version named there).
+    writes = []
+    for path in sorted((REPO / PACKAGE).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in {"_conn_id", "_hook"}:
+                    writes.append(f"{path.relative_to(REPO)}:{node.lineno} {target.attr}")
+    files = {write.split(":")[0] for write in writes}
+    assert files == {f"{PACKAGE}/operators/spark_options.py"} and len(writes) == 2, writes
