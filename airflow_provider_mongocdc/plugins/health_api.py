@@ -32,7 +32,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse
 
-from airflow_provider_mongocdc.connector_dags import Connector, ConnectorEntryError, load_connectors
+from airflow_provider_mongocdc.connector_dags import (
+    Connector,
+    ConnectorEntryError,
+    Taken,
+    invalid_dag_id,
+    load_connectors,
+)
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
@@ -51,6 +57,7 @@ from airflow_provider_mongocdc.core.health.record import (
     shown_error,
     utcnow,
 )
+from airflow_provider_mongocdc.core.health.summaries import snapshot_summary, window_summary
 from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
 from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
 
@@ -94,16 +101,17 @@ def connector_list() -> tuple[list[Connector], list[str]]:
         entries = load_connectors(path)
     except (ConnectorEntryError, OSError) as error:
         return [], [shown_error(error)]
-    connectors, errors, seen = [], [], set()
+    connectors, errors, taken = [], [], Taken()
     for index, entry in enumerate(entries):
         try:
             connector = Connector(entry, index)
+            taken.claim(connector)  # the DAG file refuses a repeated name or topic prefix likewise
         except ConnectorEntryError as error:
-            errors.append(f"{shown_error(error)} (not shown; its DAG file has an import error)")
+            errors.append(
+                f"{shown_error(error)} (not shown; the DAG {invalid_dag_id(entry, index)} stands for it)"
+            )
             continue
-        if connector.name not in seen:
-            seen.add(connector.name)
-            connectors.append(connector)
+        connectors.append(connector)
     return connectors, errors
 
 
@@ -169,33 +177,21 @@ def _summaries(session, instances) -> dict[tuple[str, str, str], Any]:
     )
     found = {}
     for row in rows:
-        value = XComModel.deserialize_value(row)
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass
-        found[(row.dag_id, row.run_id, row.task_id)] = value
+        try:
+            found[(row.dag_id, row.run_id, row.task_id)] = XComModel.deserialize_value(row)
+        except Exception:  # an XCom that cannot be read is a summary not shown
+            continue
     return found
 
 
-# What the page shows of a window's and a snapshot's summary (XCom): name -> summary key.
-WINDOW_FIELDS = {"events": "events", "events_by_op": "events_by_op", "window_end": "window_end"}
-SNAPSHOT_FIELDS = {
-    "snapshot_id": "snapshot_id",
-    "documents": "documents",
-    "documents_by_collection": "collections",
-    "action": "action",
-}
-
-
-def _run(ti, summary: Any, fields: Mapping[str, str]) -> dict[str, Any]:
-    """A task instance and the ``fields`` of its summary."""
-    summary = summary if isinstance(summary, Mapping) else {}
-    duration = summary.get("duration_s")
-    if duration is None and ti.start_date and ti.end_date:
+def _run(ti, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A task instance and the ``fields`` of its summary (coerced: :mod:`airflow_provider_mongocdc.core.health.summaries`).
+    ``duration_s`` is the task's (as Airflow's grid shows it), ``app_duration_s`` the Spark
+    application's, from its summary."""
+    duration = None
+    if ti.start_date and ti.end_date:
         duration = round((ti.end_date - ti.start_date).total_seconds(), 1)
-    run = {
+    return {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,
         "task_id": ti.task_id,
@@ -204,11 +200,8 @@ def _run(ti, summary: Any, fields: Mapping[str, str]) -> dict[str, Any]:
         "end_date": ti.end_date.isoformat() if ti.end_date else None,
         "duration_s": duration,
         "log_url": task_url(ti.dag_id, ti.run_id, ti.task_id, ti.try_number),
+        **fields,
     }
-    run.update({name: summary.get(key) for name, key in fields.items()})
-    if "resnapshot" in summary:
-        run["mode"] = (summary.get("resnapshot") or {}).get("mode")
-    return run
 
 
 def read_runs(dag_ids: Mapping[str, str], now: datetime) -> dict[str, Any]:
@@ -249,7 +242,7 @@ def read_runs(dag_ids: Mapping[str, str], now: datetime) -> dict[str, Any]:
         summaries = _summaries(session, [*windows[:1], *day, *snapshots])
         last = windows[0] if windows else None
         return {
-            "last_window": _run(last, summaries.get((hourly, last.run_id, WINDOW_TASK)), WINDOW_FIELDS)
+            "last_window": _run(last, window_summary(summaries.get((hourly, last.run_id, WINDOW_TASK))))
             if last
             else None,
             "last_snapshot": _last_snapshot(snapshots, summaries),
@@ -261,11 +254,11 @@ def _last_snapshot(snapshots, summaries: Mapping[tuple[str, str, str], Any]) -> 
     """The newest of ``snapshots`` (newest first) that copied documents or did not succeed; of the
     running ones, only a re-snapshot's counts (the hourly DAG's snapshot task is left out)."""
     for ti in snapshots:
-        summary = summaries.get((ti.dag_id, ti.run_id, ti.task_id))
-        copied = isinstance(summary, Mapping) and summary.get("action") not in (None, *NO_COPY_ACTIONS)
+        summary = snapshot_summary(summaries.get((ti.dag_id, ti.run_id, ti.task_id)))
+        copied = summary["action"] not in (None, *NO_COPY_ACTIONS)
         unfinished = ti.state not in ("success", "skipped")
         if copied or (unfinished and (ti.task_id == RESNAPSHOT_TASK or ti.state != "running")):
-            return _run(ti, summary, SNAPSHOT_FIELDS)
+            return _run(ti, summary)
     return None
 
 
@@ -273,12 +266,11 @@ def _window_points(day, summaries: Mapping[tuple[str, str, str], Any]) -> list[d
     """The chart's points: each window of the last day, its end, events, state and run id."""
     points = []
     for ti in day:
-        summary = summaries.get((ti.dag_id, ti.run_id, WINDOW_TASK))
-        summary = summary if isinstance(summary, Mapping) else {}
+        summary = window_summary(summaries.get((ti.dag_id, ti.run_id, WINDOW_TASK)))
         points.append(
             {
-                "end": summary.get("window_end") or ti.end_date.isoformat(),
-                "events": summary.get("events"),
+                "end": summary["window_end"] or ti.end_date.isoformat(),
+                "events": summary["events"],
                 "state": str(ti.state),
                 "run_id": ti.run_id,
             }

@@ -322,3 +322,68 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
     browser.switch_to.frame(frame)
     rows = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr[data-connector]"))
     assert [row.get_attribute("data-connector") for row in rows] == ["orders"]
+
+
+# -- 5: run summaries written by a DAG editor through the REST API ---------------------------------------------
+MARK = "pwned"
+HOSTILE_WINDOW = {
+    "events": f"<script>document.title='{MARK}'</script>",
+    "events_by_op": {f"<img src=x onerror=\"document.title='{MARK}'\">": 5, "c": "<b>7</b>"},
+    "window_end": f"<svg onload=\"document.title='{MARK}'\">",
+    "duration_s": "<i>slow</i>",
+}
+HOSTILE_SNAPSHOT = {
+    "documents": f"<script>document.title='{MARK}'</script>",
+    "action": "copied",
+    "resnapshot": {"mode": f"<img src=x onerror=\"document.title='{MARK}'\">"},
+}
+
+
+def test_hostile_run_summaries_written_through_the_rest_api_run_no_script(stack, browser):
+    """Airflow's REST API lets whoever may edit a DAG change its tasks' XCom: the window's and the
+    snapshot's summaries, rewritten with markup, are shown as text (or as unknown where a number
+    belongs), the page still answers for everyone, and the browser runs none of it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    api, run = stack.api, stack.hourly_run
+    paths = {
+        task: f"/api/v2/dags/mongocdc_hourly/dagRuns/{run}/taskInstances/{task}/xcomEntries/return_value"
+        for task in ("window", "snapshot")
+    }
+    originals = {task: api.call("GET", path).json()["value"] for task, path in paths.items()}
+    try:
+        for task, value in (("window", HOSTILE_WINDOW), ("snapshot", HOSTILE_SNAPSHOT)):
+            patched = api.call("PATCH", paths[task], json={"value": value})
+            assert patched.status_code == 200, patched.text
+
+        page = api.call("GET", "/mongocdc/")
+        assert page.status_code == 200, page.text[-2000:]
+        assert "<script>document.title" not in page.text and "<img src=x" not in page.text
+        record = api.call("GET", "/mongocdc/api/connectors/default").json()
+        window, snapshot = record["last_window"], record["last_snapshot"]
+        assert window["events"] is None and window["events_by_op"] == {HOSTILE_WINDOW_OP: 5}
+        assert window["window_end"] is None and window["app_duration_s"] is None
+        assert snapshot["documents"] is None and snapshot["mode"] == HOSTILE_SNAPSHOT["resnapshot"]["mode"]
+
+        base = str(api.http.base_url).rstrip("/")
+        wait = WebDriverWait(browser, BROWSER_TIMEOUT_S)
+        browser.get(f"{base}/")
+        username = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "input[name='username']"))
+        username.send_keys("admin")
+        browser.find_element(By.CSS_SELECTOR, "input[name='password']").send_keys(api.password)
+        browser.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+        wait.until(lambda b: "/auth/login" not in b.current_url and b.get_cookie("_token"))
+        browser.get(f"{base}/mongocdc/")  # the page itself, with the UI's cookie
+        row = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "tr[data-connector='default']"))
+        assert HOSTILE_WINDOW_OP in row.text and HOSTILE_SNAPSHOT["resnapshot"]["mode"] in row.text
+        assert browser.title == "MongoDB CDC", browser.title
+        assert (
+            browser.execute_script("return document.querySelectorAll('img, svg[onload], b, i').length") == 0
+        )
+    finally:
+        for task, value in originals.items():
+            api.call("PATCH", paths[task], json={"value": value})
+
+
+HOSTILE_WINDOW_OP = next(iter(HOSTILE_WINDOW["events_by_op"]))
