@@ -33,6 +33,7 @@ HELP = """``mongocdc``: operator commands.
                            [--debezium-connector NAME] --yes
     mongocdc offsets export-debezium --topic-prefix P --partition RS --connect-offsets-topic T
                            --debezium-connector NAME --yes
+    mongocdc offsets adopt --topic-prefix P --name NAME --yes
 
 ``import-debezium`` moves the partition to the position of a Debezium MongoDB connector stored in
 a Kafka Connect offsets topic (the worker's offset.storage.topic; key ``["<connector>",
@@ -42,17 +43,23 @@ a Kafka Connect offsets topic (the worker's offset.storage.topic; key ``["<conne
 Debezium connector with that name and topic.prefix resumes right after the last change delivered
 here. Stop the Debezium connector first (Kafka Connect reads offsets when a task starts).
 
+``adopt`` hands a topic prefix's offsets to the connector named NAME (its entry in the connector
+list): a topic prefix belongs to one connector, and runs refuse offsets written under another
+connector's name. Use it when a connector was renamed.
+
 Kafka: ``--kafka-config FILE`` (a librdkafka JSON configuration, secrets included: keep them out of
 the command line), ``--kafka-conn-id ID`` (an Airflow connection whose extra is that
 configuration, read from Airflow's secrets backends, then its metadata database: run the command
 where Airflow is configured) or ``--bootstrap-servers HOSTS`` (clusters without authentication).
 The offsets topic is ``--offsets-topic`` or ``<topic prefix>.offsets``.
 
-``reset``, ``set``, ``import-debezium`` and ``export-debezium`` hold the connector's lease (kind
+``reset``, ``set``, ``import-debezium``, ``export-debezium`` and ``adopt`` hold the connector's lease (kind
 ``offsets``) while they change the offset: a running window or snapshot would overwrite the
 change when it commits, so they are refused while one holds the lease (the error names it, since
 when and until when it holds it), and no window or snapshot starts meanwhile. Pause the connector's DAGs first so that none is due. ``show``
-only reads.
+only reads; it says when a transaction is open on the offsets topic (offsets committed after it
+are not shown until it ends). A change waits for the transactions open on the offsets topic to end
+and ends those of the connector's own writers that were killed; another writer's is an error.
 """
 # The ways to reach Kafka (one of them): option, metavar, help.
 _KAFKA_OPTIONS = (
@@ -143,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
             ),
         )
         switch.add_argument("--yes", action="store_true", help="confirm the change")
+    adopt = actions.add_parser("adopt", help="hand a topic prefix's offsets to a (renamed) connector")
+    common(adopt, partition_required=False)
+    adopt.add_argument("--name", required=True, help="the connector's name (its entry in the connector list)")
+    adopt.add_argument("--yes", action="store_true", help="confirm the change")
     return parser
 
 
@@ -278,11 +289,13 @@ def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
     """The command's result (None: refused without --yes)."""
     from airflow_provider_mongocdc.core.offsets.model import Position
     from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+    from airflow_provider_mongocdc.core.offsets.writers import TakeOver
 
     if args.action != "show" and not args.yes:
-        what = {"reset": "delete", "export-debezium": "export"}.get(args.action, "move")
+        what = {"reset": "delete", "export-debezium": "export", "adopt": "hand over"}.get(args.action, "move")
+        whose = "the offsets" if args.action == "adopt" else f"the offset of partition {args.partition!r}"
         print(
-            f"mongocdc: refusing to {what} the offset of partition {args.partition!r} of "
+            f"mongocdc: refusing to {what} {whose} of "
             f"{args.topic_prefix!r} without --yes. Stop the connector's DAGs first, check the "
             f"current offset with 'mongocdc offsets show', then repeat the command with --yes.",
             file=sys.stderr,
@@ -297,9 +310,12 @@ def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
         )
 
     kafka_config = _kafka_config(args)
-    store = OffsetStore(
-        kafka_config, args.offsets_topic or f"{args.topic_prefix}.offsets", read_timeout_s=args.timeout
-    )
+    topic = args.offsets_topic or f"{args.topic_prefix}.offsets"
+    if args.action == "show":
+        store = OffsetStore(kafka_config, topic, read_timeout_s=args.timeout)
+    else:  # a change acts on the offsets as they stand
+        settling = TakeOver(kafka_config, args.topic_prefix, topic)
+        store = OffsetStore(kafka_config, topic, read_timeout_s=args.timeout, settling=settling)
     if args.action == "show":
         shown = store.show(args.topic_prefix, args.partition, args.connector)
         shown["topic_prefix"] = args.topic_prefix
@@ -317,9 +333,18 @@ def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _change(args: argparse.Namespace, store, target) -> dict[str, Any]:
-    """``reset``, ``set``, ``import-debezium`` or ``export-debezium`` (under the connector's lease)."""
+    """``reset``, ``set``, ``import-debezium``, ``export-debezium`` or ``adopt`` (under the connector's lease)."""
     from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 
+    if args.action == "adopt":
+        adopted = store.adopt(args.topic_prefix, args.name)
+        return {
+            "action": "adopt",
+            "topic": store.topic,
+            "connector_name": args.name,
+            "partitions": [{"partition": p.to_dict(), "offset": _state(s)} for p, s in adopted],
+            "changed": bool(adopted),
+        }
     partition = OffsetPartition(args.topic_prefix, args.partition, args.connector)
     change: dict[str, Any] = {"action": args.action, "topic": store.topic, "partition": partition.to_dict()}
     if args.action == "export-debezium":

@@ -320,6 +320,14 @@ def load_connectors(path: str | os.PathLike) -> list[Any]:
     return data
 
 
+def invalid_dag_id(entry: Any, index: int) -> str:
+    """The id of the DAG standing for an invalid entry: ``mongocdc_invalid_<name>``, else
+    ``mongocdc_invalid_entry_<n>``."""
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    usable = isinstance(name, str) and _DAG_ID_PART.match(name)
+    return f"mongocdc_invalid_{name}" if usable else f"mongocdc_invalid_entry_{index + 1}"
+
+
 def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: set[str]):
     """The DAG standing for an invalid entry: named after it (``mongocdc_invalid_<name>``, else
     ``mongocdc_invalid_entry_<n>``; never one of ``taken``), its display name, description and Docs
@@ -328,9 +336,7 @@ def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: se
     from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
-    name = entry.get("name") if isinstance(entry, Mapping) else None
-    usable = isinstance(name, str) and _DAG_ID_PART.match(name)
-    dag_id = f"mongocdc_invalid_{name}" if usable else f"mongocdc_invalid_entry_{index + 1}"
+    dag_id = invalid_dag_id(entry, index)
     while dag_id in taken:
         dag_id += f"_{index + 1}"
     label = entry_label(entry, index)
@@ -356,6 +362,32 @@ def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: se
     return dag
 
 
+class Taken:
+    """The names and inline topic prefixes of the entries read so far: a later entry that repeats
+    one is invalid (one topic prefix, with its offsets and lease, belongs to one connector)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.prefixes: dict[str, str] = {}
+
+    def claim(self, connector: Connector) -> None:
+        if connector.name in self.names:
+            raise ConnectorEntryError(
+                f"{connector.label}: the name {connector.name!r} is already used by {self.names[connector.name]}"
+            )
+        prefix = (connector.config or {}).get("topic.prefix")
+        if isinstance(prefix, str) and prefix in self.prefixes:
+            raise ConnectorEntryError(
+                f"{connector.label}: its topic.prefix {prefix!r} is that of {self.prefixes[prefix]}; "
+                "a topic prefix (with its offsets topic and its lease) belongs to one connector, and two "
+                "connectors sharing one would each commit positions past changes only the other emits. "
+                "Give each connector its own topic.prefix"
+            )
+        self.names[connector.name] = connector.label
+        if isinstance(prefix, str):
+            self.prefixes[prefix] = connector.label
+
+
 def connector_dags(
     connectors: list[Any] | None = None, *, path: str | os.PathLike | None = None
 ) -> dict[str, Any]:
@@ -367,16 +399,12 @@ def connector_dags(
             raise TypeError("connector_dags needs connectors= or path=")
         connectors = load_connectors(path)
     dags: dict[str, Any] = {}
-    seen: dict[str, str] = {}
+    seen = Taken()
     invalid: list[tuple[int, Any, str]] = []
     for index, entry in enumerate(connectors):
         try:
             connector = Connector(entry, index)
-            if connector.name in seen:
-                raise ConnectorEntryError(
-                    f"{connector.label}: the name {connector.name!r} is already used by {seen[connector.name]}"
-                )
-            seen[connector.name] = connector.label
+            seen.claim(connector)
             dags.update(build_connector_dags(connector))
         except ConnectorEntryError as error:
             invalid.append((index, entry, str(error)))

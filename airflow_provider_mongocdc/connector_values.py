@@ -18,9 +18,10 @@ CONNECTOR_CONFIG_ENV = "MONGOCDC_CONNECTOR_CONFIG"
 
 def connector_config_json(name: str, config: Mapping[str, Any] | None, config_variable: str | None) -> str:
     """The configuration of connector ``name`` as JSON: ``config`` when given, else the Variable
-    ``config_variable``."""
+    ``config_variable``; its property ``name`` is the connector's name (a topic prefix belongs to
+    one connector: runs refuse offsets and leases written under another name)."""
     if config is not None:
-        return json.dumps(dict(config))
+        return named(json.dumps(dict(config)), name)
     from airflow.sdk import Variable
 
     value: Any = Variable.get(config_variable, default=None)
@@ -33,7 +34,19 @@ def connector_config_json(name: str, config: Mapping[str, Any] | None, config_va
             fix=f"airflow variables set {config_variable} "
             '\'{"topic.prefix": "shop", "collection.include.list": "shop\\\\..*"}\'',
         )
-    return value if isinstance(value, str) else json.dumps(value)
+    return named(value if isinstance(value, str) else json.dumps(value), name)
+
+
+def named(config_json: str, name: str) -> str:
+    """``config_json`` with the property ``name`` set to ``name`` (text that is not a JSON object
+    is left as it is: the task reports it)."""
+    try:
+        properties = json.loads(config_json)
+    except ValueError:
+        return config_json
+    if not isinstance(properties, dict):
+        return config_json
+    return json.dumps({**properties, "name": name})
 
 
 def connection_id(name: str, kind: str, conn_id: str) -> str:

@@ -25,6 +25,6 @@ class SettledOffsetStore(OffsetStore):
     def __init__(self, kafka_config, topic: str, *, read_timeout_s: float = READ_TIMEOUT_S, **kwargs):
         super().__init__(kafka_config, topic, read_timeout_s=read_timeout_s, **kwargs)
 
-    def read_committed_records(self):
+    def read_records(self):
         wait_stable(self.kafka_config["bootstrap.servers"], self.topic)
-        return super().read_committed_records()
+        return super().read_records()

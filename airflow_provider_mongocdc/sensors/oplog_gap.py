@@ -13,7 +13,7 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import GapChecker
-from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport
+from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport, unsure_gap
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
@@ -117,14 +117,20 @@ class OplogGapSensor(BaseSensorOperator):
         )
         details = MongoTopologyHook.from_config(config, self.mongo_conn_id).get_connection_details()
         store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
-        return GapChecker(config, details, policy=policy, connector=self.connector).check(
-            store.read_all(), offsets_topic=store.topic
+        contents = store.read_everything()
+        report = GapChecker(config, details, policy=policy, connector=self.connector).check(
+            contents.states, offsets_topic=store.topic
         )
+        self._open_transactions = contents.open_transactions
+        return report
 
     def poke(self, context) -> PokeReturnValue:
         report = self.check()
         log_report(self.log, report, self.headroom_warning.total_seconds())
         oplog_metrics(report.connector, report.headroom_seconds, report.gap)
+        if report.gap and getattr(self, "_open_transactions", None):
+            self.log.warning("%s", unsure_gap(report.connector, self._open_transactions))
+            return PokeReturnValue(is_done=False)
         if report.gap:
             self.log.error(
                 "Connector %s: the stored resume point of %s is no longer in the oplog; "

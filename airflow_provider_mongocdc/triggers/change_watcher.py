@@ -300,7 +300,18 @@ class _WatchSession:
     async def read_offsets(self) -> None:
         """The committed starting position of every stream, as a window would find it."""
         config, store = self.config, self.store
-        states = await asyncio.to_thread(store.read_all)  # confluent-kafka is synchronous
+        contents = await asyncio.to_thread(store.read_everything)  # confluent-kafka is synchronous
+        states = contents.states
+        if contents.open_transactions:
+            self.say(
+                "open",
+                "warning",
+                "; ".join(open_one.describe() for open_one in contents.open_transactions)
+                + ": the committed positions after it are not seen until it ends (changes are counted "
+                "from the older ones)",
+            )
+        else:
+            self.clear("open")
         starts: dict[str, Position | str | None] = {}
         for name in self.targets:
             partition = offset_partition(config, name)

@@ -30,7 +30,7 @@ from airflow_provider_mongocdc.core.base.errors import ConfigError, ConnectionFa
 from airflow_provider_mongocdc.core.base.redaction import redact_uri
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
-from airflow_provider_mongocdc.core.gap.report import GapReport
+from airflow_provider_mongocdc.core.gap.report import GapReport, unsure_gap
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 
 
@@ -140,9 +140,10 @@ class OplogGapTrigger(BaseTrigger):
         kafka_conn = await BaseHook.aget_connection(self.kafka_conn_id)
         store = OffsetStore(kafka_config_from_connection(kafka_conn), config.offsets_topic)
         # The Kafka client is synchronous: read the offsets in a worker thread, off the event loop.
-        states = await asyncio.to_thread(store.read_all)
+        contents = await asyncio.to_thread(store.read_everything)
+        self._open_transactions = contents.open_transactions
         return await AsyncGapChecker(config, details, connector=self.connector).check(
-            states, offsets_topic=store.topic
+            contents.states, offsets_topic=store.topic
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -168,7 +169,9 @@ class OplogGapTrigger(BaseTrigger):
                 )
                 return
             log_report(self.log, report, self.headroom_warning)
-            if report.gap:
+            if report.gap and getattr(self, "_open_transactions", None):
+                self.log.warning("%s", unsure_gap(report.connector, self._open_transactions))
+            elif report.gap:
                 yield TriggerEvent({"status": "gap", "report": report.to_dict()})
                 return
             await asyncio.sleep(self.poll_interval)

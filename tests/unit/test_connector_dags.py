@@ -93,7 +93,11 @@ def test_two_connectors_have_their_own_dags_pools_and_connections(tmp_path, monk
         "users_kafka",
         "spark_default",
     ]
-    assert json.loads(orders.user_defined_macros["mongocdc_connector_config"]()) == {"topic.prefix": "orders"}
+    # The connector's name travels in its configuration (a topic prefix belongs to one connector).
+    assert json.loads(orders.user_defined_macros["mongocdc_connector_config"]()) == {
+        "topic.prefix": "orders",
+        "name": "orders",
+    }
 
 
 def test_an_invalid_entry_is_a_dag_of_its_own_naming_it_and_the_others_load(tmp_path, monkeypatch):
@@ -128,6 +132,26 @@ def test_an_invalid_entry_is_a_dag_of_its_own_naming_it_and_the_others_load(tmp_
     with pytest.raises(AirflowFailException) as raised:
         task.execute({})
     assert str(raised.value) == billing.description
+
+
+def test_a_second_entry_with_the_same_topic_prefix_is_invalid_and_names_both(tmp_path, monkeypatch):
+    # Two connectors with one topic prefix would share its offsets and lease: each would commit
+    # positions past changes only the other emits.
+    connectors = [
+        {"name": "a", "config": {"topic.prefix": "p", "collection.include.list": "db\\.a"}},
+        {"name": "b", "config": {"topic.prefix": "p", "collection.include.list": "db\\.b"}},
+    ]
+    bag = load(dag_folder(tmp_path, connectors), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    assert sorted(bag.dags) == [
+        "mongocdc_a_hourly",
+        "mongocdc_a_resnapshot",
+        "mongocdc_a_watchdog",
+        "mongocdc_invalid_b",
+    ]
+    text = bag.dags["mongocdc_invalid_b"].description
+    assert "connector entry #2 ('b'): its topic.prefix 'p' is that of connector entry #1 ('a')" in text, text
+    assert "Give each connector its own topic.prefix" in text
 
 
 def test_invalid_entries_without_a_usable_name_are_numbered_and_never_take_a_valid_dag_id(

@@ -28,7 +28,6 @@ ALIASES: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
 
 # Kafka Connect / Debezium properties that cannot change the events here: accepted, ignored.
 IGNORED: dict[str, str] = {
-    "name": "the connector is named by its Airflow DAG and topic.prefix",
     "tasks.max": "parallelism comes from Spark (snapshot.max.threads) and one stream per replica set",
     "max.queue.size": "events go straight from the change stream to the Kafka transaction; "
     "max.batch.size bounds a batch",

@@ -108,6 +108,7 @@ class ConnectorConfig:
     cursor_pipeline_order: str = "internal_first"
     capture_start_op_time: int = -1
     offset_storage_topic: str | None = None
+    name: str | None = None
     mongodb_connection_mode: str = "sharded"
     mongodb_members_auto_discover: bool = True
     connect_backoff_initial_delay_ms: int = 1000

@@ -100,6 +100,16 @@ PROPERTIES: tuple[Property, ...] = (
         parse_topic_prefix,
         required=True,
     ),
+    Property(
+        "name",
+        "string",
+        None,
+        "The connector's name (Kafka Connect's `name`); the connector list sets it to the entry's "
+        "name. A topic prefix and its offsets belong to one connector: a run refuses to commit over "
+        "offsets, or to take a lease, last written under another name (`mongocdc offsets adopt` "
+        "hands them to a renamed connector).",
+        parse_str,
+    ),
     Property("topic.delimiter", "string", ".", "Delimiter between the parts of topic names.", parse_str),
     Property(
         "topic.transaction",

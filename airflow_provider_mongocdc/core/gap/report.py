@@ -18,6 +18,7 @@ from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.gap.plan import Probe
+from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan, ts_json
 from airflow_provider_mongocdc.core.offsets.model import (
     SNAPSHOT_IN_PROGRESS,
@@ -304,3 +305,14 @@ class GapReport:
     def describe(self) -> str:
         parts = "; ".join(check.describe() for check in self.checks) or "no partitions"
         return f"connector {self.connector}: {parts}"
+
+
+def unsure_gap(connector: str, open_transactions: Iterable[OpenTransaction]) -> str:
+    """Why a gap found while a transaction is open on the offsets topic is not reported yet: the
+    stored positions read may be older than those committed after that transaction."""
+    return (
+        f"Connector {connector}: a stored position looks purged from the oplog, but "
+        + "; ".join(open_one.describe() for open_one in open_transactions)
+        + ", so a newer position may be committed after it: not reported as a gap; checked again at "
+        "the next poke (a window of the connector ends the transaction when it starts)"
+    )

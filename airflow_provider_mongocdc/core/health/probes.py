@@ -39,9 +39,11 @@ def read_offsets(
     """The connector's committed positions, incremental snapshot request and lease, from one read of
     its offsets topic (read_committed, as the connector reads it)."""
     store = OffsetStore(kafka_config, config.offsets_topic, read_timeout_s=timeout_s)
-    records = store.read_committed_records()
-    lease = ConnectorLease(kafka_config, config.topic_prefix, config.offsets_topic).current(records)
-    return OffsetsView.of(store.read_everything(records), lease, config.topic_prefix)
+    read = store.read_records()
+    lease = ConnectorLease(kafka_config, config.topic_prefix, config.offsets_topic).current(read.records)
+    contents = store.read_everything(read.records)
+    contents.open_transactions = read.open_transactions
+    return OffsetsView.of(contents, lease, config.topic_prefix)
 
 
 def probe_details(

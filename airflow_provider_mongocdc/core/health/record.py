@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from airflow_provider_mongocdc.core.base.redaction import redact_uri
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.gap.report import GAP, OK, SNAPSHOT_RUNNING, GapReport, PartitionCheck
+from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.mongo.oplog_span import ts_json
 from airflow_provider_mongocdc.core.offsets.lease import NOUNS, Lease
 from airflow_provider_mongocdc.core.offsets.model import (
@@ -116,6 +117,8 @@ class OffsetsView:
     states: Mapping[OffsetPartition, OffsetState] = field(default_factory=dict)
     request: Mapping[str, Any] | None = None
     lease: Lease | None = None
+    # Transactions open on the topic after what was read: later commits are not in this view.
+    open_transactions: tuple[OpenTransaction, ...] = ()
 
     @classmethod
     def of(cls, contents: OffsetTopicContents, lease: Lease | None, topic_prefix: str) -> OffsetsView:
@@ -125,7 +128,12 @@ class OffsetsView:
             for partition, state in contents.states.items()
             if partition.server_id == topic_prefix and partition.connector_name == topic_prefix
         }
-        return cls(states, contents.requests.get((topic_prefix, topic_prefix)), lease)
+        return cls(
+            states,
+            contents.requests.get((topic_prefix, topic_prefix)),
+            lease,
+            tuple(contents.open_transactions),
+        )
 
 
 @dataclass(frozen=True)
@@ -373,6 +381,17 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
         offsets["partitions"] = rows
         lags = [row["lag_seconds"] for row in rows if row["lag_seconds"] is not None]
         offsets["lag_seconds"] = max(lags) if lags else None
+        if view.open_transactions:
+            offsets["open_transactions"] = [open_one.to_json(now) for open_one in view.open_transactions]
+            found.add(
+                WARNING_STATUS,
+                "Kafka: "
+                + "; ".join(open_one.describe(now) for open_one in view.open_transactions)
+                + ": the positions shown may be older than those committed after it "
+                "(a window of the connector ends it when it starts, else "
+                + view.open_transactions[0].expiry()
+                + ")",
+            )
         if not rows:
             found.add(WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
         elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):

@@ -4,6 +4,7 @@ defaults and required settings, secret-safe display, and how confluent-kafka rep
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -126,3 +127,49 @@ def _kafka_call(function, *args, **kwargs):
         # confluent-kafka reports some fatal errors raised inside its callbacks this way.
         kafka_error = _unwrap(error) or KafkaError(KafkaError._FAIL, f"librdkafka call failed: {error}")
         raise KafkaException(kafka_error) from None
+
+
+# -- readers -----------------------------------------------------------------------------------------
+CONSUMER_ONLY = {
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+    "allow.auto.create.topics": False,
+    "fetch.wait.max.ms": 50,  # end of partition is noticed sooner
+}
+NOT_FOR_CONSUMERS = (
+    set(DEFAULT_PRODUCER_CONFIG)
+    | set(REQUIRED_PRODUCER_CONFIG)
+    | {
+        "transactional.id",
+        "transaction.timeout.ms",
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "batch.num.messages",
+        "delivery.timeout.ms",
+        "message.timeout.ms",
+        "retries",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes",
+        "partitioner",
+        "request.required.acks",
+        "compression.codec",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+    }
+)
+
+
+def consumer_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A reader's settings: the connection's, without the producer's, plus read_committed."""
+    config = {
+        key: value
+        for key, value in kafka_config.items()
+        if key not in NOT_FOR_CONSUMERS and not callable(value)
+    }
+    config.update(CONSUMER_ONLY)
+    # Never joins or commits to this group: it only satisfies the client.
+    config["group.id"] = f"mongocdc-offsets-reader-{uuid.uuid4().hex}"
+    config["logger"] = librdkafka_log
+    return config

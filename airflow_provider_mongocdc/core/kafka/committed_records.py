@@ -1,58 +1,28 @@
 """Reading a Kafka topic's committed records: the offsets topic, and Kafka Connect's.
 
 A ``read_committed`` consumer without a consumer group reads every partition of the topic from
-the beginning to the end offsets seen when the read started (the last stable offset). A missing
-topic reads as empty; an unreadable one fails, never reads as empty (that would start over).
+the beginning to its end: the last stable offset seen when the read started
+(:func:`read_committed`), or, with a :class:`Settling` (:func:`read_settled`), past every
+transaction that was open there when the read reached it (it waits for them, or takes their
+writers over, or says they are open: :mod:`airflow_provider_mongocdc.core.offsets.writers`). A
+missing topic reads as empty; an unreadable one fails, never reads as empty (that would start over).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError, OffsetError
-from airflow_provider_mongocdc.core.kafka.client import (
-    DEFAULT_PRODUCER_CONFIG,
-    REQUIRED_PRODUCER_CONFIG,
-    librdkafka_log,
-)
+from airflow_provider_mongocdc.core.kafka.client import consumer_config
+from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction, describe_open
 
 log = logging.getLogger("airflow_provider_mongocdc.core.offsets.store")  # logged as the offsets' lines
-
-CONSUMER_ONLY = {
-    "enable.auto.commit": False,
-    "isolation.level": "read_committed",
-    "enable.partition.eof": True,
-    "auto.offset.reset": "earliest",
-    "allow.auto.create.topics": False,
-    "fetch.wait.max.ms": 50,  # end of partition is noticed sooner
-}
-NOT_FOR_CONSUMERS = (
-    set(DEFAULT_PRODUCER_CONFIG)
-    | set(REQUIRED_PRODUCER_CONFIG)
-    | {
-        "transactional.id",
-        "transaction.timeout.ms",
-        "linger.ms",
-        "queue.buffering.max.ms",
-        "batch.num.messages",
-        "delivery.timeout.ms",
-        "message.timeout.ms",
-        "retries",
-        "queue.buffering.max.messages",
-        "queue.buffering.max.kbytes",
-        "partitioner",
-        "request.required.acks",
-        "compression.codec",
-        "max.in.flight.requests.per.connection",
-        "max.in.flight",
-    }
-)
 
 
 def check_settings(kafka_config: Mapping[str, Any], topic: str) -> None:
@@ -69,34 +39,149 @@ def check_settings(kafka_config: Mapping[str, Any], topic: str) -> None:
         )
 
 
-def consumer_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
-    """A reader's settings: the connection's, without the producer's, plus read_committed."""
-    config = {
-        key: value
-        for key, value in kafka_config.items()
-        if key not in NOT_FOR_CONSUMERS and not callable(value)
-    }
-    config.update(CONSUMER_ONLY)
-    # Never joins or commits to this group: it only satisfies the client.
-    config["group.id"] = f"mongocdc-offsets-reader-{uuid.uuid4().hex}"
-    config["logger"] = librdkafka_log
-    return config
+class Settling(Protocol):
+    """How a reader deals with transactions open on the topic when it reads (see
+    :mod:`airflow_provider_mongocdc.core.offsets.writers`): how long it waits for them to end, and
+    what it does with those still open then."""
+
+    wait_s: float
+
+    def settle(self, open_ones: list[OpenTransaction], attempt: int) -> bool:
+        """True: wait again (``attempt`` counts from 1); False: read what is committed. May raise."""
+
+
+@dataclass
+class CommittedRead:
+    """The committed records of a topic, oldest first, and the transactions that were still open
+    after them when the read ended (the records after those are not in ``records``)."""
+
+    records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    open_transactions: list[OpenTransaction] = field(default_factory=list)
 
 
 def read_committed(
     kafka_config: Mapping[str, Any], topic: str, read_timeout_s: float
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """Every committed ``(key, value)`` record of ``topic``, oldest first."""
+    """Every committed ``(key, value)`` record of ``topic`` up to its last stable offset, oldest first."""
+    return read_settled(kafka_config, topic, read_timeout_s, None).records
+
+
+def read_settled(
+    kafka_config: Mapping[str, Any], topic: str, read_timeout_s: float, settling: Settling | None
+) -> CommittedRead:
+    """The committed records of ``topic``. Without ``settling``, up to the last stable offsets seen
+    when the read started. With it, each partition is read to its end, and while a transaction is
+    open there (the end stays below the high watermark) the read waits ``settling.wait_s`` for it
+    to end, then asks ``settling`` what to do (wait again after taking its writer over, stop and
+    say it is open, or fail)."""
     deadline = time.monotonic() + read_timeout_s
     consumer = Consumer(consumer_config(kafka_config))
     try:
         ends = _end_offsets(consumer, kafka_config, topic, read_timeout_s, deadline)
         if not ends:
-            return []
+            return CommittedRead()
         consumer.assign([TopicPartition(topic, pid, -2) for pid in ends])  # -2: beginning
-        return _read_to_ends(consumer, kafka_config, topic, ends, read_timeout_s, deadline)
+        reader = _Reader(consumer, kafka_config, topic, read_timeout_s, deadline)
+        if settling is None:
+            reader.read_until(lambda: reader.reached(ends))
+            return CommittedRead(reader.records)
+        return reader.settled(ends, settling)
     finally:
         consumer.close()
+
+
+class _Reader:
+    """The records of the assigned partitions, and where each partition's end was last seen
+    (``eof``: the offset the read stopped at, ``high``: the high watermark then)."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        kafka_config: Mapping[str, Any],
+        topic: str,
+        read_timeout_s: float,
+        deadline: float,
+    ):
+        self.consumer = consumer
+        self.kafka_config = kafka_config
+        self.topic = topic
+        self.read_timeout_s = read_timeout_s
+        self.deadline = deadline
+        self.records: list[tuple[bytes | None, bytes | None]] = []
+        self.next_offset: dict[int, int] = {}
+        self.eof: dict[int, int] = {}
+
+    def reached(self, ends: Mapping[int, int]) -> bool:
+        """Whether every partition was read to at least its offset in ``ends``."""
+        return all(
+            max(self.next_offset.get(pid, 0), self.eof.get(pid, 0)) >= end for pid, end in ends.items()
+        )
+
+    def high(self, pid: int) -> int:
+        """The partition's high watermark at its last fetch."""
+        _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, pid), cached=True)
+        return high
+
+    def read_until(self, done, until: float | None = None) -> bool:
+        """Poll until ``done()`` (True) or ``until`` (False); the read's deadline raises."""
+        while not done():
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return False
+            if now >= self.deadline:
+                raise OffsetError(
+                    f"Could not read the offsets topic {self.topic!r} to its end within {self.read_timeout_s:g} s",
+                    cause=f"partitions {sorted(self.eof)} still had records to read",
+                    fix="check that the Kafka brokers are reachable and healthy, then retry",
+                )
+            message = self.consumer.poll(0.1 if until is not None else 0.5)
+            if message is None:
+                if until is not None:  # aborted records and markers move the position silently
+                    for pid in list(self.eof):
+                        self.eof[pid] = self.position(pid)
+                continue
+            pid = message.partition()
+            if message.error():
+                if _at_end(message, self.kafka_config, self.topic):
+                    self.eof[pid] = max(self.eof.get(pid, 0), message.offset())
+                continue
+            self.records.append((message.key(), message.value()))
+            self.next_offset[pid] = message.offset() + 1
+        return True
+
+    def held(self) -> dict[int, tuple[int, int]]:
+        """The partitions whose end is below their high watermark: ``pid: (end, high)``."""
+        found = {}
+        for pid, end in self.eof.items():
+            position = max(end, self.next_offset.get(pid, 0))
+            high = self.high(pid)
+            if position < high:
+                found[pid] = (position, high)
+        return found
+
+    def settled(self, ends: Mapping[int, int], settling: Settling) -> CommittedRead:
+        """Read to the ends; then, where a transaction held a partition below its high watermark,
+        on past that watermark: wait for the transactions open then to end, or settle them. Those
+        opened later are not waited for (what was committed before the read is what it needs)."""
+        self.read_until(lambda: all(pid in self.eof for pid in ends) and self.reached(ends))
+        targets = {pid: high for pid, (_end, high) in self.held().items()}
+        attempt = 0
+        while targets:
+            if self.read_until(lambda: self.reached(targets), time.monotonic() + settling.wait_s):
+                break
+            held = {
+                pid: (self.position(pid), high) for pid, high in targets.items() if self.position(pid) < high
+            }
+            open_ones = describe_open(self.kafka_config, self.topic, held, self.read_timeout_s)
+            attempt += 1
+            if not settling.settle(open_ones, attempt):
+                return CommittedRead(self.records, open_ones)
+        return CommittedRead(self.records)
+
+    def position(self, pid: int) -> int:
+        """Where the read of partition ``pid`` stands (past aborted records and markers too)."""
+        (found,) = self.consumer.position([TopicPartition(self.topic, pid)])
+        return max(found.offset, self.next_offset.get(pid, 0), self.eof.get(pid, 0))
 
 
 def _end_offsets(
@@ -132,47 +217,13 @@ def _end_offsets(
     return ends
 
 
-def _read_to_ends(
-    consumer: Consumer,
-    kafka_config: Mapping[str, Any],
-    topic: str,
-    ends: dict[int, int],
-    read_timeout_s: float,
-    deadline: float,
-) -> list[tuple[bytes | None, bytes | None]]:
-    """The records of the assigned partitions up to their ``ends``."""
-    records: list[tuple[bytes | None, bytes | None]] = []
-    pending = set(ends)
-    while pending:
-        if time.monotonic() >= deadline:
-            raise OffsetError(
-                f"Could not read the offsets topic {topic!r} to its end within {read_timeout_s:g} s",
-                cause=f"partitions {sorted(pending)} still had records to read",
-                fix="check that the Kafka brokers are reachable and healthy, then retry",
-            )
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        pid = message.partition()
-        if message.error():
-            if _at_end(message, ends, kafka_config, topic):
-                pending.discard(pid)
-            continue
-        if pid not in pending:
-            continue
-        if message.offset() < ends[pid]:
-            records.append((message.key(), message.value()))
-        if message.offset() + 1 >= ends[pid]:
-            pending.discard(pid)
-    return records
-
-
-def _at_end(message: Message, ends: dict[int, int], kafka_config: Mapping[str, Any], topic: str) -> bool:
-    """Whether an error message is the end of its partition at its last stable offset; an error
-    that forbids reading raises, any other is logged (the consumer recovers by itself)."""
+def _at_end(message: Message, kafka_config: Mapping[str, Any], topic: str) -> bool:
+    """Whether an error message is the end of its partition (its offset: where the read stands,
+    the last stable offset); an error that forbids reading raises, any other is logged (the
+    consumer recovers by itself)."""
     code = message.error().code()
     if code == KafkaError._PARTITION_EOF:
-        return message.offset() >= ends.get(message.partition(), 0)
+        return True
     if message.error().fatal() or code in (
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.GROUP_AUTHORIZATION_FAILED,

@@ -28,13 +28,8 @@ from confluent_kafka import Producer
 
 from airflow_provider_mongocdc.core.base.errors import OffsetError
 from airflow_provider_mongocdc.core.kafka.admin import describe_topic
-from airflow_provider_mongocdc.core.kafka.client import librdkafka_log
-from airflow_provider_mongocdc.core.kafka.committed_records import (
-    CONSUMER_ONLY,
-    NOT_FOR_CONSUMERS,
-    check_settings,
-    read_committed,
-)
+from airflow_provider_mongocdc.core.kafka.client import CONSUMER_ONLY, NOT_FOR_CONSUMERS, librdkafka_log
+from airflow_provider_mongocdc.core.kafka.committed_records import check_settings, read_committed
 from airflow_provider_mongocdc.core.offsets.model import (
     Position,
     base64_token_document,

@@ -30,7 +30,8 @@ from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.offsets.keys import lease_key
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
+from airflow_provider_mongocdc.core.offsets.writers import TakeOver, lease_transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class Lease:
     acquired_at: datetime
     expires_at: datetime
     host: str | None = None
+    connector: str | None = None  # the holder's connector name (ConnectorConfig.name)
 
     def live(self, now: datetime | None = None) -> bool:
         return (now or _utcnow()) < self.expires_at
@@ -105,6 +107,7 @@ class Lease:
             "acquired_at": iso_z(self.acquired_at),
             "expires_at": iso_z(self.expires_at),
             "host": self.host,
+            **({"connector": self.connector} if self.connector is not None else {}),
             "format": 1,
         }
 
@@ -116,6 +119,7 @@ class Lease:
             parse_iso(data["acquired_at"]),
             parse_iso(data["expires_at"]),
             data.get("host"),
+            data.get("connector") if isinstance(data.get("connector"), str) else None,
         )
 
     def describe(self) -> str:
@@ -194,6 +198,10 @@ class ConnectorLease:
     :param topic_prefix: the connector's ``topic.prefix``.
     :param offsets_topic: the connector's offsets topic (default ``<topic.prefix>.offsets``).
     :param connector: the Kafka Connect connector name of the offset keys (default: topic prefix).
+    :param connector_name: the name of the connector that takes the lease (``ConnectorConfig.name``,
+        the entry's name in the connector list): taking it is refused while a lease or an offset
+        of the topic prefix was last written under another name (one topic prefix belongs to one
+        connector). None: not checked.
     """
 
     def __init__(
@@ -203,20 +211,31 @@ class ConnectorLease:
         offsets_topic: str | None = None,
         *,
         connector: str | None = None,
+        connector_name: str | None = None,
         read_timeout_s: float = 60.0,
     ):
         self.kafka_config = dict(kafka_config)
         self.topic_prefix = topic_prefix
+        self.connector_name = connector_name
+        topic = offsets_topic or f"{topic_prefix}.offsets"
+        # Taking the lease reads it as it stands: another holder's commit is never hidden by a
+        # transaction a killed writer of the connector left open.
         self.store = OffsetStore(
-            self.kafka_config, offsets_topic or f"{topic_prefix}.offsets", read_timeout_s=read_timeout_s
+            self.kafka_config,
+            topic,
+            read_timeout_s=read_timeout_s,
+            settling=TakeOver(self.kafka_config, topic_prefix, topic),
         )
         self.key = lease_key(topic_prefix, connector)
-        self.transactional_id = f"mongocdc-{topic_prefix}-lease"
+        self.transactional_id = lease_transactional_id(topic_prefix)
 
     @classmethod
     def for_config(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> ConnectorLease:
-        """The lease of a :class:`~airflow_provider_mongocdc.core.config.connector.ConnectorConfig`'s connector."""
-        return cls(kafka_config, config.topic_prefix, config.offsets_topic, **kwargs)
+        """The lease of a :class:`~airflow_provider_mongocdc.core.config.connector.ConnectorConfig`'s
+        connector, taken under its ``name``."""
+        return cls(
+            kafka_config, config.topic_prefix, config.offsets_topic, connector_name=config.name, **kwargs
+        )
 
     def __repr__(self) -> str:
         return f"ConnectorLease({self.topic_prefix!r}, topic={self.store.topic!r})"
@@ -265,17 +284,37 @@ class ConnectorLease:
         ttl = as_ttl(ttl)
 
         def write(writer: TransactionalWriter) -> Lease:
-            lease = self.current()
+            records = self.store.read_committed_records()
+            lease = self.current(records)
             now = _utcnow()
+            self._check_owner(lease, records)
             if lease is not None and lease.live(now) and lease.owner != owner:
                 raise held_error(self.topic_prefix, lease, kind, owner)
-            mine = Lease(owner, kind, now, now + ttl, socket.gethostname())
+            mine = Lease(owner, kind, now, now + ttl, socket.gethostname(), self.connector_name)
             self._write(writer, mine)
             return mine
 
         lease = self._exclusively(write)
         log.info("Connector %s: lease taken by %s", self.topic_prefix, lease.describe())
         return lease
+
+    def _check_owner(self, lease: Lease | None, records: list[tuple[bytes | None, bytes | None]]) -> None:
+        """Refuse a connector named otherwise than the last lease holder or the offsets' writer
+        (:func:`~airflow_provider_mongocdc.core.offsets.store.check_owner`)."""
+        if self.connector_name is None:
+            return
+        if lease is not None and lease.connector not in (None, self.connector_name):
+            raise LeaseHeldError(
+                f"Connector {self.connector_name!r} cannot take the lease of topic prefix "
+                f"{self.topic_prefix!r}: it was last taken by connector {lease.connector!r} "
+                f"({lease.describe()})",
+                cause=f"connectors {lease.connector!r} and {self.connector_name!r} have the same "
+                "topic.prefix; a topic prefix (its offsets and its lease) belongs to one connector",
+                fix=f"give connector {self.connector_name!r} a topic.prefix of its own",
+            )
+        for partition, state in self.store.read_everything(records).states.items():
+            if partition.server_id == self.topic_prefix:
+                check_owner(partition, state.connector, self.connector_name, self.store.topic)
 
     def renew(self, lease: Lease, ttl: timedelta | float | None = None) -> Lease:
         """Extend ``lease`` to ``ttl`` from now (default: its own length); returns the renewed lease.

@@ -212,6 +212,9 @@ class OffsetState:
     updated_at: datetime | None = None
     # The incremental snapshot's progress (core/window/incremental.py), as stored JSON; None: none.
     incremental: Mapping[str, Any] | None = None
+    # The name of the connector that wrote it (the connector property ``name``: the entry's name in
+    # the connector list); None: a connector without a name, or an offset written before names.
+    connector: str | None = None
 
     # -- convenience --
     @property
@@ -274,6 +277,8 @@ class OffsetState:
         data["updated_at"] = iso_z(self.updated_at)
         if self.incremental is not None:
             data["incremental_snapshot"] = dict(self.incremental)
+        if self.connector is not None:
+            data["connector"] = self.connector
         data["format"] = FORMAT_VERSION
         return data
 
@@ -289,6 +294,7 @@ class OffsetState:
             snapshots=int(counters.get("snapshots", 0)),
             updated_at=parse_iso(data.get("updated_at")),
             incremental=data.get("incremental_snapshot"),
+            connector=data.get("connector") if isinstance(data.get("connector"), str) else None,
         )
 
     def to_bytes(self) -> bytes:
@@ -382,6 +388,13 @@ def position_time(position: Position | None) -> Timestamp | None:
     if position is None:
         return None
     return position.cluster_time or token_cluster_time(position.resume_token)
+
+
+def moves_back(before: Position | None, after: Position | None) -> bool:
+    """Whether ``after`` lies before ``before`` in the change stream (by cluster time; a position
+    without one is never said to move back)."""
+    first, second = position_time(before), position_time(after)
+    return first is not None and second is not None and second < first
 
 
 def describe_position(position: Position | None) -> dict[str, Any] | None:

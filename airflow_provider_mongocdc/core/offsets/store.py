@@ -24,12 +24,15 @@ from airflow_provider_mongocdc.core.base.errors import OffsetError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
+from airflow_provider_mongocdc.core.kafka.client import consumer_config
 from airflow_provider_mongocdc.core.kafka.committed_records import (
+    CommittedRead,
+    Settling,
     check_settings,
-    consumer_config,
-    read_committed,
+    read_settled,
     unreadable_error,
 )
+from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.offsets.debezium import (
     DebeziumOffset,
@@ -53,6 +56,11 @@ from airflow_provider_mongocdc.core.offsets.model import (
     SnapshotState,
     compact,
     utcnow,
+)
+from airflow_provider_mongocdc.core.offsets.writers import (
+    Observe,
+    TakeOver,
+    offsets_admin_transactional_id,
 )
 
 log = logging.getLogger(__name__)
@@ -78,6 +86,8 @@ class OffsetTopicContents:
     # incremental snapshot requests by (connector, server_id), as stored JSON
     requests: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     skipped: int = 0
+    # transactions still open on the topic after what was read (a reader that only shows offsets)
+    open_transactions: list[OpenTransaction] = field(default_factory=list)
 
 
 class OffsetStore:
@@ -94,6 +104,13 @@ class OffsetStore:
     times it out. The operator actions that read a state before acting on it (:meth:`reset`,
     :meth:`set_position`, :meth:`import_debezium`, :meth:`export_debezium`) do so too, with the
     actions' own ``transactional.id`` (``admin_transactional_id``).
+
+    ``settling`` is how a read deals with transactions of other writers open on the topic
+    (:mod:`airflow_provider_mongocdc.core.offsets.writers`): a run reads with
+    :meth:`for_connector`'s :class:`~airflow_provider_mongocdc.core.offsets.writers.TakeOver`
+    (everything committed before it read, or an error); by default a read waits briefly and then
+    shows what is committed, with the open transactions in
+    :attr:`OffsetTopicContents.open_transactions`.
     """
 
     def __init__(
@@ -103,17 +120,27 @@ class OffsetStore:
         *,
         read_timeout_s: float = 60.0,
         admin_transactional_id: str | None = None,
+        settling: Settling | None = None,
     ):
         check_settings(kafka_config, topic)
         self.kafka_config = dict(kafka_config)
         self.topic = topic
         self.read_timeout_s = read_timeout_s
-        self.admin_transactional_id = admin_transactional_id or f"mongocdc-offsets-admin-{topic}"
+        self.admin_transactional_id = admin_transactional_id or offsets_admin_transactional_id(topic)
+        self.settling: Settling = settling or Observe()
 
     @classmethod
     def from_config(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> OffsetStore:
         """The store of a ConnectorConfig: its offset.storage.topic or <topic.prefix>.offsets."""
         return cls(kafka_config, config.offsets_topic, **kwargs)
+
+    @classmethod
+    def for_connector(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> OffsetStore:
+        """The store a run of connector ``config`` reads where it starts from: it sees everything
+        committed before it read (its own writers' transactions left open are ended, another
+        writer's is an error)."""
+        settling = TakeOver(dict(kafka_config), config.topic_prefix, config.offsets_topic)
+        return cls(kafka_config, config.offsets_topic, settling=settling, **kwargs)
 
     def __repr__(self) -> str:
         return (
@@ -159,7 +186,10 @@ class OffsetStore:
         """Fold the committed records of the topic (or ``records``, read from it before): the last
         value per key, tombstones delete."""
         folded = OffsetTopicContents()
-        for key, value in self.read_committed_records() if records is None else records:
+        if records is None:
+            read = self.read_records()
+            records, folded.open_transactions = read.records, read.open_transactions
+        for key, value in records:
             parsed = parse_key(key)
             if parsed is None:
                 owner = request_owner(key)
@@ -222,7 +252,12 @@ class OffsetStore:
 
     def read_committed_records(self) -> list[tuple[bytes | None, bytes | None]]:
         """Every committed ``(key, value)`` record of the topic, oldest first, before folding."""
-        return read_committed(self.kafka_config, self.topic, self.read_timeout_s)
+        return self.read_records().records
+
+    def read_records(self) -> CommittedRead:
+        """The committed records, oldest first, before folding, and the transactions still open
+        after them (read with the store's ``settling``)."""
+        return read_settled(self.kafka_config, self.topic, self.read_timeout_s, self.settling)
 
     def _unreadable(self, error: KafkaException) -> OffsetError:
         return unreadable_error(self.kafka_config, self.topic, error)
@@ -255,13 +290,25 @@ class OffsetStore:
             for (owner, sid), request in sorted(everything.requests.items())
             if (server_id is None or sid == server_id) and (connector is None or owner == connector)
         ]
-        return {"topic": self.topic, "partitions": entries, "incremental_snapshot_requests": requests}
+        shown = {"topic": self.topic, "partitions": entries, "incremental_snapshot_requests": requests}
+        if everything.open_transactions:
+            shown["open_transactions"] = [open_one.to_json() for open_one in everything.open_transactions]
+            shown["warning"] = (
+                "a transaction is open on the offsets topic: offsets committed after it are not shown "
+                "until it ends (" + "; ".join(t.describe() for t in everything.open_transactions) + ")"
+            )
+        return shown
 
     # -- records for the data path --
-    def offset_record(self, partition: OffsetPartition, state: OffsetState) -> Record:
-        """The record storing ``state`` (stamped with the current time); send it in the writer's
-        transaction together with the events it covers."""
-        stamped = replace(state, updated_at=utcnow())
+    def offset_record(
+        self, partition: OffsetPartition, state: OffsetState, *, connector: str | None = None
+    ) -> Record:
+        """The record storing ``state`` (stamped with the current time, and with the name of the
+        ``connector`` that writes it); send it in the writer's transaction together with the events
+        it covers. ``state`` comes from the partition's committed state: one written under another
+        connector name is refused (:func:`check_owner`)."""
+        check_owner(partition, state.connector, connector, self.topic)
+        stamped = replace(state, updated_at=utcnow(), connector=connector or state.connector)
         return Record(self.topic, partition.key(), stamped.to_bytes())
 
     def chunk_record(
@@ -339,6 +386,26 @@ class OffsetStore:
             _commit_with(writer, [record])
         return before, OffsetState.from_bytes(record.value)
 
+    def adopt(self, server_id: str, connector: str) -> list[tuple[OffsetPartition, OffsetState]]:
+        """Hand the offsets of topic prefix ``server_id`` to the connector named ``connector`` (a
+        renamed connector: its runs refuse offsets written under another name); returns the
+        partitions and their states as stored now."""
+        with self._admin_writer() as writer:
+            states = {
+                partition: state
+                for partition, state in self.read_everything().states.items()
+                if partition.server_id == server_id
+            }
+            records = [
+                Record(self.topic, partition.key(), replace(state, connector=connector).to_bytes())
+                for partition, state in sorted(states.items(), key=lambda item: item[0].rs)
+            ]
+            if records:
+                _commit_with(writer, records)
+        return [
+            (partition, OffsetState.from_bytes(record.value)) for partition, record in zip(states, records)
+        ]
+
     def import_debezium(
         self,
         partition: OffsetPartition,
@@ -400,6 +467,26 @@ class OffsetStore:
     def _commit(self, records: list[Record]) -> None:
         with self._admin_writer() as writer:
             _commit_with(writer, records)
+
+
+def check_owner(
+    partition: OffsetPartition, written_by: str | None, connector: str | None, topic: str
+) -> None:
+    """Refuse connector ``connector`` to write over what connector ``written_by`` wrote: two
+    connectors with one topic prefix would share its offsets, and each would commit positions past
+    changes that only the other emits (they would be lost)."""
+    if connector is None or written_by is None or written_by == connector:
+        return
+    raise OffsetError(
+        f"Connector {connector!r} may not commit the offset of {partition.describe()} in {topic!r}: it "
+        f"was last written by connector {written_by!r}",
+        cause=f"connectors {written_by!r} and {connector!r} have the same topic.prefix "
+        f"{partition.server_id!r}; a topic prefix (and its offsets and lease) belongs to one connector, "
+        "and a shared one would commit positions past changes the other connector never emitted",
+        fix=f"give connector {connector!r} a topic.prefix of its own; if {connector!r} replaces "
+        f"{written_by!r} (a renamed connector), hand the offsets over with mongocdc offsets adopt "
+        f"--topic-prefix {partition.server_id} --name {connector} --yes",
+    )
 
 
 def _commit_with(writer: TransactionalWriter, records: list[Record]) -> None:

@@ -23,7 +23,8 @@ from airflow_provider_mongocdc.core.mongo.topology import (
     discover,
 )
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
+from airflow_provider_mongocdc.core.offsets.writers import take_over, window_transactional_id
 from airflow_provider_mongocdc.core.snapshot.decision import NOTHING, decide, resume_point_purged
 from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 
@@ -82,13 +83,17 @@ class Assessment:
             config.snapshot_mode,
         )
 
-        self.store = OffsetStore(spec.kafka, config.offsets_topic)
+        self.store = OffsetStore.for_connector(spec.kafka, config)
         self.store.ensure_topic()
         self._clients: dict[Any, Any] = {}
         self.extra = before_read() if before_read else None
+        # The streams' window writers too: none of a killed window's transactions stays open.
+        take_over(spec.kafka, [window_transactional_id(config.topic_prefix, p.rs) for p in self.partitions])
         try:
             self.everything = self.store.read_everything()
             self.states = {partition: self.everything.states.get(partition) for partition in self.partitions}
+            for partition, state in self.states.items():  # another connector's offsets: refused
+                check_owner(partition, state.connector if state else None, config.name, self.store.topic)
             self.decision = decide(self.states, config.snapshot_mode, force=self.force, purged=self._purged)
         except BaseException:
             self.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.offsets.model import ChunkMarker, OffsetPartition, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.writers import chunk_transactional_id, take_over
 from airflow_provider_mongocdc.core.snapshot.id_ranges import document_codec_options
 from airflow_provider_mongocdc.core.snapshot.plan import Chunk, SnapshotPlan, data_chunks_finished
 
@@ -58,15 +58,6 @@ class ChunkResult:
         return {"chunk": self.chunk_id, **self.stats(), "already_committed": self.already_committed}
 
 
-def chunk_transactional_id(topic_prefix: str, snapshot_id: str, chunk_id: str) -> str:
-    return f"mongocdc-{topic_prefix}-snapshot-{snapshot_id}-{chunk_id}"
-
-
-def control_transactional_id(topic_prefix: str) -> str:
-    """The writer of a connector's snapshot offsets (start, plan, completion)."""
-    return f"mongocdc-{topic_prefix}-snapshot-control"
-
-
 def fence_chunks(
     kafka_config: Mapping[str, Any],
     topic_prefix: str,
@@ -80,16 +71,8 @@ def fence_chunks(
     commit was already under way). Until then such a transaction holds back what
     ``read_committed`` readers see of the offsets topic, so a resumed snapshot calls this before
     it reads which chunks committed. Returns how many ids were fenced."""
-    ids = sorted(set(chunk_ids))
-
-    def fence(chunk_id: str) -> None:
-        TransactionalWriter(kafka_config, chunk_transactional_id(topic_prefix, snapshot_id, chunk_id)).close()
-
-    if not ids:
-        return 0
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(ids)))) as pool:
-        list(pool.map(fence, ids))
-    return len(ids)
+    ids = {chunk_transactional_id(topic_prefix, snapshot_id, chunk_id) for chunk_id in chunk_ids}
+    return take_over(kafka_config, ids, workers=workers)
 
 
 @dataclass
@@ -108,7 +91,7 @@ class ChunkCopier:
 
     @property
     def store(self) -> OffsetStore:
-        return OffsetStore(self.kafka_config, self.config.offsets_topic)
+        return OffsetStore.for_connector(self.kafka_config, self.config)
 
     def copy(
         self, client: MongoClient, chunk: Chunk, *, committed: Callable[[str], bool] | None = None

@@ -30,6 +30,7 @@ from airflow_provider_mongocdc.core.mongo.change_stream import current_position,
 from airflow_provider_mongocdc.core.mongo.connection import connect, connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
+from airflow_provider_mongocdc.core.offsets.writers import control_transactional_id
 from airflow_provider_mongocdc.core.snapshot.assessment import (
     Assessment,
     base_summary,
@@ -41,7 +42,6 @@ from airflow_provider_mongocdc.core.snapshot.copier import (
     ChunkResult,
     Progress,
     check_complete,
-    control_transactional_id,
     fence_chunks,
 )
 from airflow_provider_mongocdc.core.snapshot.decision import NOTHING, RECORD_POSITION, RESUME
@@ -85,7 +85,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     """
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
-    store = OffsetStore(task["kafka"], config.offsets_topic)
+    store = OffsetStore.for_connector(task["kafka"], config)
     finished = store.finished_chunks(partition, task["snapshot_id"])
 
     def committed(chunk_id: str) -> bool:
@@ -171,7 +171,7 @@ class SnapshotRun:
             start = no_data_start_position(self.found.client_for(partition.rs), self.config)
             state = (state or OffsetState()).snapshot_started(snapshot_id, start, 0).snapshot_completed()
             after[partition] = state
-            records.append(self.store.offset_record(partition, state))
+            records.append(self.store.offset_record(partition, state, connector=self.config.name))
         self._control_commit(records)
         log.info(
             "snapshot.mode=no_data: recorded the stream position without copying data (%s)",
@@ -206,6 +206,7 @@ class SnapshotRun:
                 (self.found.states[partition] or OffsetState()).snapshot_started(
                     snapshot_id, starts[partition], plan.size
                 ),
+                connector=self.config.name,
             )
             for partition in self.partitions
         ]
@@ -336,7 +337,10 @@ class SnapshotRun:
             log.info("%s", line)
         totals = progress.totals()
         after = completed_states(everything, self.partitions, plan, totals["events"])
-        records = [self.store.offset_record(partition, state) for partition, state in after.items()]
+        records = [
+            self.store.offset_record(partition, state, connector=self.config.name)
+            for partition, state in after.items()
+        ]
         # Markers of earlier snapshots are no longer needed: delete them (compaction drops them).
         for (owner, snapshot_id), old in everything.chunks.items():
             if owner in after and snapshot_id != plan.snapshot_id and old:

@@ -18,13 +18,13 @@ from typing import Any
 
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+from airflow_provider_mongocdc.core.base.errors import MongoCdcError, OffsetError
 from airflow_provider_mongocdc.core.config.enums import OversizeMode
 from airflow_provider_mongocdc.core.events.builder import OPERATION_CODES, EventBuilder
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-from airflow_provider_mongocdc.core.offsets.model import OffsetState, Position, position_time
+from airflow_provider_mongocdc.core.offsets.model import OffsetState, Position, moves_back, position_time
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 from airflow_provider_mongocdc.core.window.incremental import IncrementalChunk
@@ -197,7 +197,18 @@ class WindowBatch:
         if last:  # the heartbeat of the window's end when its interval has passed
             self.heartbeat(position_time(position) or self.scope.params.end)
         new_state = self._next_state(position, last, incremental)
-        written = self.sender.commit(self.store.offset_record(self.scope.partition, new_state))
+        if moves_back(self.committed_position, new_state.position):
+            raise OffsetError(
+                f"The window of {self.scope.partition.describe()} did not commit: its new offset "
+                f"({new_state.position.describe()}) lies before the committed one "
+                f"({self.committed_position.describe()})",
+                cause="a window only moves its offset forward; an offset behind the committed one "
+                "would make the next window emit changes again",
+                fix="run the window again: it starts from the committed offset (report this if it "
+                "happens again)",
+            )
+        record = self.store.offset_record(self.scope.partition, new_state, connector=self.scope.config.name)
+        written = self.sender.commit(record)
         self.state = new_state
         self.committed_position = new_state.position
         tracker = self.builder.transactions

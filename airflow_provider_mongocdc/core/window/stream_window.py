@@ -33,7 +33,8 @@ from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.mongo.connection import connect
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
 from airflow_provider_mongocdc.core.offsets.model import Position, describe_position, position_time
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
+from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window.batch import BatchSender, WindowBatch
 from airflow_provider_mongocdc.core.window.errors import end_not_reached_error
@@ -46,7 +47,6 @@ from airflow_provider_mongocdc.core.window.streams import (
     StreamTarget,
     offset_partition,
     starting_position,
-    transactional_id,
 )
 from airflow_provider_mongocdc.core.window.summary import StopReason
 
@@ -129,9 +129,11 @@ class StreamWindow:
         window starts (``start``); returns the connector's incremental snapshot request."""
         config, partition = self.scope.config, self.scope.partition
         self.store.ensure_topic()
-        self._check_lease()
-        contents = self.store.read_everything()
+        records = self.store.read_committed_records()
+        self._check_lease(records)
+        contents = self.store.read_everything(records)
         state = contents.states.get(partition)
+        check_owner(partition, state.connector if state else None, config.name, self.store.topic)
         request = contents.requests.get((partition.connector, partition.server_id))
         request = IncrementalRequest.from_json(request) if request else None
         self.start = starting_position(state, config, partition, self.store.topic)
@@ -140,10 +142,11 @@ class StreamWindow:
             self.reader.position = self.start
         return request
 
-    def _check_lease(self) -> None:
-        """Refuse to run while a snapshot of the connector holds its lease (see :mod:`airflow_provider_mongocdc.core.offsets.lease`)."""
+    def _check_lease(self, records: list[tuple[bytes | None, bytes | None]]) -> None:
+        """Refuse to run while a snapshot of the connector holds its lease (see
+        :mod:`airflow_provider_mongocdc.core.offsets.lease`); ``records``: the offsets topic's."""
         prefix = self.scope.config.topic_prefix
-        lease = ConnectorLease(self.kafka_config, prefix, self.store.topic).current()
+        lease = ConnectorLease(self.kafka_config, prefix, self.store.topic).current(records)
         if lease is not None and lease.live() and lease.kind == SNAPSHOT:
             raise held_error(prefix, lease, WINDOW, f"stream window of {self.scope.partition.rs}")
 
@@ -232,8 +235,10 @@ def run_window(
     (``stop_reason=cluster_time_stalled``) and the caller raises :func:`end_not_reached_error`.
     """
     policy = BackoffPolicy.from_config(config)
-    store = OffsetStore(kafka_config, config.offsets_topic)
-    with TransactionalWriter(kafka_config, transactional_id(config, target.partition)) as writer:
+    store = OffsetStore.for_connector(kafka_config, config)
+    with TransactionalWriter(
+        kafka_config, window_transactional_id(config.topic_prefix, target.partition)
+    ) as writer:
         client = connect(target.details(), policy, require_primary=True, sleep=sleep)
         try:
             window = StreamWindow(

@@ -28,6 +28,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
     Position,
 )
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.writers import take_over, window_transactional_id
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,6 @@ def plan_streams(
     return [StreamTarget(partition, partition, details.to_dict())]
 
 
-def transactional_id(config: ConnectorConfig, partition: str) -> str:
-    """The stable ``transactional.id`` of a stream's window writer."""
-    return f"mongocdc-{config.topic_prefix}-window-{partition}"
-
-
 def offset_partition(config: ConnectorConfig, partition: str) -> OffsetPartition:
     return OffsetPartition(config.topic_prefix, partition)
 
@@ -120,8 +116,14 @@ def starting_position(
 def check_offsets(
     config: ConnectorConfig, kafka_config: Mapping[str, Any], targets: Iterable[StreamTarget]
 ) -> dict[str, Position | None]:
-    """Check, before any task starts, that every stream can start (same rules as the window)."""
-    store = OffsetStore(kafka_config, config.offsets_topic)
+    """Check, before any task starts, that every stream can start (same rules as the window).
+
+    Every stream's window writer is taken over first: a transaction that a killed stream left open
+    on the offsets topic is ended before anything reads it, so no stream starts from an offset
+    older than its last committed one, and no writer of the killed run can commit any more."""
+    targets = list(targets)
+    take_over(kafka_config, [window_transactional_id(config.topic_prefix, t.partition) for t in targets])
+    store = OffsetStore.for_connector(kafka_config, config)
     states = store.read_all()
     result: dict[str, Position | None] = {}
     for target in targets:

@@ -1,0 +1,232 @@
+"""Where a run starts when a transaction is open on the offsets topic, and whose offsets it may
+commit over.
+
+1. Per-shard streams share the offsets topic. A stream killed after sending its offset record and
+   before its commit leaves that transaction open; a sibling stream commits after it. The retried
+   window of both streams starts from their last committed offsets (the killed stream's writer is
+   taken over first): nothing is emitted twice, the offsets only move forward.
+2. A transaction of a writer that is not the connector's: the window fails with an error naming
+   its transactional id, how long it has been open and the command that aborts it; ``mongocdc
+   offsets show`` and the MongoDB CDC page's reading say it is open.
+3. A window commit whose offset lies behind the committed one is refused before it is written.
+4. Two connectors (names) with one topic prefix: the second may neither commit over the first's
+   offsets nor take its lease; ``mongocdc offsets adopt`` hands them over.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from bson.timestamp import Timestamp
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.base.errors import LeaseHeldError, OffsetError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.health.probes import read_offsets
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+from airflow_provider_mongocdc.core.mongo.change_stream import current_position
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
+from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
+from airflow_provider_mongocdc.core.window.batch import BatchSender, WindowBatch
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.scope import StreamScope
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import check_offsets, plan_streams
+from tests.integration.window_helpers import connector, end_after_insert, seed_offset, topic_events
+from tests.killed_writer import killed_writer
+from tests.settled_offsets import SettledOffsetStore
+
+pytestmark = pytest.mark.integration
+
+MONGOCDC = str(Path(sys.executable).parent / "mongocdc")
+
+
+def created_ids(bootstrap: str, topic: str) -> Counter:
+    return Counter(
+        int(event.key["id"])
+        for event in topic_events(bootstrap, topic)
+        if event.payload and event.payload["op"] == "c"
+    )
+
+
+@pytest.mark.simulator_only
+def test_retried_per_shard_window_starts_from_the_committed_offsets_past_a_killed_streams_open_transaction(
+    mongosim, kafka_bootstrap, unique_name
+):
+    sim = mongosim("sharded", shards=2)
+    db_name, prefix, kafka = unique_name[:40], unique_name, {"bootstrap.servers": kafka_bootstrap}
+    props = connector(prefix, db_name, {"mongodb.connection.mode": "replica_set"})
+    config = ConnectorConfig.from_properties(props)
+    store = SettledOffsetStore(kafka, config.offsets_topic)
+    store.ensure_topic()
+    targets = plan_streams(connection_details({"connection_string": sim.uri}), config)
+    assert [target.partition for target in targets] == ["shard0", "shard1"]
+    for target, uri in zip(targets, sim.shard_uris):
+        with MongoClient(uri, serverSelectionTimeoutMS=20000) as shard:
+            store.write(
+                OffsetPartition(prefix, target.partition),
+                OffsetState(position=current_position(shard, config)),
+            )
+
+    def window(end: Timestamp, streams=targets) -> None:
+        """What the window application does: the driver's check, then each stream's window."""
+        check_offsets(config, kafka, streams)
+        for target in streams:
+            run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
+
+    with MongoClient(sim.uri, serverSelectionTimeoutMS=20000) as client:
+        client.admin.command("enableSharding", db_name)
+        client.admin.command("shardCollection", f"{db_name}.items", key={"_id": "hashed"})
+        items = client[db_name].items
+        items.insert_many([{"_id": n} for n in range(30)])
+        window(end_after_insert(items, {"_id": 1000}, f"{db_name}_m"))
+        before = {rs: store.read(OffsetPartition(prefix, rs)) for rs in ("shard0", "shard1")}
+
+        items.insert_many([{"_id": n} for n in range(100, 130)])
+        end_b = end_after_insert(items, {"_id": 1001}, f"{db_name}_m")
+        # shard1's stream killed between sending its offset record and committing...
+        shard1 = OffsetPartition(prefix, "shard1")
+        killed_offset = store.offset_record(
+            shard1, before["shard1"].after_window(None, before["shard1"].last_window_end, 0)
+        )
+        with killed_writer(kafka, window_transactional_id(prefix, "shard1"), [killed_offset[:3]]):
+            # ... while shard0's stream committed after it.
+            run_window(targets[0], config, kafka, WindowParams(end_b, idle_timeout_s=60))
+            # The retry, at once: both streams.
+            items.insert_many([{"_id": n} for n in range(200, 230)])
+            window(end_after_insert(items, {"_id": 1002}, f"{db_name}_m"))
+
+    created = created_ids(kafka_bootstrap, f"{prefix}.{db_name}.items")
+    expected = [*range(30), *range(100, 130), *range(200, 230), 1000, 1001, 1002]
+    assert sorted(created) == expected, sorted(set(expected) - set(created))
+    assert {n: count for n, count in created.items() if count > 1} == {}, "changes emitted twice"
+    after = {rs: store.read(OffsetPartition(prefix, rs)) for rs in ("shard0", "shard1")}
+    assert after["shard0"].windows == before["shard0"].windows + 2  # B and the retry: never back
+    assert after["shard1"].windows == before["shard1"].windows + 1  # the retry read B and C
+    for rs in after:
+        assert after[rs].cluster_time > before[rs].cluster_time
+
+
+def test_a_foreign_writers_open_transaction_fails_the_window_with_its_name_and_readers_say_it_is_open(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, unique_name[:40])
+    config = ConnectorConfig.from_properties(props)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = end_after_insert(client[unique_name[:40]].items, {"_id": 1}, f"{unique_name[:40]}_m")
+    foreign = f"another-application-{uuid.uuid4().hex[:6]}"
+    with killed_writer(kafka, foreign, [(store.topic, b'"not-an-offset"', b"{}")]):
+        (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+        began = time.monotonic()
+        with pytest.raises(OffsetError) as refused:
+            run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
+        text = str(refused.value)
+        assert f"transactional.id {foreign!r}" in text and "open on topic" in text, text
+        assert (
+            f"kafka-transactions.sh --bootstrap-server {kafka_bootstrap} abort --topic {store.topic}" in text
+        )
+        assert "is not a writer of connector" in text and time.monotonic() - began > 0
+        assert created_ids(kafka_bootstrap, f"{unique_name}.{unique_name[:40]}.items") == Counter()
+
+        shown = subprocess.run(
+            [
+                MONGOCDC,
+                "offsets",
+                "show",
+                "--bootstrap-servers",
+                kafka_bootstrap,
+                "--topic-prefix",
+                unique_name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert shown.returncode == 0, shown.stderr
+        (open_one,) = json.loads(shown.stdout)["open_transactions"]
+        assert open_one["transactional_id"] == foreign and open_one["open_seconds"] >= 0
+        view = read_offsets(kafka, config, timeout_s=120)
+        assert [t.transactional_id for t in view.open_transactions] == [foreign]
+        assert view.states[partition] == store.read(partition)  # what is committed is still shown
+
+
+def test_a_window_commit_behind_the_committed_offset_is_refused_before_it_is_written(
+    kafka_config, unique_name
+):
+    config = ConnectorConfig.from_properties({"topic.prefix": unique_name})
+    store = SettledOffsetStore(kafka_config, config.offsets_topic)
+    store.ensure_topic()
+    partition = OffsetPartition(unique_name, "rs0")
+    committed = OffsetState(position=Position(cluster_time=Timestamp(1_800_000_000, 5)), windows=2)
+    store.write(partition, committed)
+    params = WindowParams(Timestamp(1_800_000_100, 0))
+    scope = StreamScope(config, partition, "rs0", params, lambda: 0)
+    with TransactionalWriter(kafka_config, window_transactional_id(unique_name, "rs0")) as writer:
+        batch = WindowBatch(scope, BatchSender(writer, kafka_config, {store.topic}), store)
+        batch.begin(store.read(partition), committed.position)
+        with pytest.raises(OffsetError, match="lies before the committed one"):
+            batch.commit(Position(cluster_time=Timestamp(1_799_999_000, 1)))
+    stored = store.read(partition)
+    assert stored.position == committed.position and stored.windows == 2
+
+
+def test_two_connectors_with_one_topic_prefix_cannot_commit_over_each_other_until_adopted(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    database = unique_name[:40]
+    first = connector(unique_name, database, {"name": "first"})
+    second = {**first, "name": "second", "collection.include.list": f"{database}\\.other"}
+    store, partition = seed_offset(mongodb_uri, kafka, first)
+    (target,) = plan_streams(
+        connection_details({"connection_string": mongodb_uri}), ConnectorConfig.from_properties(first)
+    )
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = end_after_insert(client[database].items, {"_id": 1}, f"{database}_m")
+    run_window(target, ConnectorConfig.from_properties(first), kafka, WindowParams(end, idle_timeout_s=60))
+    assert store.read(partition).connector == "first"
+
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        client[database].other.insert_one({"_id": 2})
+        end = end_after_insert(client[database].items, {"_id": 3}, f"{database}_m")
+    config = ConnectorConfig.from_properties(second)
+    with pytest.raises(OffsetError, match="was last written by connector 'first'") as refused:
+        run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
+    assert "mongocdc offsets adopt" in str(refused.value)
+    with pytest.raises((OffsetError, LeaseHeldError), match="connector 'first'"):
+        ConnectorLease.for_config(kafka, config).acquire("mongocdc_second_hourly/run/window", WINDOW, 60)
+    assert store.read(partition).connector == "first" and store.read(partition).windows == 1
+
+    adopted = subprocess.run(
+        [
+            MONGOCDC,
+            "offsets",
+            "adopt",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--topic-prefix",
+            unique_name,
+            "--name",
+            "second",
+            "--yes",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert adopted.returncode == 0, adopted.stderr
+    assert json.loads(adopted.stdout)["partitions"][0]["offset"]["connector"] == "second"
+    summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
+    assert summary["events"] == 1  # the other collection's insert
+    assert store.read(partition).connector == "second" and store.read(partition).windows == 2
