@@ -35,6 +35,7 @@ from airflow_provider_mongocdc.core.mongo.change_stream import current_position
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
 from airflow_provider_mongocdc.core.window.batch import BatchSender, WindowBatch
 from airflow_provider_mongocdc.core.window.params import WindowParams
@@ -230,3 +231,23 @@ def test_two_connectors_with_one_topic_prefix_cannot_commit_over_each_other_unti
     summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
     assert summary["events"] == 1  # the other collection's insert
     assert store.read(partition).connector == "second" and store.read(partition).windows == 2
+
+
+def test_a_transaction_open_from_the_topics_first_record_is_seen_and_taken_over(kafka_config, unique_name):
+    """The first record of the offsets topic in a killed window's open transaction: the last stable
+    offset is 0, the topic looks empty; a reader that only shows says it is open, a run takes the
+    window's writer over and then sees the topic as it stands."""
+    config = ConnectorConfig.from_properties({"topic.prefix": unique_name})
+    shown = OffsetStore(kafka_config, config.offsets_topic)
+    shown.ensure_topic()
+    partition = OffsetPartition(unique_name, "rs0")
+    record = shown.offset_record(partition, OffsetState(position=Position(cluster_time=Timestamp(1, 1))))
+    with killed_writer(kafka_config, window_transactional_id(unique_name, "rs0"), [record[:3]]):
+        contents = shown.read_everything()
+        assert contents.states == {} and len(contents.open_transactions) == 1
+        (open_one,) = contents.open_transactions
+        assert open_one.transactional_id == window_transactional_id(unique_name, "rs0")
+        assert open_one.start_offset == 0 and open_one.high_watermark >= 1
+        run = OffsetStore.for_connector(kafka_config, config)
+        assert run.read_everything().states == {}  # the killed transaction was aborted, not read
+        assert shown.read_everything().open_transactions == []

@@ -77,7 +77,7 @@ def read_settled(
     deadline = time.monotonic() + read_timeout_s
     consumer = Consumer(consumer_config(kafka_config))
     try:
-        ends = _end_offsets(consumer, kafka_config, topic, read_timeout_s, deadline)
+        ends = _end_offsets(consumer, kafka_config, topic, read_timeout_s, deadline, settling is not None)
         if not ends:
             return CommittedRead()
         consumer.assign([TopicPartition(topic, pid, -2) for pid in ends])  # -2: beginning
@@ -185,10 +185,16 @@ class _Reader:
 
 
 def _end_offsets(
-    consumer: Consumer, kafka_config: Mapping[str, Any], topic: str, read_timeout_s: float, deadline: float
+    consumer: Consumer,
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    read_timeout_s: float,
+    deadline: float,
+    keep_empty: bool = False,
 ) -> dict[int, int]:
-    """The last stable offset of each partition of ``topic`` that holds records (none when the
-    topic does not exist)."""
+    """The last stable offset of each partition of ``topic`` that holds committed records (every
+    partition with ``keep_empty``: a transaction open at its very start leaves it 0); none when the
+    topic does not exist."""
     try:
         metadata = consumer.list_topics(timeout=read_timeout_s)
     except KafkaException as error:
@@ -212,7 +218,7 @@ def _end_offsets(
             )
         except KafkaException as error:
             raise unreadable_error(kafka_config, topic, error) from None
-        if high > 0:
+        if high > 0 or keep_empty:
             ends[partition_id] = high  # the last stable offset (read_committed)
     return ends
 
