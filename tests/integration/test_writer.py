@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 from typing import NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError, DeliveryError, OversizeEventError
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
 from airflow_provider_mongocdc.core.kafka.client import redact_config
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-from devtools.kafka.reading import wait_stable
+from devtools.kafka import reading
 
 pytestmark = pytest.mark.integration
 
@@ -27,39 +25,13 @@ class Rec(NamedTuple):
 
 
 def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[bytes, bytes]]:
-    """(key, value) of every record of partition 0 up to its end (the LSO when read_committed,
-    once the markers of just-committed transactions are written)."""
-    if isolation == "read_committed":
-        wait_stable(bootstrap, topic)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"t-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        partition = TopicPartition(topic, 0, 0)
-        _low, end = consumer.get_watermark_offsets(partition, timeout=60, cached=False)
-        if end == 0:
-            return []
-        consumer.assign([partition])
-        records = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF and message.offset() >= end:
-                    return records
-                continue
-            records.append((message.key(), message.value()))
-        raise AssertionError(f"topic {topic} not read to its end ({end}) within 120 s")
-    finally:
-        consumer.close()
+    """(key, value) of every record of the topic up to its end: the last stable offset when
+    read_committed, once the markers of just-committed transactions are written (a commit returns
+    before the broker has written them), the end reached by the read position, which moves past
+    markers and aborted records without a message there."""
+    return [
+        (record.key, record.value) for record in reading.read_topic(bootstrap, topic, isolation=isolation)
+    ]
 
 
 @pytest.fixture
