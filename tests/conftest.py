@@ -71,14 +71,21 @@ def unique_name(request) -> str:
     return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
+# A copy of the session's metadata database right after ``airflow db migrate``: a test's own
+# Airflow home starts from a copy of it instead of migrating again (tests/e2e/airflow_stack.py).
+MIGRATED_DB = _AIRFLOW_HOME / "migrated.db"
+
+
 @pytest.fixture(scope="session")
 def airflow_env() -> dict[str, str]:
-    """Environment for Airflow subprocesses, with the metadata database migrated once."""
+    """Environment for Airflow subprocesses, with the metadata database migrated once (its copy:
+    ``MIGRATED_DB``)."""
     env = dict(os.environ)
     result = subprocess.run(
         [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, f"airflow db migrate failed:\n{result.stdout}\n{result.stderr}"
+    shutil.copyfile(_AIRFLOW_HOME / "airflow.db", MIGRATED_DB)
     return env
 
 
