@@ -24,7 +24,8 @@ from airflow_provider_mongocdc.core.kafka.producer import TransactionalProducer,
 
 
 class RecordLike(Protocol):
-    """Anything with ``topic``, ``key`` and ``value`` (``core.events.schema.Record`` is one)."""
+    """Anything with ``topic``, ``key`` and ``value``, and optionally ``headers`` (name and bytes
+    pairs; ``core.events.schema.Record`` is one)."""
 
     topic: str
     key: bytes | str | None
@@ -109,10 +110,16 @@ class Deliveries:
         if size > producer.max_message_bytes:
             self.abort()
             raise producer.oversize(topic, key, size, "the producer's message.max.bytes")
+        headers = getattr(record, "headers", None)
         deadline = None
         while True:
             try:
-                producer.producer.produce(topic, value=value, key=key, on_delivery=self.callback)  # type: ignore[union-attr]
+                if headers:
+                    producer.producer.produce(  # type: ignore[union-attr]
+                        topic, value=value, key=key, headers=list(headers), on_delivery=self.callback
+                    )
+                else:
+                    producer.producer.produce(topic, value=value, key=key, on_delivery=self.callback)  # type: ignore[union-attr]
                 break
             except BufferError:
                 # The local queue is full: serve delivery reports until there is room.
