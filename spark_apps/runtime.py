@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.base import errors
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+from airflow_provider_mongocdc.core.base.process_death import process_death
 from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write_result
 
 log = logging.getLogger("airflow_provider_mongocdc")
@@ -41,6 +42,41 @@ def _resolve_spec_path(path: str) -> str:
         pass
     base = os.path.basename(path)
     return base if os.path.exists(base) else path
+
+
+def jvm_returncode() -> int | None:
+    """The driver JVM's exit status when it has ended and is this process's child (pyspark
+    started it: ``python app.py``), else None (under spark-submit the JVM is this driver's parent;
+    the operator reports spark-submit's exit status)."""
+    try:
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        return process.poll() if process is not None else None
+    except Exception:  # no pyspark gateway: nothing known
+        return None
+
+
+def _through_gateway(error: BaseException) -> bool:
+    """Whether ``error`` was raised in a call to the JVM through Py4J."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        if "py4j" in traceback.tb_frame.f_code.co_filename.replace("\\", "/").split("/"):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def spark_process_death(application: str, error: BaseException) -> MongoCdcError | None:
+    """The error naming the Spark process whose death ``error`` reports (the driver JVM, an
+    executor or a pyspark worker; core/base/process_death.py), or None."""
+    return process_death(
+        application,
+        type(error).__name__,
+        str(error),
+        through_gateway=_through_gateway(error),
+        jvm_returncode=jvm_returncode(),
+    )
 
 
 # "airflow_provider_mongocdc.core.base.errors.ConnectionFailedError: ..." (the traceback's last line).
@@ -135,16 +171,23 @@ def run(
         return 1
     except Exception as error:  # an unexpected failure still reaches the operator as one message
         recovered = task_error(error)
+        died = spark_process_death(application, error) if recovered is None else None
         if recovered is not None:
             log.error("%s failed in a Spark task: %s", application, recovered)
             write_failure(args.result, recovered)
+        elif died is not None:
+            log.error("%s failed: %s", application, died)
+            write_failure(args.result, died)
         else:
             log.exception("%s failed unexpectedly", application)
             write_failure(args.result, error)
         return 1
     finally:
         if spark is not None:
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception as error:  # the JVM is gone (the run's outcome is written): nothing to stop
+                log.debug("Stopping Spark failed: %s", error)
 
 
 def main(application: str, job: Callable[[Any, JobSpec], dict[str, Any]]) -> None:

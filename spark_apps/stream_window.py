@@ -29,6 +29,7 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.lifetime import die_with_parent
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.headers import new_run_id
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.errors import end_not_reached_error
@@ -65,7 +66,8 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
         ", ".join(t.partition for t in targets),
     )
     # Incremental snapshot chunks are de-duplicated against the one stream of the connector.
-    params = dataclasses.replace(params, incremental_snapshots=len(targets) == 1)
+    # One run id for the events of every stream of this run (Debezium's runId header).
+    params = dataclasses.replace(params, incremental_snapshots=len(targets) == 1, run_id=new_run_id())
     task = functools.partial(
         run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
     )

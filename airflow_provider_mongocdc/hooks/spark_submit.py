@@ -10,6 +10,8 @@ notice kept out of the task log.
   the application's driver on its lost gateway). Otherwise a window would go on streaming and
   committing, and a snapshot copying, after Airflow marked the task failed and started its retry.
   spark-submit stays in the task's process group, so a signal to that group reaches it too.
+- **Its exit status.** ``exit_code`` keeps spark-submit's exit status (negative: the signal that
+  killed the driver JVM), which the operators name in their error when a signal ended it.
 - **Known noise.** Spark's launcher always adds ``--add-modules=jdk.incubator.vector`` to the
   JVM's options, and the JVM then prints ``WARNING: Using incubator modules: jdk.incubator.vector``
   to stderr before any Java code runs; no JVM option silences it. The hook leaves such lines
@@ -47,11 +49,19 @@ class MongoCdcSparkSubmitHook(SparkSubmitHook):
         ``local[N]``, ``local[*]``): driver and tasks on this machine, in client deploy mode."""
         return str(self._connection.get("master") or "").startswith("local")
 
+    #: spark-submit's exit status once it ended (``subprocess``'s: negative for a signal), else None.
+    exit_code: int | None = None
+
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         preexec = die_with_parent()
         if preexec is not None:
             kwargs.setdefault("preexec_fn", preexec)
-        return super().submit(application, **kwargs)
+        try:
+            return super().submit(application, **kwargs)
+        finally:
+            # SparkSubmitHook's Popen of spark-submit (apache-airflow-providers-apache-spark 6.3.4).
+            process = getattr(self, "_submit_sp", None)
+            self.exit_code = process.returncode if process is not None else None
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         super()._process_spark_submit_log(line for line in itr if not KNOWN_NOISE.fullmatch(line.strip()))

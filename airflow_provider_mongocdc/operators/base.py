@@ -25,6 +25,7 @@ from airflow.sdk import Asset, AssetAlias
 
 import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.base.errors import ConfigError
+from airflow_provider_mongocdc.core.base.process_death import spark_submit_died
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
@@ -296,6 +297,9 @@ class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
                     super().execute(context)
             except Exception as error:
                 result = read_result(result_path)
+                died = spark_submit_died(self.application_name, result, self._spark_submit_exit_code())
+                if died is not None:  # a signal ended the driver JVM: say so, and what to check
+                    raise ApplicationFailed(str(died)) from None
                 if result and result.get("status") == "failed":
                     raise ApplicationFailed(result["message"]) from None
                 raise AirflowException(

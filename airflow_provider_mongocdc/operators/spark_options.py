@@ -89,6 +89,10 @@ class SparkSubmitSettings:
         """Whether spark-submit was started (SparkSubmitOperator.execute built its ``_hook``)."""
         return getattr(self, "_hook", None) is not None
 
+    def _spark_submit_exit_code(self) -> int | None:
+        """spark-submit's exit status once it ended (MongoCdcSparkSubmitHook.exit_code), else None."""
+        return getattr(getattr(self, "_hook", None), "exit_code", None)
+
     def _get_hook(self) -> MongoCdcSparkSubmitHook:
         """SparkSubmitOperator's hook (built from the operator's arguments) with this provider's
         additions: spark-submit dies with the task process, the JVM's start-up notice stays out of

@@ -1,4 +1,6 @@
-"""Debezium's and Kafka Connect's own consumer code run on our events (the interop tests).
+"""Debezium's and Kafka Connect's own code run on our events (the interop tests): the consumer
+side (JsonConverter, ExtractNewDocumentState) and, for a side-by-side comparison, the records
+Debezium's MongoDB connector itself emits for a snapshot read or a change stream document.
 
 :func:`ensure_jars` fetches Kafka Connect's ``JsonConverter`` (the Kafka version of
 ``devtools/kafka/pom.xml``) and Debezium's MongoDB connector (``ExtractNewDocumentState``,
@@ -200,3 +202,16 @@ class Harness:
         (``getDocumentId``) and value (``getDocumentValue``), ``BsonDocument.toJson()`` and the
         relaxed and canonical modes in Debezium's compact layout."""
         return self.request({"kind": "document", "bson": _b64(raw_bson)})
+
+    def emit_read(
+        self, connector: dict[str, str], database: str, collection: str, raw_bson: bytes, last: bool = False
+    ) -> dict[str, Any]:
+        """The records Debezium's MongoDB connector (``connector``: its properties) sends for the
+        snapshot read of one document (``last``: the snapshot's final record); see Harness.java."""
+        read = {"db": database, "collection": collection, "bson": _b64(raw_bson), "last": last}
+        return self.request({"kind": "emit", "connector": connector, "read": read})
+
+    def emit_change(self, connector: dict[str, str], raw_change: bytes) -> dict[str, Any]:
+        """The records Debezium's MongoDB connector sends for one change stream document (its
+        raw BSON, as the server sent it); see Harness.java."""
+        return self.request({"kind": "emit", "connector": connector, "change": _b64(raw_change)})

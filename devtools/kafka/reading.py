@@ -24,6 +24,7 @@ class ReadRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()  # the record's Kafka headers, in order
 
 
 def wait_stable(bootstrap: str, topic: str, timeout: float = SETTLE_S) -> bool:
@@ -116,7 +117,16 @@ def read_topic(
             if msg.error():
                 raise KafkaException(msg.error())
             if msg.offset() < ends[msg.partition()]:
-                records.append(ReadRecord(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+                records.append(
+                    ReadRecord(
+                        msg.topic(),
+                        msg.partition(),
+                        msg.offset(),
+                        msg.key(),
+                        msg.value(),
+                        tuple(msg.headers() or ()),
+                    )
+                )
             if msg.offset() + 1 >= ends[msg.partition()]:
                 done.add(msg.partition())
         if len(done) < len(ends):

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from devtools.interop import Harness
+# support.assert_debeziums's assertions show the differing values.
+pytest.register_assert_rewrite("tests.interop.support")
+
+from devtools.interop import Harness  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """A stream window's events from the MongoDB simulator (or MONGOCDC_TEST_MONGODB_URI) and the
-real Kafka broker, read by Kafka Connect's JsonConverter and Debezium's ExtractNewDocumentState
-(devtools/interop): inserts, updates, a replace, deletes with their tombstones, a transaction
+real Kafka broker, read by Kafka Connect's JsonConverter and Debezium's ExtractNewDocumentState,
+and side by side with the records Debezium 3.6.1's MongoDB connector sends for the same change
+stream documents (devtools/interop): inserts, updates, a replace, deletes with their tombstones, a transaction
 over two collections with its BEGIN/END records, and heartbeats, over documents of many BSON
 types and _ids of many types.
 
@@ -12,67 +13,38 @@ the same record carrying Debezium's own texts, and equals the document (support.
 
 from __future__ import annotations
 
-import datetime
 import json
-import uuid
+import time
 
 import bson
 import pytest
-from bson import Binary, Code, Decimal128, Int64, ObjectId, Regex, Timestamp, json_util
+from bson import Int64, json_util
 from bson.codec_options import DatetimeConversion
-from bson.datetime_ms import DatetimeMS
 from bson.json_util import JSONOptions
+from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.change_stream import open_stream
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from devtools.kafka.reading import read_topic
 from tests.integration.window_helpers import connector, next_second, pass_second, seed_offset, write_time
-from tests.interop.support import ENCODE, REFUSED, connect_payload, with_debezium_texts
+from tests.interop.support import (
+    ENCODE,
+    IDS,
+    REFUSED,
+    assert_debeziums,
+    connect_payload,
+    fields,
+    with_debezium_texts,
+)
 
 pytestmark = pytest.mark.interop
 
 _READ = JSONOptions(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
-
-IDS = [
-    7,
-    Int64(2**40),
-    'a "quoted" id',
-    ObjectId("596e275826f08b2730779e1f"),
-    Binary(uuid.UUID("6f2a1c3e-8d4b-4f6a-9c2e-1b7d5e3a9f10").bytes, 4),
-    datetime.datetime(2024, 2, 29, 12, 0, 0, 1000),
-    DatetimeMS(253_402_300_801_000),
-    Decimal128("12.340"),
-    {"region": "eu", "n": 1},
-]
-
-
-def fields(n: int) -> dict:
-    return {
-        "s": f'text {n} \u00e9\U0001f600 "q" \\ \n',
-        "i": n,
-        "l": Int64(2**40 + n),
-        "d": 12.5 + n,
-        "small": 1e-07,
-        "dec": Decimal128("1.10"),
-        "at": datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=n),
-        "far": DatetimeMS(253_402_300_801_000 + n),
-        "before_year_1": DatetimeMS(-62_135_596_800_001),
-        "bin": Binary(b"\x00\x01\xfe\xff", 0),
-        "uuid": Binary(uuid.UUID(int=n).bytes, 4),
-        "oid": ObjectId("000000000000000000000000"),
-        "re": Regex("^a.*b$", "i"),
-        "js": Code("function () { return 1; }"),
-        "ts": Timestamp(1_700_000_000, n),
-        "yes": True,
-        "nothing": None,
-        "nested": {"a": {"b": [1, 2, 3]}, "docs": [{"x": 1}, {"x": 2}], "empty": {}},
-        "tags": ["a", "b"],
-        "none": [],
-    }
 
 
 def decoded_after(text: str) -> tuple[bytes, dict]:
@@ -85,7 +57,8 @@ def test_a_windows_events_read_by_debeziums_consumer_code(harness, mongodb_uri, 
     prefix = unique_name
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(prefix, database, {"heartbeat.interval.ms": 1000})
-    seed_offset(mongodb_uri, kafka, props)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    start = store.read(partition).position
 
     client = MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000, datetime_conversion="DATETIME_AUTO")
     db = client[database]
@@ -107,7 +80,9 @@ def test_a_windows_events_read_by_debeziums_consumer_code(harness, mongodb_uri, 
     pass_second(client, end, f"{database}_m")
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    before = time.time_ns()
     window = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=20))
+    after = time.time_ns()
     assert window["reached_end"] is True, window
     client.close()
 
@@ -176,3 +151,41 @@ def test_a_windows_events_read_by_debeziums_consumer_code(harness, mongodb_uri, 
                 assert harness.document(raw_updated)["toJson"] == updated
             checked += 1
     assert checked == len(IDS) + 2 + 2, checked
+
+    # Side by side: the records Debezium's MongoDB connector sends for the same change stream
+    # documents (its record emitter, its tombstone, its headers) are ours. Its emitter runs here
+    # without Debezium's TransactionMonitor, so its transaction block is null: ours is compared
+    # with Debezium's TransactionMonitor in tests/unit/test_transactions.py.
+    changes = _raw_changes(mongodb_uri, config, start, count=len(IDS) + 6)
+    debezium = {"topic.prefix": prefix}
+    expected: dict[str, list] = {}
+    for raw in changes:
+        answer = harness.emit_change(debezium, raw)
+        assert answer["ok"], answer
+        for record in answer["records"]:
+            expected.setdefault(record["topic"], []).append(record)
+    run_ids = set()
+    for topic in (f"{prefix}.{database}.things", f"{prefix}.{database}.other"):
+        assert len(records[topic]) == len(expected[topic]), topic
+        for ours, theirs in zip(records[topic], expected[topic]):
+            if ours.value is not None and theirs["value"] is not None:
+                theirs["value"]["payload"]["transaction"] = json.loads(ours.value)["payload"]["transaction"]
+            run_ids.add(assert_debeziums(ours, theirs, (before, after)))
+    assert len(run_ids) == 1 and None not in run_ids, run_ids  # one run id for the window's records
+    for topic in (f"{prefix}.transaction", f"__debezium-heartbeat.{prefix}"):
+        assert all(record.headers == () for record in records[topic]), topic
+
+
+def _raw_changes(uri: str, config: ConnectorConfig, start, count: int) -> list[bytes]:
+    """The first ``count`` documents of the connector's change stream after ``start``, as the
+    server sent them (BSON)."""
+    changes: list[bytes] = []
+    with MongoClient(uri, serverSelectionTimeoutMS=20000, document_class=RawBSONDocument) as client:
+        with open_stream(client, config, start, max_await_time_ms=200) as stream:
+            for _ in range(600):  # a bound only: each try_next waits up to 200 ms
+                change = stream.try_next()
+                if change is not None:
+                    changes.append(change.raw)
+                if len(changes) == count:
+                    return changes
+    raise AssertionError(f"{len(changes)} of {count} changes read from the stream")

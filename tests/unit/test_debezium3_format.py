@@ -238,7 +238,8 @@ def test_snapshot_read_source_times_are_the_instant_of_the_read():
     assert before <= source["ts_ns"] <= after, (before, source["ts_ns"], after)
     assert source["ts_us"] == source["ts_ns"] // 1000
     assert source["ts_ms"] == source["ts_ns"] // 1_000_000
-    assert (source["ord"], source["wallTime"]) == (3, None)
+    # ord: SourceInfo.Position.getInc() of that offset's position without a cluster time.
+    assert (source["ord"], source["wallTime"]) == (-1, None)
 
 
 def test_snapshot_read_source_times_keep_their_nanoseconds():
@@ -252,7 +253,7 @@ def test_snapshot_read_source_times_keep_their_nanoseconds():
     assert (
         '"source":{"version":"' + __version__ + '","connector":"mongodb","name":"fulfillment",'
         '"ts_ms":1700000123456,"snapshot":"last","db":"inventory","sequence":null,'
-        '"ts_us":1700000123456789,"ts_ns":1700000123456789012,"collection":"customers","ord":3,'
+        '"ts_us":1700000123456789,"ts_ns":1700000123456789012,"collection":"customers","ord":-1,'
         '"lsid":null,"txnNumber":null,"wallTime":null},"op":"r","ts_ms":' + str(NOW_MS) + ","
     ) in event.value.decode()
 
@@ -278,6 +279,7 @@ def test_oplog_format_snapshot_reads_carry_the_start_position_time():
         {"_id": OID}, "inventory", "customers", position=Timestamp(1_699_999_000, 3)
     )
     assert payload(event)["source"]["ts_ms"] == 1_699_999_000_000
+    assert payload(event)["source"]["ord"] == 3  # Debezium 1.x: the recorded position's
 
 
 def test_lsid_and_txn_number_only_together():

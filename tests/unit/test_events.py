@@ -132,7 +132,7 @@ def test_delete_with_pre_image_and_tombstone():
     )
     p = payload(event)
     assert p["op"] == "d" and doc(p["before"]) == BEFORE and p["after"] is None
-    assert tombstone == Record(event.topic, event.key, None)
+    assert tombstone == Record(event.topic, event.key, None, event.headers)
 
 
 def test_delete_without_tombstone():
@@ -250,8 +250,9 @@ def test_snapshot_read_events():
     p = payload(first)
     assert p["op"] == "r" and doc(p["after"]) == AFTER and p["before"] is None
     assert p["source"]["snapshot"] == "true"
-    # source.ts_ms: the instant of the read (the builder's clock), ord: the recorded position's
-    assert p["source"]["ts_ms"] == NOW_MS and p["source"]["ord"] == 3
+    # source.ts_ms: the instant of the read (the builder's clock); ord -1, Debezium's
+    # SourceInfo.Position.getInc() of its snapshot offset, which has no cluster time
+    assert p["source"]["ts_ms"] == NOW_MS and p["source"]["ord"] == -1
     assert payload(last)["source"]["snapshot"] == "last"
     assert first.topic == "fulfillment.inventory.customers"
     assert json.loads(first.key)["payload"]["id"] == '{"$oid": "596e275826f08b2730779e1f"}'
@@ -315,7 +316,12 @@ def test_records_are_immutable_tuples_with_sizes():
     [record] = builder().build_change(change("insert", fullDocument=AFTER))
     assert isinstance(record.key, bytes) and isinstance(record.value, bytes)
     assert record.size == len(record.key) + len(record.value)
-    assert record.headers == ()
+    assert [name for name, _ in record.headers] == [
+        "__debezium.context.connectorLogicalName",
+        "__debezium.context.taskId",
+        "__debezium.context.connectorName",
+        "__debezium.context.runId",
+    ]
     with pytest.raises(AttributeError):
         record.topic = "other"  # type: ignore[misc]
 

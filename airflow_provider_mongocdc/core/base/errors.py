@@ -64,3 +64,8 @@ class DeliveryError(MongoCdcError):
 
 class LeaseHeldError(MongoCdcError):
     """Another snapshot or window of the same connector holds the connector's lease."""
+
+
+class SparkProcessDiedError(MongoCdcError):
+    """A process of the Spark application (its driver JVM, an executor JVM or a pyspark worker)
+    died while the application ran (core/base/process_death.py)."""

@@ -90,6 +90,7 @@ class ConnectorConfig:
     field_name_adjustment_mode: str = "none"
     schema_name_adjustment_mode: str = "none"
     tombstones_on_delete: bool = True
+    extended_headers_enabled: bool = True
     provide_transaction_metadata: bool = False
     heartbeat_interval_ms: int = 0
     max_batch_size: int = 2048

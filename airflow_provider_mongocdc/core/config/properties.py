@@ -372,6 +372,15 @@ PROPERTIES: tuple[Property, ...] = (
         parse_boolean,
     ),
     Property(
+        "extended.headers.enabled",
+        "bool",
+        True,
+        "Whether every data record and tombstone carries Debezium's four context headers "
+        "(`__debezium.context.connectorLogicalName`, `taskId`, `connectorName`, `runId`; see "
+        "[Headers](#headers)).",
+        parse_boolean,
+    ),
+    Property(
         "provide.transaction.metadata",
         "bool",
         False,

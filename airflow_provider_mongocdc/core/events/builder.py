@@ -36,6 +36,7 @@ from airflow_provider_mongocdc.core.events.envelope import (
 )
 from airflow_provider_mongocdc.core.events.fields import FieldRules
 from airflow_provider_mongocdc.core.events.filters import Filters
+from airflow_provider_mongocdc.core.events.headers import context_headers, new_run_id
 from airflow_provider_mongocdc.core.events.heartbeat import Heartbeat
 from airflow_provider_mongocdc.core.events.java_json import key_writer
 from airflow_provider_mongocdc.core.events.schema import Record
@@ -64,6 +65,8 @@ class EventBuilder:
     the stream reads; a call can override it). ``clock`` returns the current time in epoch
     milliseconds (the envelope's ``ts_ms``); ``clock_ns`` in epoch nanoseconds (the source times of
     snapshot reads; default: ``clock``'s time when ``clock`` is given, else the system clock's).
+    ``run_id`` is the run's id in Debezium's ``__debezium.context.runId`` header (default: a new
+    one; :mod:`~airflow_provider_mongocdc.core.events.headers`).
     One builder follows one stream: it holds the transaction state of that stream. The steps of a change event follow Debezium's ``MongoDbChangeRecordEmitter``: the
     operation, the collection, the change's facts (:func:`~airflow_provider_mongocdc.core.events.change.read_change`),
     the transaction block, the envelope (:mod:`~airflow_provider_mongocdc.core.events.envelope`),
@@ -77,8 +80,11 @@ class EventBuilder:
         replica_set: str = "",
         clock: Callable[[], int] | None = None,
         clock_ns: Callable[[], int] | None = None,
+        run_id: str | None = None,
     ):
         self.config = config
+        self.run_id = run_id or new_run_id()
+        self.headers = context_headers(config, self.run_id)
         self.replica_set = replica_set
         self.namer = TopicNamer(config)
         self.filters = Filters(config)
@@ -128,7 +134,7 @@ class EventBuilder:
             return records
         records.append(event)
         if op == "d" and self.config.tombstones_on_delete:
-            records.append(Record(events.topic, key, None))
+            records.append(events.tombstone(key))
         return records
 
     def omits_document(self, change: Mapping[str, Any]) -> bool:
@@ -163,10 +169,10 @@ class EventBuilder:
     ) -> list[Record]:
         """The read event (``op`` ``r``) of one snapshot document. ``last`` marks the snapshot's
         final event (``source.snapshot`` "last"); ``position`` is the ``bson.Timestamp`` of the
-        stream position recorded when the snapshot started (``source.ord``). ``incremental``: a
-        row of an incremental snapshot (``source.snapshot`` "incremental", ``position`` the
-        stream position it was emitted at), as Debezium writes them. The source times: the
-        envelope's ``read_time_ns``."""
+        stream position recorded when the snapshot started. ``incremental``: a row of an
+        incremental snapshot (``source.snapshot`` "incremental", ``position`` the stream position
+        it was emitted at), as Debezium writes them. The source times and ``source.ord``: the
+        envelope's ``read_time_ns`` and ``read_increment``."""
         if "_id" not in document:
             raise MongoCdcError(
                 f"A snapshot document of {database}.{collection} has no _id",
@@ -182,7 +188,7 @@ class EventBuilder:
         at = ReadSource(
             "incremental" if incremental else "last" if last else "true",
             self.envelope.read_time_ns(position_ns, incremental, self._clock_ns),
-            increment,
+            self.envelope.read_increment(increment, incremental),
             replica_set if replica_set is not None else self.replica_set,
         )
         payload = self.envelope.read(events, document, at, now)
@@ -218,6 +224,7 @@ class EventBuilder:
                 self.fields.for_collection(database, collection),
                 database,
                 collection,
+                self.headers,
             )
         return events
 

@@ -1,7 +1,7 @@
 """The text of an event: a collection's fixed parts, the ``source`` block and the two envelopes.
 
 :class:`CollectionEvents` holds what does not change from one event of a collection to the next
-(topic, key and value framing, field rules, and the fixed parts of its :class:`SourceBlock`), as
+(topic, key and value framing, field rules, headers, and the fixed parts of its :class:`SourceBlock`), as
 Debezium's ``MongoDbCollectionSchema`` does. The envelope of the payload depends on
 ``event.format``: :class:`ChangeStreamsEnvelope` writes Debezium 3.x's (``before``, ``after``,
 ``updateDescription``; ``change_streams``), :class:`OplogEnvelope` Debezium 1.x's (``after``,
@@ -32,8 +32,8 @@ NO_SESSION = ',"lsid":null,"txnNumber":null,"wallTime":null'
 
 class ReadSource(NamedTuple):
     """The ``source`` block of a snapshot read: ``snapshot`` its value (3.x: ``true``, ``last``,
-    ``incremental``), ``ts_ns`` its instant in epoch nanoseconds, ``increment`` the ``ord`` of the
-    stream position it follows."""
+    ``incremental``), ``ts_ns`` its instant in epoch nanoseconds, ``increment`` its ``ord`` (the
+    envelope's ``read_increment``)."""
 
     snapshot: str
     ts_ns: int
@@ -103,6 +103,7 @@ class CollectionEvents:
         "key_tail",
         "value_head",
         "value_tail",
+        "headers",
     )
 
     def __init__(
@@ -112,8 +113,10 @@ class CollectionEvents:
         fields: FieldTransform | None,
         database: str,
         collection: str,
+        headers: tuple[tuple[str, bytes], ...] = (),
     ):
         self.topic = topic
+        self.headers = headers
         self.data_collection = f"{database}.{collection}"
         self.fields = fields
         self.source = SourceBlock(config.topic_prefix, database, collection)
@@ -141,7 +144,13 @@ class CollectionEvents:
         return self.key_head + _quote(id_text).encode() + self.key_tail
 
     def record(self, key: bytes, payload: str) -> Record:
-        return Record(self.topic, key, b"".join((self.value_head, payload.encode(), self.value_tail)))
+        return Record(
+            self.topic, key, b"".join((self.value_head, payload.encode(), self.value_tail)), self.headers
+        )
+
+    def tombstone(self, key: bytes) -> Record:
+        """The tombstone after a delete: the event's key and headers, no value."""
+        return Record(self.topic, key, None, self.headers)
 
     def document(self, document: Any) -> Any:
         """``document`` with the collection's field exclusions and renames applied."""
@@ -182,6 +191,14 @@ class ChangeStreamsEnvelope:
         ``initSnapshotStartOffsets``, ``SourceInfo.noEvent``), so ``SourceInfo.timestamp()`` is
         null and ``AbstractSourceInfoStructMaker.commonStruct`` takes ``Instant.now()``."""
         return position_ns if incremental else clock_ns()
+
+    @staticmethod
+    def read_increment(increment: int, incremental: bool) -> int:
+        """``source.ord`` of a snapshot read (``SourceInfo.Position.getInc()``): an incremental
+        read keeps the increment of the stream position; a read of an initial or blocking
+        snapshot has -1, the increment of a position without a cluster time (the snapshot
+        offset's resume token alone, the same absence that makes its time the read's instant)."""
+        return increment if incremental else -1
 
     def change(
         self, events: CollectionEvents, facts: ChangeFacts, transaction: str, ts_ms: int, rs: str
@@ -256,6 +273,11 @@ class OplogEnvelope:
     def read_time_ns(position_ns: int, incremental: bool, clock_ns: Callable[[], int]) -> int:
         """The source times of a snapshot read (Debezium 1.x): the position recorded at the start."""
         return position_ns
+
+    @staticmethod
+    def read_increment(increment: int, incremental: bool) -> int:
+        """``source.ord`` of a snapshot read (Debezium 1.x): the recorded position's increment."""
+        return increment
 
     def change(
         self, events: CollectionEvents, facts: ChangeFacts, transaction: str, ts_ms: int, rs: str

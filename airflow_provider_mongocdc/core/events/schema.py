@@ -277,8 +277,9 @@ class Framing:
 
 
 class Record(NamedTuple):
-    """One Kafka record: ``value`` is ``None`` for a tombstone. ``headers`` is empty for events
-    (Debezium adds none by default)."""
+    """One Kafka record: ``value`` is ``None`` for a tombstone. ``headers``: the record's Kafka
+    headers, name and bytes (data records and tombstones: Debezium's context headers,
+    :mod:`airflow_provider_mongocdc.core.events.headers`)."""
 
     topic: str
     key: bytes | None

@@ -86,6 +86,7 @@ class ChunkCopier:
     partition: OffsetPartition
     replica_set: str
     batch_size: int = 0  # events per send(); 0: max.batch.size
+    run_id: str | None = None  # the snapshot run's id (header __debezium.context.runId); None: a new one
     _builder: EventBuilder | None = field(default=None, init=False, repr=False)
     _filters: Filters | None = field(default=None, init=False, repr=False)
 
@@ -105,7 +106,7 @@ class ChunkCopier:
         """
         started = time.monotonic()
         if self._builder is None:
-            self._builder = EventBuilder(self.config, replica_set=self.replica_set)
+            self._builder = EventBuilder(self.config, replica_set=self.replica_set, run_id=self.run_id)
             self._filters = Filters(self.config)
         builder, filters = self._builder, self._filters
         result = ChunkResult(chunk.chunk_id, chunk.namespace)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.errors import OffsetError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.headers import new_run_id
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
@@ -93,7 +94,15 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
         return chunk_id in store.finished_chunks(partition, task["snapshot_id"])
 
     start = Position.from_json(task["start"])
-    copier = ChunkCopier(config, task["kafka"], task["snapshot_id"], start, partition, task["replica_set"])
+    copier = ChunkCopier(
+        config,
+        task["kafka"],
+        task["snapshot_id"],
+        start,
+        partition,
+        task["replica_set"],
+        run_id=task.get("run_id"),
+    )
     results = []
     client = None
     try:
@@ -137,6 +146,8 @@ class SnapshotRun:
         self.partitions = assessment.partitions
         self.control = control
         self.copying = ParallelCopy(tasks, assessment.store, self.plan_partition)
+        # The run's id in the read events' __debezium.context.runId header (core/events/headers.py).
+        self.run_id = new_run_id()
 
     @property
     def plan_partition(self) -> OffsetPartition:
@@ -326,6 +337,8 @@ class SnapshotRun:
                 "connector": partition.connector_name,
             },
             "replica_set": self.found.replica_set,
+            # One run id for every chunk this run copies (Debezium's runId header: one per task start).
+            "run_id": self.run_id,
         }
 
     def _complete(self, plan: SnapshotPlan, progress: Progress, starts, resumed: bool) -> dict[str, Any]:

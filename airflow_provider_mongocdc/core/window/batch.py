@@ -21,6 +21,7 @@ from bson.timestamp import Timestamp
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError, OffsetError
 from airflow_provider_mongocdc.core.config.enums import OversizeMode
 from airflow_provider_mongocdc.core.events.builder import OPERATION_CODES, EventBuilder
+from airflow_provider_mongocdc.core.events.headers import new_run_id
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
@@ -94,11 +95,15 @@ class WindowBatch:
         self.state: OffsetState | None = None  # the committed state
         self.committed_position: Position | None = None
         self.open_transaction: str | None = None
+        # One run id for every builder of the window (a rolled-back batch gets a new builder).
+        self.run_id = scope.params.run_id or new_run_id()
         self._new_builder()
 
     def _new_builder(self) -> None:
         scope = self.scope
-        self.builder = EventBuilder(scope.config, replica_set=scope.replica_set, clock=scope.clock_ms)
+        self.builder = EventBuilder(
+            scope.config, replica_set=scope.replica_set, clock=scope.clock_ms, run_id=self.run_id
+        )
         self._begun_counted = 0  # the BEGIN records of the builder's tracker already counted
 
     def begin(self, state: OffsetState | None, start: Position) -> None:

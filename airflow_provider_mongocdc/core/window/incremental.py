@@ -7,13 +7,14 @@ de-duplication of DBLog (:class:`ChunkReader`, :meth:`IncrementalChunk.apply`; d
 "Incremental snapshots"), and commits each chunk's read events (``source.snapshot``
 ``"incremental"``) together with its progress (:func:`after_chunk`) in one Kafka transaction. A
 row dropped for a change whose event does not carry the document (an update delta) is read again
-in a later chunk of its own (``IncrementalProgress.reread``), so that every document reaches the
-topic whole.
+later (``IncrementalProgress.reread``), so that every document reaches the topic whole: in
+re-read chunks of up to a chunk's size (once a collection's queue fills one, or after the copy),
+each document at most once per window (:meth:`ChunkReader.next_chunk`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -158,19 +159,29 @@ class ChunkReader:
         return _and(self.filters.snapshot_filter(database, name), _from_exact(extra) if extra else {})
 
     def next_chunk(
-        self, progress: IncrementalProgress, low_watermark: Timestamp, size: int
+        self,
+        progress: IncrementalProgress,
+        low_watermark: Timestamp,
+        size: int,
+        tried: Set[tuple[str, str]] = frozenset(),
     ) -> tuple[IncrementalProgress, IncrementalChunk | None]:
         """The progress (moved past empty or finished collections) and the next chunk, or None
-        when the snapshot has nothing left (the progress is then completed). Documents queued to
-        be read again come first, as a re-read chunk of up to ``size`` of them."""
+        when this window has nothing left to read: the progress is then completed, or still
+        running with documents queued that this window read again already.
+
+        Documents queued to be read again are read in batches, as re-read chunks of up to
+        ``size`` of one collection: while collections are left to copy, only once a collection's
+        queue fills a chunk; after the copy, whatever is queued. ``tried``: the (collection,
+        ``_id``) pairs this window read again already; a document changed again meanwhile (a
+        hot document) waits for the next window instead of taking this window's budget."""
         try:
-            if progress.reread:
-                namespace, keys = next(iter(progress.reread.items()))
-                return progress, self._reread(progress, namespace, keys[:size], low_watermark)
+            chunk = self._queued_chunk(progress, low_watermark, size, tried, full=True)
+            if chunk is not None:
+                return progress, chunk
             while True:
                 if progress.current is None:
                     if not progress.pending:
-                        return progress.finish(COMPLETED), None
+                        break
                     progress = replace(
                         progress,
                         current=progress.pending[0],
@@ -190,6 +201,11 @@ class ChunkReader:
                 if chunk is not None:
                     return progress, chunk
                 progress = replace(progress, current=None, done=(*progress.done, namespace))
+            # Every collection is copied: what is queued to be read again.
+            chunk = self._queued_chunk(progress, low_watermark, size, tried, full=False)
+            if chunk is not None:
+                return progress, chunk
+            return (progress if progress.reread else progress.finish(COMPLETED)), None
         except PyMongoError as error:
             raise ConnectionFailedError(
                 f"Reading the next incremental snapshot chunk of {progress.current or 'a collection'} failed",
@@ -249,6 +265,23 @@ class ChunkReader:
             codec_options=self.documents_options,
             bounds_options=self.bounds_options,
         )
+
+    def _queued_chunk(
+        self,
+        progress: IncrementalProgress,
+        low_watermark: Timestamp,
+        size: int,
+        tried: Set[tuple[str, str]],
+        *,
+        full: bool,
+    ) -> IncrementalChunk | None:
+        """A re-read chunk of the first collection whose queued documents not ``tried`` yet fill
+        a chunk (``full``), or of the first with any; None when there is none."""
+        for namespace, keys in progress.reread.items():
+            waiting = tuple(key for key in keys if (namespace, key) not in tried)
+            if waiting and (len(waiting) >= size or not full):
+                return self._reread(progress, namespace, waiting[:size], low_watermark)
+        return None
 
     def _reread(
         self, progress: IncrementalProgress, namespace: str, keys: tuple[str, ...], low_watermark: Timestamp

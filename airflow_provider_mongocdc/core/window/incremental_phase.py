@@ -131,6 +131,9 @@ class IncrementalPhase:
         max_documents = self.scope.config.incremental_snapshot_window_max_documents
         reader = ChunkReader(self.client, self.scope.config) if progress.running else None
         read = 0
+        # The documents this window read again: one changed again before its re-read's high
+        # watermark (a hot document) waits for the next window.
+        tried: set[tuple[str, str]] = set()
         while progress.running and (not max_documents or read < max_documents):
             if summary["chunks"] and time.monotonic() >= deadline:
                 break
@@ -139,7 +142,7 @@ class IncrementalPhase:
                 size = min(size, max_documents - read)
             low = self.window.low_watermark()
             try:
-                moved, chunk = reader.next_chunk(progress, low, size)
+                moved, chunk = reader.next_chunk(progress, low, size, tried)
             except ConnectionFailedError as error:
                 log.warning(
                     "Window of %s: %s; the next window tries again (streaming is not affected)",
@@ -148,9 +151,11 @@ class IncrementalPhase:
                 )
                 summary["error"] = str(error)
                 break
-            if chunk is None:
-                self.window.commit(self.window.committed_position, incremental=moved)
+            if chunk is None:  # completed, or only documents this window read again are left
+                if moved != progress:
+                    self.window.commit(self.window.committed_position, incremental=moved)
                 return moved
+            tried.update((chunk.namespace, key) for key in chunk.rereads)
             read += len(chunk.rows)
             copied = self._copy(chunk, moved, summary)
             if copied is None:

@@ -85,6 +85,9 @@ class WindowParams:
     # Whether a window of one stream runs it in the application's driver process instead of a
     # Spark task (no SparkContext, no Python worker; windows of several streams always use tasks).
     stream_in_driver: bool = False
+    # The run's id in the events' __debezium.context.runId header (core/events/headers.py): the
+    # application sets one for all its streams; None: each stream's window makes its own.
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window_end", parse_time(self.window_end))
@@ -144,6 +147,7 @@ class WindowParams:
             commit_interval_s=float(params.get("commit_interval_s") or DEFAULT_COMMIT_INTERVAL_S),
             incremental_snapshots=bool(params.get("incremental_snapshots", True)),
             stream_in_driver=params.get("stream_in_driver", False),
+            run_id=params.get("run_id") or None,
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -155,4 +159,5 @@ class WindowParams:
             "commit_interval_s": self.commit_interval_s,
             "incremental_snapshots": self.incremental_snapshots,
             "stream_in_driver": self.stream_in_driver,
+            "run_id": self.run_id,
         }
