@@ -14,7 +14,8 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
 the window it starts reads from the committed offset as every window does. Its serialized arguments
 hold no secret (they are stored in Airflow's metadata database): the connector's name, its inline
-configuration (whose properties never carry credentials) or the name of the Variable holding it,
+configuration (a property that names a credential is refused, even one the connector ignores) or
+the name of the Variable holding it,
 two connection ids and the thresholds; connections and Variables are resolved in the triggerer.
 """
 
@@ -35,7 +36,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from airflow_provider_mongocdc.connector_values import connection_id, connector_config_json
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError, OffsetError
-from airflow_provider_mongocdc.core.base.redaction import error_text
+from airflow_provider_mongocdc.core.base.redaction import credential_properties, error_text
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
@@ -110,6 +111,16 @@ class MongoChangeWatcher(BaseEventTrigger):
             raise ConfigError(
                 f"The change watcher of connector {connector!r} needs the connector configuration",
                 fix="give connector_config (the properties) or config_variable (the Variable holding them)",
+            )
+        secret = credential_properties(connector_config or {})
+        if secret:
+            # Its arguments are stored in Airflow's serialized DAG, in clear.
+            raise ConfigError(
+                f"The change watcher of connector {connector!r} was given credential properties "
+                f"({', '.join(secret)})",
+                cause="a trigger's arguments are stored in clear in Airflow's metadata database",
+                fix="remove them from the inline configuration (credentials belong in the MongoDB and "
+                "Kafka connections), or pass config_variable instead",
             )
         self.connector = connector
         self.connector_config = dict(connector_config) if connector_config is not None else None
