@@ -747,7 +747,9 @@ CHANGES_DOC = """
 when changes are pending ({settings}) or a stored position nears the end of the oplog; the run's
 asset event says why (Asset `mongocdc.<name>.changes`). A run started by it has no data interval:
 its window ends when the window task starts. One run at a time: changes that arrive while a
-window runs make at most one next run. Before the first snapshot the watcher stays quiet: press
+window runs make at most one next run, asked for once they reach a threshold. While an incremental
+snapshot is requested or running, the watcher asks for windows one after the other until it is
+done. Before the first snapshot the watcher stays quiet: press
 **Trigger** once (or keep a clock in the schedule) to take it.
 """
 

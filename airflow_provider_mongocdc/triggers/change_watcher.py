@@ -42,6 +42,7 @@ from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
 from airflow_provider_mongocdc.core.offsets.model import Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalStanding, incremental_standing
 from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK, WatchSettings
 from airflow_provider_mongocdc.core.watch.stream import (
     aggregate_target,
@@ -149,6 +150,21 @@ class MongoChangeWatcher(BaseEventTrigger):
             await session.close()
 
 
+def fingerprint_of(text: str, *connections: Any) -> tuple:
+    """What the watch was set up from: the configuration and each connection's fields (kept in
+    memory only, compared, never shown)."""
+    fields = ("conn_type", "host", "schema", "login", "password", "port", "extra")
+    return (text, *(tuple(getattr(connection, name, None) for name in fields) for connection in connections))
+
+
+def describe_standing(standing: IncrementalStanding) -> str:
+    """An open incremental snapshot in a few words, for the watcher's event and log."""
+    if standing.progress is not None:
+        progress = standing.progress
+        return f"{progress.request_id}, {progress.documents} documents in {progress.chunks} chunks so far"
+    return f"{standing.request_id}, requested"
+
+
 class _WatchSession:
     """The watcher's I/O: connections, the offsets topic, one stream per partition, the oplog check."""
 
@@ -159,6 +175,7 @@ class _WatchSession:
         self.watch = ChangeWatch(trigger.connector, self.settings, trigger.watchdog_dag_id)
         self.config: ConnectorConfig | None = None
         self.config_text: str | None = None
+        self.fingerprint: tuple | None = None  # of the configuration and connections set up with
         self.details = None
         self.store: OffsetStore | None = None
         self.targets: dict[str, StreamTarget] = {}
@@ -266,31 +283,42 @@ class _WatchSession:
             connector_config_json, trigger.connector, trigger.connector_config, trigger.config_variable
         )
 
-    async def setup(self) -> None:
-        """Resolve the configuration and the connections, list the streams, open the clients."""
+    async def sources(self) -> tuple[str, Any, Any]:
+        """The connector configuration (JSON) and its MongoDB and Kafka connections, as they are now."""
         trigger = self.trigger
         text = await self.resolve_config()
-        config = parse_connector_config(text)
         mongo_id = await asyncio.to_thread(connection_id, trigger.connector, "mongo", trigger.mongo_conn_id)
         kafka_id = await asyncio.to_thread(connection_id, trigger.connector, "kafka", trigger.kafka_conn_id)
+        return text, await BaseHook.aget_connection(mongo_id), await BaseHook.aget_connection(kafka_id)
+
+    async def setup(self) -> None:
+        """Resolve the configuration and the connections, list the streams, open the clients. A
+        changed configuration, connection or list of streams starts the watch over."""
+        text, mongo, kafka_connection = await self.sources()
+        config = parse_connector_config(text)
         details = details_from_connection(
-            await BaseHook.aget_connection(mongo_id),
+            mongo,
             connect_timeout_ms=config.mongodb_connect_timeout_ms,
             server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
         ).with_config(config)
-        kafka = kafka_config_from_connection(await BaseHook.aget_connection(kafka_id))
+        kafka = kafka_config_from_connection(kafka_connection)
         # Streams as a window plans them; one attempt (the watcher's next poll is the retry).
         policy = BackoffPolicy.from_config(config)
         once = BackoffPolicy(policy.initial_delay_ms, policy.max_delay_ms, 0)
         targets = await asyncio.to_thread(plan_streams, details, config, policy=once)
+        fingerprint = fingerprint_of(text, mongo, kafka_connection)
+        changed = []
         if self.config_text is not None and text != self.config_text:
+            changed.append("the connector configuration changed")
+        if self.fingerprint is not None and fingerprint[1:] != self.fingerprint[1:]:
+            changed.append("a connection changed")
+        names = sorted(target.partition for target in targets)
+        if self.targets and names != sorted(self.targets):
+            changed.append(f"the streams are now {', '.join(names)} (were {', '.join(sorted(self.targets))})")
+        if changed:
             self.watch = ChangeWatch(self.trigger.connector, self.settings, self.trigger.watchdog_dag_id)
-            self.say(
-                "config",
-                "info",
-                "the connector configuration changed: watching from the committed positions again",
-            )
-        self.config, self.config_text, self.details = config, text, details
+            self.say("config", "info", "; ".join(changed) + ": watching from the committed positions again")
+        self.config, self.config_text, self.details, self.fingerprint = config, text, details, fingerprint
         self.store = OffsetStore(kafka, config.offsets_topic)
         self.capture = capture_check(config)
         self.targets = {target.partition: target for target in targets}
@@ -300,9 +328,10 @@ class _WatchSession:
         self.checked_at = None
 
     async def refresh_config(self) -> None:
-        """A changed configuration (its Variable was set again) starts the watch over."""
-        text = await self.resolve_config()
-        if text != self.config_text:
+        """A changed configuration (its Variable was set again) or connection (repointed to another
+        deployment, new credentials) sets the watch up again, its streams planned anew."""
+        text, mongo, kafka_connection = await self.sources()
+        if fingerprint_of(text, mongo, kafka_connection) != self.fingerprint:
             await self.close()
             self.config = None
             await self.setup()
@@ -331,7 +360,18 @@ class _WatchSession:
             except OffsetError as error:  # no offset yet, or a snapshot in progress
                 starts[name] = error.problem
         self.states = states
-        for note in self.watch.committed(starts, time.time()):
+        now = time.time()
+        notes = self.watch.committed(starts, now)
+        partitions = [offset_partition(config, name) for name in self.targets]
+        standing = incremental_standing(
+            contents.requests.get((partitions[0].connector, partitions[0].server_id)) if partitions else None,
+            [states[partition].incremental for partition in partitions if partition in states],
+        )
+        if standing is not None and standing.open:
+            notes += self.watch.incremental(standing.marker(), describe_standing(standing), now)
+        else:
+            notes += self.watch.incremental(None, "", now)
+        for note in notes:
             self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)
 
     async def check(self) -> None:
@@ -393,11 +433,14 @@ class _WatchSession:
             await asyncio.sleep(poll)
             return
         deadline = time.monotonic() + poll
+        # The names are taken before gather(): a cursor that closes itself leaves self.cursors
+        # meanwhile, and each result must stay with its own stream.
+        names = list(self.cursors)
         results = await asyncio.gather(
-            *(self._drain(name, cursor, deadline) for name, cursor in self.cursors.items()),
+            *(self._drain(name, self.cursors[name], deadline) for name in names),
             return_exceptions=True,
         )
-        for name, result in zip(list(self.cursors), results):
+        for name, result in zip(names, results):
             if isinstance(result, OperationFailure) and self._refused(name, result):
                 await self._close_cursor(name)
             elif isinstance(result, BaseException):

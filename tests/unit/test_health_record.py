@@ -25,7 +25,7 @@ from airflow_provider_mongocdc.core.health.record import (
 from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
 from airflow_provider_mongocdc.core.offsets.lease import Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.plugins.health_page import render_page
 
 pytestmark = pytest.mark.unit
@@ -251,3 +251,68 @@ def test_page_row_shows_lag_red_headroom_words_for_an_unreachable_server_and_no_
     assert "Could not connect to MongoDB at mongodb://cdc:***@db:1" in lost and "pw1" not in html
     assert "1 connector(s) not shown: you may not read their DAGs" in html
     assert TOKEN["_data"] not in html
+
+
+def test_a_completed_incremental_snapshot_shows_as_completed_with_its_time_and_counts():
+    # The request stays in the offsets topic after its snapshot completed: it is no longer "requested".
+    request = IncrementalRequest("incremental-1", ("shop.customers",), requested_at=NOW - timedelta(hours=1))
+    done = IncrementalProgress(
+        "incremental-1",
+        status="completed",
+        done=("shop.customers",),
+        documents=60,
+        chunks=3,
+        started_at=NOW - timedelta(minutes=50),
+        completed_at=NOW - timedelta(minutes=40),
+    )
+    state = state_at(10, incremental=done.to_json())
+    offsets = Reading(OffsetsView({PARTITION: state}, request.to_json(), None), NOW)
+    shown = record(Sources(offsets=offsets))["incremental_snapshot"]
+    assert shown["status"] == "completed" and shown["request_id"] == "incremental-1"
+    assert (shown["documents"], shown["chunks_done"]) == (60, 3)
+    assert shown["completed_at"] == "2026-11-26T11:20:00Z"
+    html = render_page(
+        [record(Sources(offsets=offsets))],
+        generated_at=NOW,
+        dag_id=None,
+        list_errors=[],
+        hidden=0,
+        threshold_seconds=THRESHOLD,
+    )
+    assert "waiting for the next window" not in html
+    assert "last one completed 2026-11-26 11:20:00 UTC" in html and "60 documents in 3 chunks" in html
+    # A new request after it: requested again, until a window takes it up.
+    again = IncrementalRequest("incremental-2", (), requested_at=NOW)
+    offsets = Reading(OffsetsView({PARTITION: state}, again.to_json(), None), NOW)
+    assert record(Sources(offsets=offsets))["incremental_snapshot"]["status"] == "requested"
+
+
+def test_offsets_show_lists_a_request_until_its_snapshot_is_done_then_its_outcome():
+    from airflow_provider_mongocdc.cli import with_incremental_standing
+
+    request = IncrementalRequest("incremental-1", ("shop.customers",), requested_at=NOW)
+    shown = {
+        "partitions": [
+            {
+                "partition": PARTITION.to_dict(),
+                "offset": state_at(10).to_dict(),
+                "finished_chunks": {},
+            }
+        ],
+        "incremental_snapshot_requests": [
+            {"connector": "shop", "server_id": "shop", "request": request.to_json()}
+        ],
+    }
+    waiting = with_incremental_standing(json.loads(json.dumps(shown)))
+    assert [item["status"] for item in waiting["incremental_snapshot_requests"]] == ["requested"]
+    done = IncrementalProgress("incremental-1", status="completed", documents=60, chunks=3, completed_at=NOW)
+    shown["partitions"][0]["offset"] = state_at(10, incremental=done.to_json()).to_dict()
+    finished = with_incremental_standing(json.loads(json.dumps(shown)))
+    assert finished["incremental_snapshot_requests"] == []
+    (outcome,) = finished["incremental_snapshots"]
+    assert outcome["status"] == "completed" and outcome["id"] == "incremental-1"
+    assert (outcome["documents"], outcome["chunks"], outcome["completed_at"]) == (
+        60,
+        3,
+        "2026-11-26T12:00:00Z",
+    )

@@ -37,7 +37,11 @@ from airflow_provider_mongocdc.core.offsets.model import (
     timestamp_datetime,
 )
 from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
-from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.snapshot.incremental import (
+    REQUESTED,
+    IncrementalProgress,
+    incremental_standing,
+)
 
 T = TypeVar("T")
 
@@ -230,29 +234,32 @@ def lease_part(lease: Lease | None, now: datetime) -> dict[str, Any]:
 def incremental_part(
     view: OffsetsView, documents_left: Reading[Mapping[str, int]] | None, chunk_size: int, now: datetime
 ) -> dict[str, Any] | None:
-    """A running incremental snapshot (or the last one's outcome): the collection being copied,
-    documents so far, chunks done and left (from the documents left, when they could be counted)."""
-    progress = running_incremental(view)
-    request = IncrementalRequest.from_json(view.request) if view.request else None
-    if progress is None:
-        if request is not None and not request.stop:
-            return {
-                "status": "requested",
-                "request_id": request.request_id,
-                "collections": list(request.collections) or None,
-                "requested_at": iso_z(request.requested_at),
-                "note": "waiting for the next window to start copying",
-            }
-        last = latest_incremental(view)
-        if last is None:
-            return None
+    """A running incremental snapshot (or one requested, or the last one's outcome with its time
+    and counts): the collection being copied, documents so far, chunks done and left (from the
+    documents left, when they could be counted)."""
+    standing = incremental_standing(view.request, [state.incremental for state in view.states.values()])
+    if standing is None:
+        return None
+    progress = standing.progress
+    if standing.status == REQUESTED:
+        request = standing.request
         return {
-            "status": last.status,
-            "request_id": last.request_id,
-            "documents": last.documents,
-            "chunks_done": last.chunks,
-            "completed_at": iso_z(last.completed_at),
-            "note": last.message or "",
+            "status": "requested",
+            "request_id": request.request_id,
+            "collections": list(request.collections) or None,
+            "requested_at": iso_z(request.requested_at),
+            "note": "waiting for the next window to start copying",
+        }
+    if not standing.open:
+        return {
+            "status": progress.status,
+            "request_id": progress.request_id,
+            "documents": progress.documents,
+            "chunks_done": progress.chunks,
+            "collections_done": list(progress.done),
+            "started_at": iso_z(progress.started_at),
+            "completed_at": iso_z(progress.completed_at),
+            "note": progress.message or "",
         }
     part: dict[str, Any] = {
         "status": progress.status,
@@ -283,16 +290,6 @@ def running_incremental(view: OffsetsView) -> IncrementalProgress | None:
         if progress is not None and progress.running:
             return progress
     return None
-
-
-def latest_incremental(view: OffsetsView) -> IncrementalProgress | None:
-    found = [IncrementalProgress.from_json(state.incremental) for state in view.states.values()]
-    found = [progress for progress in found if progress is not None]
-    return (
-        max(found, key=lambda p: p.completed_at or p.started_at or datetime.min.replace(tzinfo=timezone.utc))
-        if found
-        else None
-    )
 
 
 def window_chart(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
