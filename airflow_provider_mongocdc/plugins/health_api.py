@@ -158,6 +158,7 @@ def identity(connector: Connector) -> tuple[ConnectorIdentity, ConnectorConfig |
             offsets_topic=config.offsets_topic if config else None,
             config_error=error,
             chunk_size=config.incremental_snapshot_chunk_size if config else 1024,
+            change_driven=connector.changes is not None,
         ),
         config,
     )

@@ -30,6 +30,7 @@ from airflow.sdk import Asset, AssetWatcher, BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from bson.raw_bson import RawBSONDocument
+from confluent_kafka import Producer
 from pymongo import AsyncMongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
@@ -40,7 +41,8 @@ from airflow_provider_mongocdc.core.base.redaction import credential_properties,
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
-from airflow_provider_mongocdc.core.offsets.model import Position
+from airflow_provider_mongocdc.core.offsets.keys import watch_key
+from airflow_provider_mongocdc.core.offsets.model import Position, compact
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalStanding, incremental_standing
 from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK, WatchSettings
@@ -63,6 +65,10 @@ from airflow_provider_mongocdc.hooks.topology import details_from_connection
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 
 ASSET_SCHEME = "mongocdc-changes"
+# The watcher's status is written again after this long even when nothing changed (the page tells
+# a watcher that stopped reporting), and waits at most this long to be delivered.
+STATUS_EVERY_S = 600.0
+STATUS_WRITE_TIMEOUT_S = 10.0
 # After a failure the next attempt waits the poll interval, doubled each time up to this.
 MAX_RETRY_DELAY_S = 60.0
 
@@ -176,6 +182,10 @@ class _WatchSession:
         self.config: ConnectorConfig | None = None
         self.config_text: str | None = None
         self.fingerprint: tuple | None = None  # of the configuration and connections set up with
+        self.kafka: dict[str, Any] = {}
+        self.producer = None  # writes the watcher's status (see publish)
+        self.published: dict | None = None
+        self.published_at: float | None = None
         self.details = None
         self.store: OffsetStore | None = None
         self.targets: dict[str, StreamTarget] = {}
@@ -231,6 +241,7 @@ class _WatchSession:
                     payload["message"],
                 )
             self.polls += 1
+            await self.publish(payload is not None)
             if self.polls % POLLS_PER_CHECK == 0:
                 self.log.info(
                     "Change watcher of connector %s: %s",
@@ -319,6 +330,7 @@ class _WatchSession:
             self.watch = ChangeWatch(self.trigger.connector, self.settings, self.trigger.watchdog_dag_id)
             self.say("config", "info", "; ".join(changed) + ": watching from the committed positions again")
         self.config, self.config_text, self.details, self.fingerprint = config, text, details, fingerprint
+        self.kafka, self.producer = kafka, None
         self.store = OffsetStore(kafka, config.offsets_topic)
         self.capture = capture_check(config)
         self.targets = {target.partition: target for target in targets}
@@ -392,6 +404,55 @@ class _WatchSession:
         self.clear("check")
         for note in self.watch.checked(report):
             self.log.warning("Change watcher of connector %s: %s", self.trigger.connector, note)
+
+    # -- what it counts, for the page --------------------------------------------------------------
+    async def publish(self, fired: bool) -> None:
+        """Write what the watcher counts to the offsets topic (key
+        :func:`~airflow_provider_mongocdc.core.offsets.keys.watch_key`, outside any transaction) for
+        the MongoDB CDC page: when the counts change, at most once per check interval (at once
+        after an event), and every :data:`STATUS_EVERY_S` while nothing changes. A failed write is
+        said once and tried again later: the status is a hint."""
+        if not any(p.committed is not None for p in self.watch.partitions.values()):
+            return  # no offset yet: the offsets topic may not exist, and the watcher never creates it
+        now = time.time()
+        report = self.watch.report(now)
+        shown = {key: value for key, value in report.items() if key != "at"}
+        since = now - self.published_at if self.published_at is not None else None
+        changed = shown != self.published
+        due = (
+            since is None
+            or fired
+            or (changed and since >= self.settings.check_interval_s)
+            or since >= STATUS_EVERY_S
+        )
+        if not due:
+            return
+        prefix = self.config.topic_prefix
+        record = (watch_key(prefix, prefix), compact(report))
+        try:
+            await asyncio.to_thread(self._produce, record)
+        except Exception as error:  # noqa: BLE001 - the page then shows an older status
+            self.say("status", "warning", f"its status could not be written to the offsets topic ({error})")
+            return
+        self.clear("status")
+        self.published, self.published_at = shown, now
+
+    def _produce(self, record: tuple[bytes, bytes]) -> None:
+        if self.producer is None:
+            self.producer = Producer(
+                {
+                    **self.kafka,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "allow.auto.create.topics": False,  # the offsets topic is the connector's to create
+                    "message.timeout.ms": int(STATUS_WRITE_TIMEOUT_S * 1000),
+                }
+            )
+        key, value = record
+        self.producer.produce(self.store.topic, key=key, value=value)
+        left = self.producer.flush(STATUS_WRITE_TIMEOUT_S)
+        if left:
+            raise TimeoutError(f"not delivered within {STATUS_WRITE_TIMEOUT_S:g} s")
 
     # -- the streams -------------------------------------------------------------------------------
     async def open_streams(self) -> None:

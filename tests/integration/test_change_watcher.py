@@ -322,6 +322,13 @@ def test_windows_are_asked_for_while_an_incremental_snapshot_is_requested_on_qui
         event = await watching.event(1)
         assert (event["reason"], event["pending"]) == ("incremental_snapshot", 0)
         assert request.request_id in event["message"]
+        # What it counts is in the offsets topic for the MongoDB CDC page (no offset).
+        status = await watching.until(
+            "its status written",
+            lambda: store.read_everything().watchers.get((unique_name, unique_name)),
+        )
+        assert status["pending"] == 0 and status["partitions"]["rs0"]["state"] == "watched"
+        assert status["incremental_snapshot"] and status["waiting_for_window"] is True
         # A window copied a chunk (its commit): the next window is asked for.
         running = IncrementalProgress(request.request_id, current="shop.customers", documents=20, chunks=1)
         state = store.read(partition)

@@ -316,3 +316,58 @@ def test_offsets_show_lists_a_request_until_its_snapshot_is_done_then_its_outcom
         3,
         "2026-11-26T12:00:00Z",
     )
+
+
+def watcher_status(pending: int, since_before_now: int | None, reported_before_now: int = 20) -> dict:
+    """What a change watcher writes to the offsets topic (ChangeWatch.report)."""
+    since = NOW - timedelta(seconds=since_before_now) if since_before_now is not None else None
+    return {
+        "connector": "shop",
+        "at": (NOW - timedelta(seconds=reported_before_now)).isoformat(),
+        "pending": pending,
+        "pending_since": since.isoformat() if since else None,
+        "partitions": {"rs0": {"state": "watched", "pending": pending, "since": None, "note": ""}},
+        "waiting_for_window": False,
+        "last_event_at": None,
+        "incremental_snapshot": None,
+    }
+
+
+def test_change_driven_lag_tells_a_quiet_connector_from_one_that_is_behind():
+    # With change-driven windows no window runs while nothing changes: the lag grows, yet nothing
+    # is pending. The watcher's count (its status record in the offsets topic) tells which.
+    def shown(status):
+        offsets = Reading(OffsetsView({PARTITION: state_at(432)}, None, None, watcher=status), NOW)
+        return record(Sources(offsets=offsets), change_driven=True)
+
+    quiet = shown(watcher_status(0, None))
+    assert quiet["offsets"]["lag_seconds"] == 432
+    watcher = quiet["offsets"]["watcher"]
+    assert (watcher["state"], watcher["pending"], watcher["age_seconds"]) == ("quiet", 0, 20)
+    assert quiet["status"] == "ok"
+    behind = shown(watcher_status(120, 300))
+    assert behind["offsets"]["watcher"]["state"] == "behind"
+    assert behind["offsets"]["watcher"]["oldest_pending_seconds"] == 300
+    html = render_page(
+        [quiet, behind], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+    )
+    assert "quiet: no change pending" in html
+    assert "behind: 120 change(s) pending, the oldest 5 min 0 s old" in html
+    assert "change watcher counted 20 s ago" in html
+    # A watcher that stopped reporting (the triggerer is down) is a problem of its own.
+    stale = shown(watcher_status(0, None, reported_before_now=7200))
+    assert stale["status"] == "warning"
+    assert any("the change watcher last reported 2 h ago" in problem for problem in stale["problems"])
+    # A clock-scheduled connector has no watcher to ask.
+    assert record(Sources(offsets=view(state_at(432))))["offsets"]["watcher"] is None
+
+
+def test_the_watchers_status_record_is_read_from_the_offsets_topic_and_is_no_offset():
+    from airflow_provider_mongocdc.core.offsets.keys import watch_key
+    from airflow_provider_mongocdc.core.offsets.model import compact
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+
+    store = OffsetStore({"bootstrap.servers": "127.0.0.1:1"}, "shop.offsets")
+    contents = store.read_everything([(watch_key("shop", "shop"), compact(watcher_status(3, 60)))])
+    assert contents.states == {} and contents.skipped == 0
+    assert OffsetsView.of(contents, None, "shop").watcher["pending"] == 3

@@ -314,6 +314,27 @@ class ChangeWatch:
         self.last_event_at = now
         return payload
 
+    def report(self, now: float) -> dict:
+        """What the watcher counts now, for readers of the offsets topic (the MongoDB CDC page):
+        the pending changes and since when, each stream's state, whether an event waits for its
+        window, the last event. ``at``: when it was counted."""
+        oldest = self.oldest
+        return {
+            "connector": self.connector,
+            "at": iso_z(datetime.fromtimestamp(now, timezone.utc)),
+            "pending": self.pending,
+            "pending_since": _time(oldest),
+            "partitions": {
+                p.name: {"state": p.state, "pending": p.count, "since": _time(p.oldest), "note": p.note}
+                for p in self.partitions.values()
+            },
+            "waiting_for_window": self.outstanding is not None,
+            "last_event_at": iso_z(datetime.fromtimestamp(self.last_event_at, timezone.utc))
+            if self.last_event_at is not None
+            else None,
+            "incremental_snapshot": self.incremental_note if self.incremental_work is not None else None,
+        }
+
     def status(self, now: float, polls: int) -> str:
         """One line for the log: what is pending, what is watched, the last event."""
         parts = [f"{self.pending} change(s) pending"]
