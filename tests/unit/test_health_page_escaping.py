@@ -50,7 +50,7 @@ ELEMENTS = {
 ATTRIBUTES = {
     "lang", "charset", "class", "id", "href", "title", "colspan", "width", "height", "x", "y", "role",
     "aria-label", "data-top", "data-action", "data-connector", "data-lag-seconds", "data-partition",
-    "data-cluster-time", "data-generated-at", "data-watcher-state", "data-pending",
+    "data-cluster-time", "data-generated-at", "data-watcher-state", "data-pending", "viewbox",
 }  # fmt: skip
 
 
