@@ -2,7 +2,10 @@
 against the MongoDB simulator and the real Kafka broker: quiet before the first snapshot, counting
 only captured changes from the committed position, one event per window (the changes that arrive
 meanwhile make one next event after the commit), a restart watching again from the committed
-position, a purged position said once, and per-shard and whole-cluster streams of a sharded cluster.
+position, a purged position said once, per-shard and whole-cluster streams of a sharded cluster, a
+connection repointed to another deployment with other streams, and windows asked for while an
+incremental snapshot is requested or running on quiet collections (with the watcher's status in
+the offsets topic).
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
