@@ -371,3 +371,13 @@ def test_the_watchers_status_record_is_read_from_the_offsets_topic_and_is_no_off
     contents = store.read_everything([(watch_key("shop", "shop"), compact(watcher_status(3, 60)))])
     assert contents.states == {} and contents.skipped == 0
     assert OffsetsView.of(contents, None, "shop").watcher["pending"] == 3
+
+
+def test_before_the_first_snapshot_a_silent_watcher_is_no_problem():
+    offsets = Reading(OffsetsView({}, None, None), NOW)
+    shown = record(Sources(offsets=offsets), change_driven=True)
+    assert shown["offsets"]["watcher"]["state"] == "waiting"
+    assert not any("change watcher" in problem for problem in shown["problems"])
+    offsets = Reading(OffsetsView({PARTITION: state_at(60)}, None, None), NOW)
+    shown = record(Sources(offsets=offsets), change_driven=True)
+    assert any("the change watcher has not reported yet" in problem for problem in shown["problems"])

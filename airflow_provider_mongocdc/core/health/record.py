@@ -297,7 +297,7 @@ def running_incremental(view: OffsetsView) -> IncrementalProgress | None:
 
 
 def watcher_part(
-    status: Mapping[str, Any] | None, identity: ConnectorIdentity, lag: int | None, found: _Findings
+    status: Mapping[str, Any] | None, identity: ConnectorIdentity, has_offsets: bool, found: _Findings
 ) -> dict[str, Any] | None:
     """What the change watcher last counted, and what it makes of the lag: ``quiet`` (nothing
     pending: the committed position is old because nothing captured changed, windows run when
@@ -308,6 +308,11 @@ def watcher_part(
         return None
     now = found.now
     if not isinstance(status, Mapping):
+        if not has_offsets:  # it waits for the first snapshot's position (and writes nothing until then)
+            return {
+                "state": "waiting",
+                "note": "no offsets yet: the change watcher waits for the first snapshot",
+            }
         found.add(WARNING_STATUS, f"the change watcher has not reported yet: {WATCHER_CHECK}")
         return {"state": "unknown", "note": f"not reported yet: {WATCHER_CHECK}"}
     reported = _moment(status.get("at"))
@@ -468,7 +473,7 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
                 + view.open_transactions[0].expiry()
                 + ")",
             )
-        offsets["watcher"] = watcher_part(view.watcher, identity, offsets["lag_seconds"], found)
+        offsets["watcher"] = watcher_part(view.watcher, identity, bool(rows), found)
         if not rows:
             found.add(WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
         elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):
