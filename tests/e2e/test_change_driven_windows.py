@@ -258,6 +258,7 @@ def test_a_killed_triggerer_started_again_watches_on_from_the_committed_position
     committed = stack.offsets().position
 
     stack.triggerer = start_triggerer(stack, "triggerer-restarted.log")
+    stack.triggerer_log = "triggerer-restarted.log"
     log = TriggererLog(stack, "triggerer-restarted.log")
     wait_for(
         "the restarted triggerer's watcher",
@@ -292,9 +293,9 @@ def test_an_incremental_snapshot_on_quiet_collections_gets_its_windows(stack):
         "a run for the incremental snapshot",
         lambda: [r for r in watcher_runs(stack) if r["dag_run_id"] not in known][:1],
     )
+    window_summary(stack, run)  # (the run's events are asked for once it has started)
     (event,) = triggering_events(stack, WATCHED, run["dag_run_id"])
     assert (event["reason"], event["pending"]) == ("incremental_snapshot", 0), event
-    window_summary(stack, run)
     progress = wait_for(
         "the incremental snapshot completed",
         lambda: (
@@ -305,7 +306,7 @@ def test_an_incremental_snapshot_on_quiet_collections_gets_its_windows(stack):
         timeout=DAG_RUN_TIMEOUT_S,
     )
     assert progress["documents"] == stack.client.shop.orders.count_documents({})
-    log = TriggererLog(stack)
+    log = TriggererLog(stack, getattr(stack, "triggerer_log", "triggerer.log"))  # the running triggerer's
     for line in log.two_statuses():
         assert "0 change(s) pending" in line
     done = {r["dag_run_id"] for r in runs(stack)}
