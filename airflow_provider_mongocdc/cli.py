@@ -319,7 +319,7 @@ def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.action == "show":
         shown = store.show(args.topic_prefix, args.partition, args.connector)
         shown["topic_prefix"] = args.topic_prefix
-        return shown
+        return with_incremental_standing(shown)
     from airflow_provider_mongocdc.core.offsets.lease import (
         OFFSETS,
         OFFSETS_TTL,
@@ -384,3 +384,30 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def with_incremental_standing(shown: dict) -> dict:
+    """``offsets show``'s JSON with each connector's incremental snapshot where it stands: a request
+    stays under ``incremental_snapshot_requests`` (with its ``status``, requested or running) until
+    a window took it up and finished it; then ``incremental_snapshots`` tells the last one's outcome,
+    time and counts."""
+    from airflow_provider_mongocdc.core.snapshot.incremental import incremental_standing
+
+    progresses: dict[tuple[str, str], list] = {}
+    for entry in shown["partitions"]:
+        partition = entry["partition"]
+        owner = (partition.get("connector") or partition["server_id"], partition["server_id"])
+        progresses.setdefault(owner, []).append(entry["offset"].get("incremental_snapshot"))
+    requests, standings = [], []
+    owners = {(item["connector"], item["server_id"]): item for item in shown["incremental_snapshot_requests"]}
+    for owner in sorted(set(progresses) | set(owners)):
+        request = owners.get(owner)
+        standing = incremental_standing(request["request"] if request else None, progresses.get(owner, []))
+        if standing is None:
+            continue
+        if request is not None and standing.open and standing.request_id == request["request"].get("id"):
+            requests.append({**request, "status": standing.status})
+        standings.append({"connector": owner[0], "server_id": owner[1], **standing.to_json()})
+    shown["incremental_snapshot_requests"] = requests
+    shown["incremental_snapshots"] = standings
+    return shown

@@ -19,6 +19,7 @@ is an import error: no entry can be read. Missing pools are created by the sched
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_mongocdc.connector_values import connection_id, connector_config_json
 from airflow_provider_mongocdc.core.base.dag_ids import DEFAULT_NAME, dag_ids
+from airflow_provider_mongocdc.core.base.redaction import credential_properties
 
 CONNECTOR_CONFIG_VARIABLE = "mongocdc_connector_config"
 POOL_ENV = "MONGOCDC_POOL"
@@ -56,6 +58,8 @@ WINDOW_TIMEOUT = timedelta(minutes=55)
 SNAPSHOT_TIMEOUT = timedelta(hours=6)
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# Airflow's longest DAG id (airflow.sdk.definitions._internal.node.validate_key).
+DAG_ID_MAX_LEN = 250
 # What Airflow accepts in a DAG id (KEY_REGEX) without a character that would need explaining.
 _DAG_ID_PART = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 INVALID_ENTRY_TASK_ID = "invalid_connector_entry"
@@ -63,7 +67,16 @@ INVALID_ENTRY_TASK_ID = "invalid_connector_entry"
 
 class ConnectorEntryError(ValueError):
     """A connector entry of the list is not valid (reported by a DAG of its own, see
-    :func:`invalid_entry_dag`), or the list file cannot be read (an import error of the DAG file)."""
+    :func:`invalid_entry_dag`), or the list file cannot be read (an import error of the DAG file).
+    ``problems``: each bad value's words, when there are several (the message joins them)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = tuple(problems or (message,))
+
+    @classmethod
+    def of(cls, problems: list[str]) -> ConnectorEntryError:
+        return cls("; ".join(problems), problems)
 
 
 def fail_with(message: str) -> None:
@@ -95,7 +108,8 @@ def entry_label(entry: Any, index: int) -> str:
 def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
     """``(clock, changes)`` of an entry's ``window_schedule``: ``{"clock": <cron or preset, or
     seconds>, "changes": {<thresholds>}}``, either or both. The clock is None without one; the
-    changes are a :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings`, or None."""
+    changes are a :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings`, or None.
+    Every bad value is named at once."""
     from airflow_provider_mongocdc.core.base.errors import MongoCdcError
     from airflow_provider_mongocdc.core.watch.settings import WatchSettings
 
@@ -105,15 +119,24 @@ def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
             f"{label}: 'window_schedule' must be an object with 'clock' (a cron expression or "
             f"preset, or seconds), 'changes' (thresholds) or both, e.g. {example}; got {value!r}"
         )
+    problems: list[str] = []
     clock = value.get("clock")
     if clock is not None:
-        clock = clock_timetable(clock, label)
+        try:
+            clock = clock_timetable(clock, label)
+        except ConnectorEntryError as error:
+            problems.append(str(error))
     changes = None
     if "changes" in value:
         try:
             changes = WatchSettings.from_entry(value["changes"])
         except MongoCdcError as error:
-            raise ConnectorEntryError(f"{label}: 'window_schedule' 'changes' is not valid: {error}") from None
+            problems.extend(
+                f"{label}: 'window_schedule' 'changes' is not valid: {each}"
+                for each in getattr(error, "problems", (error,))
+            )
+    if problems:
+        raise ConnectorEntryError.of(problems)
     if clock is None and changes is None:
         raise ConnectorEntryError(
             f"{label}: 'window_schedule' has neither a clock nor changes, e.g. {example}"
@@ -121,26 +144,59 @@ def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
     return clock, changes
 
 
+# The longest time between two runs a schedule may give in seconds (Airflow adds it to dates).
+MAX_SCHEDULE_SECONDS = 366 * 86400
+# Schedules Airflow takes as they are (no cron expression).
+SCHEDULE_PRESETS = ("@once", "@continuous")
+
+
+def schedule_value(value: Any, label: str, key: str) -> Any:
+    """A schedule of an entry (``schedule``, ``watchdog_schedule``, ``window_schedule``'s
+    ``clock``) as the DAG takes it, checked as Airflow would check it when the DAG file is
+    processed: seconds between runs (a number above 0, at most a year) as a timedelta, or a cron
+    expression or preset (``@hourly``, ``@once``...) as text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if math.isfinite(value) and 0 < value <= MAX_SCHEDULE_SECONDS:
+            return timedelta(seconds=value)
+        raise ConnectorEntryError(
+            f"{label}: {key} {value!r} is not a number of seconds between runs above 0 and at most "
+            f"{MAX_SCHEDULE_SECONDS} (a year); give e.g. 3600, or a cron expression or preset such as "
+            '"@hourly"'
+        )
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        if text in SCHEDULE_PRESETS:
+            return text
+        from airflow.sdk import CronTriggerTimetable
+
+        try:
+            CronTriggerTimetable(text, timezone="UTC").validate()
+        except Exception as error:  # AirflowTimetableInvalid, ValueError: the cron parser's own words
+            raise ConnectorEntryError(
+                f"{label}: {key} {value!r} is not a cron expression or preset: {error}; give e.g. "
+                '"@hourly", "*/30 * * * *" or seconds between runs such as 3600'
+            ) from None
+        return text
+    raise ConnectorEntryError(
+        f'{label}: {key} must be a cron expression or preset (e.g. "@hourly") or seconds between runs '
+        f"(e.g. 3600), got {value!r}"
+    )
+
+
 def clock_timetable(clock: Any, label: str):
     """The timetable of a ``window_schedule`` clock: a cron expression or preset (as a plain
     ``schedule`` string), or seconds between runs."""
     from airflow.sdk import CronTriggerTimetable, DeltaTriggerTimetable
 
-    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and clock > 0:
-        return DeltaTriggerTimetable(timedelta(seconds=clock))
-    if isinstance(clock, str) and clock.strip():
-        timetable = CronTriggerTimetable(clock.strip(), timezone="UTC")
-        try:
-            timetable.validate()
-        except Exception as error:  # AirflowTimetableInvalid: the cron expression's own message
-            raise ConnectorEntryError(
-                f"{label}: 'window_schedule' 'clock' {clock!r} is not a cron expression or preset: {error}"
-            ) from None
-        return timetable
-    raise ConnectorEntryError(
-        f"{label}: 'window_schedule' 'clock' must be a cron expression or preset (e.g. \"@hourly\") or "
-        f"seconds between windows, got {clock!r}"
-    )
+    value = schedule_value(clock, label, "'window_schedule' 'clock'")
+    if isinstance(value, timedelta):
+        return DeltaTriggerTimetable(value)
+    if value in SCHEDULE_PRESETS:
+        raise ConnectorEntryError(
+            f"{label}: 'window_schedule' 'clock' {clock!r} is not a clock; give a cron expression or "
+            'preset such as "@hourly", or seconds between windows'
+        )
+    return CronTriggerTimetable(value, timezone="UTC")
 
 
 def _entry_name(entry: Any, label: str) -> str:
@@ -180,21 +236,40 @@ def _entry_config(entry: Mapping[str, Any], name: str, label: str) -> tuple[Any,
             ConnectorConfig.from_properties(dict(config))
         except MongoCdcError as error:
             raise ConnectorEntryError(f"{label}: 'config' is not valid: {error}") from None
+        secret = credential_properties(config)
+        if secret:
+            raise ConnectorEntryError(
+                f"{label}: 'config' holds credential properties ({', '.join(secret)}); an inline "
+                "configuration is stored in Airflow's serialized DAGs and shown in task details, so it "
+                "may not carry a secret. Remove them (credentials belong in the MongoDB and Kafka "
+                "connections), or keep the configuration in a Variable ('config_variable')"
+            )
     elif config_variable is None:
         config_variable = (
             CONNECTOR_CONFIG_VARIABLE if name == DEFAULT_NAME else f"mongocdc_{name}_connector_config"
         )
-    if not isinstance(config_variable, (str, type(None))) or config_variable == "":
-        raise ConnectorEntryError(f"{label}: 'config_variable' must be a Variable name")
+    if (
+        not isinstance(config_variable, (str, type(None)))
+        or config_variable == ""
+        or len(config_variable or "") > 250
+    ):
+        raise ConnectorEntryError(
+            f"{label}: 'config_variable' must be a Variable name (at most 250 characters)"
+        )
     return config, config_variable
 
 
 def _entry_conn_ids(entry: Mapping[str, Any], label: str) -> dict[str, str]:
     """The entry's connection ids over ``DEFAULT_CONN_IDS``."""
     conn_ids = entry.get("conn_ids") or {}
-    if not isinstance(conn_ids, Mapping) or set(conn_ids) - set(DEFAULT_CONN_IDS):
+    if (
+        not isinstance(conn_ids, Mapping)
+        or set(conn_ids) - set(DEFAULT_CONN_IDS)
+        or not all(isinstance(value, str) and 0 < len(value) <= 250 for value in conn_ids.values())
+    ):
         raise ConnectorEntryError(
-            f"{label}: 'conn_ids' must be an object with the keys mongo, kafka, spark, got {conn_ids!r}"
+            f"{label}: 'conn_ids' must be an object with the keys mongo, kafka, spark (connection ids), "
+            f"got {conn_ids!r}"
         )
     return {**DEFAULT_CONN_IDS, **conn_ids}
 
@@ -205,42 +280,88 @@ def _entry_pool(entry: Mapping[str, Any], name: str, label: str) -> str:
     pool = entry.get("pool")
     if pool is None:
         pool = os.environ.get(POOL_ENV) or "mongocdc_default" if name == DEFAULT_NAME else f"mongocdc_{name}"
-    if not isinstance(pool, str) or not pool:
-        raise ConnectorEntryError(f"{label}: 'pool' must be a pool name, got {pool!r}")
+    if not isinstance(pool, str) or not pool or len(pool) > 256:
+        raise ConnectorEntryError(
+            f"{label}: 'pool' must be a pool name (at most 256 characters), got {pool!r}"
+        )
     return pool
 
 
 def _entry_schedules(entry: Mapping[str, Any], label: str) -> tuple[Any, Any, Any]:
     """``(schedule, changes, watchdog_schedule)``: the window DAG's schedule by the clock, by
-    changes (a change watcher), or both; the watchdog's (seconds, or as given)."""
+    changes (a change watcher), or both; the watchdog's. Schedules are checked by one function
+    (:func:`schedule_value`): seconds or a cron expression or preset; ``schedule`` may be null."""
+    problems: list[str] = []
     schedule = entry.get("schedule", "@hourly")
     changes = None
     if "window_schedule" in entry:
         if "schedule" in entry:
             raise ConnectorEntryError(f"{label}: give either 'schedule' or 'window_schedule', not both")
-        schedule, changes = window_schedule(entry["window_schedule"], label)
-    watchdog = entry.get("watchdog_schedule", 600)
-    return schedule, changes, timedelta(seconds=watchdog) if isinstance(watchdog, int) else watchdog
+        try:
+            schedule, changes = window_schedule(entry["window_schedule"], label)
+        except ConnectorEntryError as error:
+            problems.extend(error.problems)
+    elif schedule is not None:
+        try:
+            schedule = schedule_value(schedule, label, "'schedule'")
+        except ConnectorEntryError as error:
+            problems.extend(error.problems)
+    try:
+        watchdog = schedule_value(entry.get("watchdog_schedule", 600), label, "'watchdog_schedule'")
+    except ConnectorEntryError as error:
+        problems.extend(error.problems)
+        watchdog = None
+    if problems:
+        raise ConnectorEntryError.of(problems)
+    return schedule, changes, watchdog
 
 
 def _entry_start_date(entry: Mapping[str, Any], label: str):
-    """The entry's ``start_date`` (ISO 8601, UTC)."""
+    """The entry's ``start_date`` (an ISO 8601 date or date and time, UTC)."""
     import pendulum
 
+    value = entry.get("start_date", DEFAULT_START_DATE)
     try:
-        return pendulum.parse(str(entry.get("start_date", DEFAULT_START_DATE)), tz="UTC")
+        parsed = pendulum.parse(value, tz="UTC", exact=True) if isinstance(value, str) else None
     except Exception:
+        parsed = None
+    if type(parsed) is pendulum.Date:
+        parsed = pendulum.datetime(parsed.year, parsed.month, parsed.day, tz="UTC")
+    if not isinstance(parsed, pendulum.DateTime):  # a duration (P1D) or a time of day is no date
         raise ConnectorEntryError(
-            f"{label}: 'start_date' must be an ISO 8601 date, got {entry.get('start_date')!r}"
-        ) from None
+            f"{label}: 'start_date' must be an ISO 8601 date (e.g. \"2026-01-01\"), got {value!r}"
+        )
+    return parsed
 
 
 def _entry_tags(entry: Mapping[str, Any], name: str, label: str) -> list[str]:
     """The DAGs' tags: ``TAGS``, the connector's name (but ``default``'s) and the entry's own."""
+    from airflow.sdk.definitions.dag import TAG_MAX_LEN
+
     tags = entry.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+    if not isinstance(tags, list) or not all(isinstance(tag, str) and tag for tag in tags):
         raise ConnectorEntryError(f"{label}: 'tags' must be a list of strings")
+    long = [tag for tag in [name, *tags] if len(tag) > TAG_MAX_LEN]
+    if long:
+        raise ConnectorEntryError(
+            f"{label}: a tag may have at most {TAG_MAX_LEN} characters (Airflow's limit), "
+            f"{long[0][:20]!r}... has {len(long[0])}"
+            + (" (the connector's name is one of its tags)" if long[0] == name else "")
+        )
     return [*TAGS, *([] if name == DEFAULT_NAME else [name]), *tags]
+
+
+def _entry_ids(name: str, label: str) -> dict[str, str]:
+    """The connector's DAG ids, each within Airflow's limit."""
+    ids = dag_ids(name)
+    longest = max(ids.values(), key=len)
+    if len(longest) > DAG_ID_MAX_LEN:
+        raise ConnectorEntryError(
+            f"{label}: the name has {len(name)} characters, which makes the DAG id {longest[:40]}... "
+            f"{len(longest)} characters long; Airflow's limit is {DAG_ID_MAX_LEN}: give a name of at most "
+            f"{DAG_ID_MAX_LEN - len(longest) + len(name)} characters"
+        )
+    return ids
 
 
 class Connector:
@@ -249,13 +370,34 @@ class Connector:
     def __init__(self, entry: Any, index: int):
         self.label = label = entry_label(entry, index)
         self.name = name = _entry_name(entry, label)
-        self.config, self.config_variable = _entry_config(entry, name, label)
-        self.conn_ids = _entry_conn_ids(entry, label)
-        self.pool = _entry_pool(entry, name, label)
-        self.schedule, self.changes, self.watchdog_schedule = _entry_schedules(entry, label)
-        self.start_date = _entry_start_date(entry, label)
-        self.tags = _entry_tags(entry, name, label)
-        self.dag_ids = dag_ids(name)
+        problems: list[str] = []
+
+        def checked(check, *args):
+            """``check(*args)``; its problem noted (every key is checked, every problem named)."""
+            try:
+                return check(*args)
+            except ConnectorEntryError as error:
+                problems.extend(problem.removeprefix(f"{label}: ") for problem in error.problems)
+                return None
+
+        self.dag_ids = checked(_entry_ids, name, label)
+        self.config, self.config_variable = checked(_entry_config, entry, name, label) or (None, None)
+        self.conn_ids = checked(_entry_conn_ids, entry, label)
+        self.pool = checked(_entry_pool, entry, name, label)
+        self.schedule, self.changes, self.watchdog_schedule = checked(_entry_schedules, entry, label) or (
+            None,
+            None,
+            None,
+        )
+        self.start_date = checked(_entry_start_date, entry, label)
+        self.tags = checked(_entry_tags, entry, name, label)
+        if len(problems) == 1:
+            raise ConnectorEntryError(f"{label}: {problems[0]}")
+        if problems:
+            listed = "; ".join(
+                f"{number}) {problem.rstrip('. ')}" for number, problem in enumerate(problems, 1)
+            )
+            raise ConnectorEntryError(f"{label}: {len(problems)} problems: {listed}")
 
     # -- run-time macros ---------------------------------------------------------------------------
     def connector_config(self) -> str:
@@ -405,14 +547,27 @@ def connector_dags(
         try:
             connector = Connector(entry, index)
             seen.claim(connector)
-            dags.update(build_connector_dags(connector))
+            built = build_connector_dags(connector)
         except ConnectorEntryError as error:
             invalid.append((index, entry, str(error)))
+            continue
+        except Exception as error:  # noqa: BLE001 - one entry's failure never takes the file's DAGs away
+            invalid.append(
+                (index, entry, f"{entry_label(entry, index)}: its DAGs cannot be built: {_words(error)}")
+            )
+            continue
+        dags.update(built)
     source = "The connector list" + (f" {path}" if path is not None else "")
     for index, entry, error in invalid:
         dag = invalid_entry_dag(entry, index, error, source, set(dags))
         dags[dag.dag_id] = dag
     return dags
+
+
+def _words(error: BaseException) -> str:
+    """An error of Airflow or the provider in one line, with its kind."""
+    text = " ".join(str(error).split()) or "no message"
+    return f"{type(error).__name__}: {text[:500]}"
 
 
 def window_dag_schedule(connector: Connector) -> Any:
@@ -449,6 +604,8 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
         tags=connector.tags,
     )
     dags = (window_dag(connector, common), resnapshot_dag(connector, common), watchdog_dag(connector, common))
+    for dag in dags:
+        dag.validate()  # what the DAG processor checks before it takes a DAG (the timetable's values)
     return {dag.dag_id: dag for dag in dags}
 
 
@@ -590,7 +747,9 @@ CHANGES_DOC = """
 when changes are pending ({settings}) or a stored position nears the end of the oplog; the run's
 asset event says why (Asset `mongocdc.<name>.changes`). A run started by it has no data interval:
 its window ends when the window task starts. One run at a time: changes that arrive while a
-window runs make at most one next run. Before the first snapshot the watcher stays quiet: press
+window runs make at most one next run, asked for once they reach a threshold. While an incremental
+snapshot is requested or running, the watcher asks for windows one after the other until it is
+done. Before the first snapshot the watcher stays quiet: press
 **Trigger** once (or keep a clock in the schedule) to take it.
 """
 

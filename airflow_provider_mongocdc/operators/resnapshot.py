@@ -20,12 +20,10 @@ from airflow_provider_mongocdc.core.snapshot.incremental import (
 from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
+from airflow_provider_mongocdc.resnapshot_form import COLLECTION_FORMAT
 
 GAP, MANUAL, INCREMENTAL, STOP = "gap", "manual", "incremental", "stop"
 MODES = (MANUAL, INCREMENTAL, GAP, STOP)
-# What parse_collections accepts, as a JSON schema pattern: blank, or after stripping a database
-# (not starting with a dot), a dot, and a collection that is not empty.
-COLLECTION_PATTERN = r"^\s*([^.\s][^.]*\.\s*\S.*)?$"
 
 
 def parse_collections(value: Any) -> list[str]:
@@ -77,7 +75,8 @@ def resnapshot_params() -> dict[str, Any]:
             items={
                 "description": "<database>.<collection>, e.g. shop.orders, not orders",
                 "type": "string",
-                "pattern": COLLECTION_PATTERN,
+                # Its name is the rule in words: the API server's answer names it, not a regex.
+                "format": COLLECTION_FORMAT,
             },
             title="Collections",
             description="One <database>.<collection> per line, e.g. shop.orders. Empty: every "

@@ -4,7 +4,9 @@ The plugin mounts the FastAPI app of :mod:`airflow_provider_mongocdc.plugins.hea
 ``/mongocdc`` (``[api] base_url``'s path first) and adds two views to the UI: *MongoDB CDC* in the
 navigation bar (every connector) and a *MongoDB CDC* tab on each DAG's page (the connector of that
 DAG). The app is imported only when the API server asks for it, so the scheduler and the workers,
-which load the same plugins, do not import the API server's modules.
+which load the same plugins, do not import the API server's modules. Loading the plugin registers
+the re-snapshot form's Collections rule (:mod:`airflow_provider_mongocdc.resnapshot_form`) with
+the JSON Schema checks the API server runs when Trigger is pressed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_mongocdc.plugins.health_urls import URL_PREFIX, page_href
+from airflow_provider_mongocdc.resnapshot_form import register
+
+# The API server validates the re-snapshot form's conf: its Collections rule in words.
+register()
 
 
 class MongoCdcHealthPlugin(AirflowPlugin):

@@ -6,9 +6,13 @@
 
 Every endpoint takes the user as Airflow's own API does (:func:`airflow.api_fastapi.core_api.security.get_user`:
 the JWT of the ``Authorization: Bearer`` header, else the UI's ``_token`` cookie; 401 without one,
-403 for an invalid one) and shows a connector only to a user whom Airflow's auth manager allows to
-read (``GET``) all of its DAGs. ``?refresh=true`` reads Kafka and MongoDB again instead of using
-what was read less than :data:`OFFSETS_TTL_S` / :data:`PROBE_TTL_S` seconds ago.
+403 for an invalid one), the OpenAPI description (``/mongocdc/openapi.json``) included, and shows a
+connector only to a user whom Airflow's auth manager allows to read all of its DAGs, their task
+instances and XComs (:mod:`airflow_provider_mongocdc.plugins.health_access`); a connector the user
+may not read is answered as one that does not exist (404). ``?refresh=true`` takes what was read
+less than :data:`~airflow_provider_mongocdc.core.health.probes.REFRESH_S` seconds ago instead of
+:data:`OFFSETS_TTL_S` / :data:`PROBE_TTL_S`; concurrent requests share one read, and the reading
+runs in the provider's own bounded threads, never in more than :data:`PROBE_THREADS` at once.
 
 The connectors are those of the connector list (``MONGOCDC_CONNECTORS_FILE``, else
 ``mongocdc_connectors.json`` in ``[core] dags_folder``, as the example DAG file reads it); their
@@ -18,9 +22,10 @@ record holds and leaves out: :mod:`airflow_provider_mongocdc.core.health.record`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,6 +63,7 @@ from airflow_provider_mongocdc.core.health.record import (
     utcnow,
 )
 from airflow_provider_mongocdc.core.health.summaries import snapshot_summary, window_summary
+from airflow_provider_mongocdc.plugins.health_access import Access, ListError
 from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
 from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
 
@@ -71,13 +77,25 @@ WINDOW_TASK, SNAPSHOT_TASK, RESNAPSHOT_TASK = "window", "snapshot", "resnapshot"
 # Snapshot summaries of runs that copied nothing (snapshot.mode found nothing to do).
 NO_COPY_ACTIONS = ("nothing", "record_position")
 
+# Threads that build the responses, and that read Kafka, MongoDB and Airflow's database for them,
+# shared by every request: a flood of requests waits here instead of holding the API server's
+# threads or opening more connections.
+REQUEST_THREADS = 4
+PROBE_THREADS = 8
+
 app = FastAPI(
     title="MongoDB CDC",
     description="Every MongoDB CDC connector's health: committed positions and lag, oplog headroom, "
     "the last window and snapshot, incremental snapshots, the lease and the pool.",
+    # No page answers without a login: the OpenAPI description is served below, behind it.
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
 )
 offsets_cache = ReadingCache(OFFSETS_TTL_S)
 probe_cache = ReadingCache(PROBE_TTL_S)
+request_threads = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="mongocdc-request")
+probe_threads = ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="mongocdc-health")
 
 
 # -- the connectors ---------------------------------------------------------------------------------
@@ -89,26 +107,30 @@ def connectors_file() -> Path:
     return Path(given) if given else Path(conf.get("core", "dags_folder")) / CONNECTORS_FILE
 
 
-def connector_list() -> tuple[list[Connector], list[str]]:
-    """The valid connectors of the list, and the words for what could not be read."""
+def connector_list() -> tuple[list[Connector], list[ListError]]:
+    """The valid connectors of the list, and the words for what could not be read (an entry's
+    with the DAG that stands for it, see :class:`~airflow_provider_mongocdc.plugins.health_access.ListError`)."""
     path = connectors_file()
     if not path.is_file():
         return [], [
-            f"No connector list at {path}: set {CONNECTORS_FILE_ENV} on the API server to the "
-            f"connector list file (or put {CONNECTORS_FILE} in the DAGs folder)"
+            ListError(
+                f"No connector list at {path}: set {CONNECTORS_FILE_ENV} on the API server to the "
+                f"connector list file (or put {CONNECTORS_FILE} in the DAGs folder)"
+            )
         ]
     try:
         entries = load_connectors(path)
     except (ConnectorEntryError, OSError) as error:
-        return [], [shown_error(error)]
+        return [], [ListError(shown_error(error))]
     connectors, errors, taken = [], [], Taken()
     for index, entry in enumerate(entries):
         try:
             connector = Connector(entry, index)
             taken.claim(connector)  # the DAG file refuses a repeated name or topic prefix likewise
         except ConnectorEntryError as error:
+            dag_id = invalid_dag_id(entry, index)
             errors.append(
-                f"{shown_error(error)} (not shown; the DAG {invalid_dag_id(entry, index)} stands for it)"
+                ListError(f"{shown_error(error)} (not shown; the DAG {dag_id} stands for it)", dag_id)
             )
             continue
         connectors.append(connector)
@@ -136,27 +158,16 @@ def identity(connector: Connector) -> tuple[ConnectorIdentity, ConnectorConfig |
             offsets_topic=config.offsets_topic if config else None,
             config_error=error,
             chunk_size=config.incremental_snapshot_chunk_size if config else 1024,
+            change_driven=connector.changes is not None,
         ),
         config,
     )
 
 
 # -- authorization ----------------------------------------------------------------------------------
-def readable(user, connectors: Iterable[Connector]) -> list[Connector]:
-    """The connectors all of whose DAGs the auth manager lets ``user`` read."""
-    from airflow.models.dag import DagModel
-
-    connectors = list(connectors)
-    dag_ids = sorted({dag_id for connector in connectors for dag_id in connector.dag_ids.values()})
-    teams = DagModel.get_dag_id_to_team_name_mapping(dag_ids) if dag_ids else {}
-    by_team: dict[str | None, set[str]] = {}
-    for dag_id in dag_ids:
-        by_team.setdefault(teams.get(dag_id), set()).add(dag_id)
-    manager = get_auth_manager()
-    allowed: set[str] = set()
-    for team, group in by_team.items():
-        allowed |= manager.filter_authorized_dag_ids(dag_ids=group, user=user, method="GET", team_name=team)
-    return [connector for connector in connectors if set(connector.dag_ids.values()) <= allowed]
+def access(user) -> Access:
+    """What ``user`` may see, as Airflow's auth manager says."""
+    return Access(user, get_auth_manager())
 
 
 # -- what Airflow knows: runs, pools, DAGs --------------------------------------------------------------
@@ -384,14 +395,14 @@ def gather(connector: Connector, *, refresh: bool, now: datetime) -> dict[str, A
 
 
 def gather_all(connectors: list[Connector], *, refresh: bool, now: datetime) -> list[dict[str, Any]]:
-    """The records of ``connectors`` at ``now``, read side by side (a slow server delays only its
-    own row)."""
-    if not connectors:
-        return []
-    with ThreadPoolExecutor(
-        max_workers=min(8, len(connectors)), thread_name_prefix="mongocdc-health"
-    ) as pool:
-        return list(pool.map(lambda connector: gather(connector, refresh=refresh, now=now), connectors))
+    """The records of ``connectors`` at ``now``, read side by side in the shared probe threads (a
+    slow server delays only its own row; every request together reads in :data:`PROBE_THREADS`)."""
+    return list(probe_threads.map(lambda connector: gather(connector, refresh=refresh, now=now), connectors))
+
+
+async def in_request_threads(work: Callable[[], Any]) -> Any:
+    """``work()`` in the provider's request threads: the API server's own threads stay free."""
+    return await asyncio.get_running_loop().run_in_executor(request_threads, work)
 
 
 # -- the endpoints ----------------------------------------------------------------------------------------
@@ -406,46 +417,83 @@ async def _refusal(request: Request, error: HTTPException):
     return await http_exception_handler(request, error)
 
 
-@app.get("/", response_class=HTMLResponse, summary="The MongoDB CDC page")
-def page(user: GetUserDep, dag_id: str | None = None, refresh: bool = False) -> HTMLResponse:
+def records_for(
+    rights: Access, connectors: list[Connector], *, refresh: bool, now: datetime
+) -> list[dict[str, Any]]:
+    """The records of ``connectors`` as ``rights``' user may see them."""
+    return [rights.pool_tasks(record) for record in gather_all(connectors, refresh=refresh, now=now)]
+
+
+def page_html(user, dag_id: str | None, refresh: bool) -> str:
     connectors, errors = connector_list()
-    allowed = readable(user, connectors)
+    rights = access(user)
+    allowed = rights.connectors(connectors)
     shown = (
         [connector for connector in allowed if dag_id in connector.dag_ids.values()] if dag_id else allowed
     )
+    # The DAG of the tab belongs to a connector the user may not read all of (but may read the DAG).
+    hidden_dag = bool(
+        dag_id
+        and not shown
+        and any(dag_id in connector.dag_ids.values() for connector in connectors)
+        and _dag_readable(rights, dag_id)
+    )
     now = utcnow()
-    return HTMLResponse(
-        render_page(
-            gather_all(shown, refresh=refresh, now=now),
-            generated_at=now,
-            dag_id=dag_id,
-            list_errors=errors,
-            hidden=len(connectors) - len(allowed),
-            threshold_seconds=HEADROOM_WARNING.total_seconds(),
-        )
+    return render_page(
+        records_for(rights, shown, refresh=refresh, now=now),
+        generated_at=now,
+        dag_id=dag_id,
+        list_errors=rights.list_errors(errors),
+        hidden=len(connectors) - len(allowed),
+        threshold_seconds=HEADROOM_WARNING.total_seconds(),
+        hidden_dag=hidden_dag,
     )
 
 
-@app.get("/api/connectors", summary="Every connector's health record (those the user may read)")
-def list_connectors(user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+def _dag_readable(rights: Access, dag_id: str) -> set[str]:
+    """``{dag_id}`` when the user may read the DAG itself (its tab is open), else empty."""
+    return rights.manager.filter_authorized_dag_ids(dag_ids={dag_id}, user=rights.user, method="GET")
+
+
+@app.get("/", response_class=HTMLResponse, summary="The MongoDB CDC page")
+async def page(user: GetUserDep, dag_id: str | None = None, refresh: bool = False) -> HTMLResponse:
+    return HTMLResponse(await in_request_threads(lambda: page_html(user, dag_id, refresh)))
+
+
+def connectors_json(user, refresh: bool) -> dict[str, Any]:
     connectors, errors = connector_list()
+    rights = access(user)
     now = utcnow()
-    records = gather_all(readable(user, connectors), refresh=refresh, now=now)
+    records = records_for(rights, rights.connectors(connectors), refresh=refresh, now=now)
     return {
         "connectors": records,
         "total_entries": len(records),
-        "list_errors": errors,
+        "list_errors": rights.list_errors(errors),
         "generated_at": iso_z(now),
         "headroom_threshold_seconds": int(HEADROOM_WARNING.total_seconds()),
     }
 
 
-@app.get("/api/connectors/{name}", summary="One connector's health record")
-def one_connector(name: str, user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+@app.get("/api/connectors", summary="Every connector's health record (those the user may read)")
+async def list_connectors(user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+    return await in_request_threads(lambda: connectors_json(user, refresh))
+
+
+def connector_json(name: str, user, refresh: bool) -> dict[str, Any]:
     connectors, _ = connector_list()
-    found = [connector for connector in connectors if connector.name == name]
-    if not found:
-        raise HTTPException(404, f"No connector {name!r} in the connector list {connectors_file()}")
-    if not readable(user, found):
-        raise HTTPException(403, f"You may not read the DAGs of connector {name!r}")
-    return gather_all(found, refresh=refresh, now=utcnow())[0]
+    rights = access(user)
+    found = rights.connectors(connector for connector in connectors if connector.name == name)
+    if not found:  # unknown and not readable alike: the answer does not tell whether it exists
+        raise HTTPException(404, f"No connector {name!r} that you may read in the connector list")
+    return records_for(rights, found, refresh=refresh, now=utcnow())[0]
+
+
+@app.get("/api/connectors/{name}", summary="One connector's health record")
+async def one_connector(name: str, user: GetUserDep, refresh: bool = False) -> dict[str, Any]:
+    return await in_request_threads(lambda: connector_json(name, user, refresh))
+
+
+@app.get("/openapi.json", include_in_schema=False)
+async def openapi(user: GetUserDep) -> dict[str, Any]:
+    """The API's OpenAPI description, for logged-in users only."""
+    return app.openapi()

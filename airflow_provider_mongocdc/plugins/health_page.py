@@ -40,7 +40,9 @@ h1 { font-size: 20px; margin: 0 0 4px 0; }
 .meta { color: #4a5568; margin-bottom: 12px; }
 table { border-collapse: collapse; width: 100%; }
 th, td { border-bottom: 1px solid #e2e8f0; padding: 6px 8px; text-align: left; vertical-align: top; }
-th { background: #f7fafc; font-weight: 600; white-space: nowrap; }
+th { background: #f7fafc; font-weight: 600; }
+td { overflow-wrap: anywhere; }
+svg { max-width: 100%; height: auto; }
 td small, .age { color: #718096; display: block; }
 .badge { display: inline-block; padding: 1px 6px; border-radius: 8px; font-size: 12px; font-weight: 600; }
 .status-ok .badge { background: #c6f6d5; color: #22543d; }
@@ -53,6 +55,7 @@ td small, .age { color: #718096; display: block; }
 a { color: #2b6cb0; }
 .errors { background: #fff5f5; border: 1px solid #feb2b2; padding: 8px; margin-bottom: 12px; }
 svg .bar { fill: #4299e1; } svg .bar.failed { fill: #e53e3e; }
+.watcher-behind { color: #744210; font-weight: 600; }
 """
 
 SCRIPT = """
@@ -211,12 +214,37 @@ def rows(records: Sequence[Mapping[str, Any]]) -> list[Markup]:
     return shown
 
 
+# Narrower than this (a DAG's MongoDB CDC tab shares the window with the grid), a connector's row
+# is a grid of its cells, each under its column's title, wrapped to the width: nothing is cut off.
+STACKED_BELOW_PX = 1650
+
+
+def stacked_style() -> str:
+    """The style of the narrow layout; each cell's title from :data:`COLUMNS` (constants)."""
+    labels = "\n".join(
+        f'  #connectors tr.connector:not(.broken) > td:nth-child({number})::before {{ content: "{title}"; }}'
+        for number, title in enumerate(COLUMNS, 1)
+    )
+    return f"""
+@media (max-width: {STACKED_BELOW_PX}px) {{
+  #connectors thead {{ display: none; }}
+  #connectors, #connectors > tbody {{ display: block; }}
+  #connectors tr.connector {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(190px, 1fr));
+    column-gap: 8px; border-bottom: 2px solid #cbd5e0; padding-bottom: 6px; margin-bottom: 6px; }}
+  #connectors tr.connector > td {{ border-bottom: none; min-width: 0; }}
+  #connectors tr.connector:not(.broken) > td::before {{ display: block; font-weight: 600; font-size: 12px;
+    color: #4a5568; margin-bottom: 2px; }}
+{labels}
+}}
+"""
+
+
 def _render(**values: Any) -> str:
     # The page's own constants are the only text written unescaped.
     return (
         environment()
         .get_template(PAGE_TEMPLATE)
-        .render(style=Markup(STYLE), script=Markup(SCRIPT), columns=COLUMNS, **values)
+        .render(style=Markup(STYLE + stacked_style()), script=Markup(SCRIPT), columns=COLUMNS, **values)
     )
 
 

@@ -14,7 +14,8 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
 the window it starts reads from the committed offset as every window does. Its serialized arguments
 hold no secret (they are stored in Airflow's metadata database): the connector's name, its inline
-configuration (whose properties never carry credentials) or the name of the Variable holding it,
+configuration (a property that names a credential is refused, even one the connector ignores) or
+the name of the Variable holding it,
 two connection ids and the thresholds; connections and Variables are resolved in the triggerer.
 """
 
@@ -29,18 +30,21 @@ from airflow.sdk import Asset, AssetWatcher, BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from bson.raw_bson import RawBSONDocument
+from confluent_kafka import Producer
 from pymongo import AsyncMongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from airflow_provider_mongocdc.connector_values import connection_id, connector_config_json
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError, OffsetError
-from airflow_provider_mongocdc.core.base.redaction import error_text
+from airflow_provider_mongocdc.core.base.redaction import credential_properties, error_text
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
-from airflow_provider_mongocdc.core.offsets.model import Position
+from airflow_provider_mongocdc.core.offsets.keys import watch_key
+from airflow_provider_mongocdc.core.offsets.model import Position, compact
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalStanding, incremental_standing
 from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK, WatchSettings
 from airflow_provider_mongocdc.core.watch.stream import (
     aggregate_target,
@@ -61,6 +65,10 @@ from airflow_provider_mongocdc.hooks.topology import details_from_connection
 from airflow_provider_mongocdc.operators.base import parse_connector_config
 
 ASSET_SCHEME = "mongocdc-changes"
+# The watcher's status is written again after this long even when nothing changed (the page tells
+# a watcher that stopped reporting), and waits at most this long to be delivered.
+STATUS_EVERY_S = 600.0
+STATUS_WRITE_TIMEOUT_S = 10.0
 # After a failure the next attempt waits the poll interval, doubled each time up to this.
 MAX_RETRY_DELAY_S = 60.0
 
@@ -111,6 +119,16 @@ class MongoChangeWatcher(BaseEventTrigger):
                 f"The change watcher of connector {connector!r} needs the connector configuration",
                 fix="give connector_config (the properties) or config_variable (the Variable holding them)",
             )
+        secret = credential_properties(connector_config or {})
+        if secret:
+            # Its arguments are stored in Airflow's serialized DAG, in clear.
+            raise ConfigError(
+                f"The change watcher of connector {connector!r} was given credential properties "
+                f"({', '.join(secret)})",
+                cause="a trigger's arguments are stored in clear in Airflow's metadata database",
+                fix="remove them from the inline configuration (credentials belong in the MongoDB and "
+                "Kafka connections), or pass config_variable instead",
+            )
         self.connector = connector
         self.connector_config = dict(connector_config) if connector_config is not None else None
         self.config_variable = config_variable
@@ -138,6 +156,21 @@ class MongoChangeWatcher(BaseEventTrigger):
             await session.close()
 
 
+def fingerprint_of(text: str, *connections: Any) -> tuple:
+    """What the watch was set up from: the configuration and each connection's fields (kept in
+    memory only, compared, never shown)."""
+    fields = ("conn_type", "host", "schema", "login", "password", "port", "extra")
+    return (text, *(tuple(getattr(connection, name, None) for name in fields) for connection in connections))
+
+
+def describe_standing(standing: IncrementalStanding) -> str:
+    """An open incremental snapshot in a few words, for the watcher's event and log."""
+    if standing.progress is not None:
+        progress = standing.progress
+        return f"{progress.request_id}, {progress.documents} documents in {progress.chunks} chunks so far"
+    return f"{standing.request_id}, requested"
+
+
 class _WatchSession:
     """The watcher's I/O: connections, the offsets topic, one stream per partition, the oplog check."""
 
@@ -148,6 +181,11 @@ class _WatchSession:
         self.watch = ChangeWatch(trigger.connector, self.settings, trigger.watchdog_dag_id)
         self.config: ConnectorConfig | None = None
         self.config_text: str | None = None
+        self.fingerprint: tuple | None = None  # of the configuration and connections set up with
+        self.kafka: dict[str, Any] = {}
+        self.producer = None  # writes the watcher's status (see publish)
+        self.published: dict | None = None
+        self.published_at: float | None = None
         self.details = None
         self.store: OffsetStore | None = None
         self.targets: dict[str, StreamTarget] = {}
@@ -203,6 +241,7 @@ class _WatchSession:
                     payload["message"],
                 )
             self.polls += 1
+            await self.publish(payload is not None)
             if self.polls % POLLS_PER_CHECK == 0:
                 self.log.info(
                     "Change watcher of connector %s: %s",
@@ -255,31 +294,43 @@ class _WatchSession:
             connector_config_json, trigger.connector, trigger.connector_config, trigger.config_variable
         )
 
-    async def setup(self) -> None:
-        """Resolve the configuration and the connections, list the streams, open the clients."""
+    async def sources(self) -> tuple[str, Any, Any]:
+        """The connector configuration (JSON) and its MongoDB and Kafka connections, as they are now."""
         trigger = self.trigger
         text = await self.resolve_config()
-        config = parse_connector_config(text)
         mongo_id = await asyncio.to_thread(connection_id, trigger.connector, "mongo", trigger.mongo_conn_id)
         kafka_id = await asyncio.to_thread(connection_id, trigger.connector, "kafka", trigger.kafka_conn_id)
+        return text, await BaseHook.aget_connection(mongo_id), await BaseHook.aget_connection(kafka_id)
+
+    async def setup(self) -> None:
+        """Resolve the configuration and the connections, list the streams, open the clients. A
+        changed configuration, connection or list of streams starts the watch over."""
+        text, mongo, kafka_connection = await self.sources()
+        config = parse_connector_config(text)
         details = details_from_connection(
-            await BaseHook.aget_connection(mongo_id),
+            mongo,
             connect_timeout_ms=config.mongodb_connect_timeout_ms,
             server_selection_timeout_ms=config.mongodb_server_selection_timeout_ms,
         ).with_config(config)
-        kafka = kafka_config_from_connection(await BaseHook.aget_connection(kafka_id))
+        kafka = kafka_config_from_connection(kafka_connection)
         # Streams as a window plans them; one attempt (the watcher's next poll is the retry).
         policy = BackoffPolicy.from_config(config)
         once = BackoffPolicy(policy.initial_delay_ms, policy.max_delay_ms, 0)
         targets = await asyncio.to_thread(plan_streams, details, config, policy=once)
+        fingerprint = fingerprint_of(text, mongo, kafka_connection)
+        changed = []
         if self.config_text is not None and text != self.config_text:
+            changed.append("the connector configuration changed")
+        if self.fingerprint is not None and fingerprint[1:] != self.fingerprint[1:]:
+            changed.append("a connection changed")
+        names = sorted(target.partition for target in targets)
+        if self.targets and names != sorted(self.targets):
+            changed.append(f"the streams are now {', '.join(names)} (were {', '.join(sorted(self.targets))})")
+        if changed:
             self.watch = ChangeWatch(self.trigger.connector, self.settings, self.trigger.watchdog_dag_id)
-            self.say(
-                "config",
-                "info",
-                "the connector configuration changed: watching from the committed positions again",
-            )
-        self.config, self.config_text, self.details = config, text, details
+            self.say("config", "info", "; ".join(changed) + ": watching from the committed positions again")
+        self.config, self.config_text, self.details, self.fingerprint = config, text, details, fingerprint
+        self.kafka, self.producer = kafka, None
         self.store = OffsetStore(kafka, config.offsets_topic)
         self.capture = capture_check(config)
         self.targets = {target.partition: target for target in targets}
@@ -289,9 +340,10 @@ class _WatchSession:
         self.checked_at = None
 
     async def refresh_config(self) -> None:
-        """A changed configuration (its Variable was set again) starts the watch over."""
-        text = await self.resolve_config()
-        if text != self.config_text:
+        """A changed configuration (its Variable was set again) or connection (repointed to another
+        deployment, new credentials) sets the watch up again, its streams planned anew."""
+        text, mongo, kafka_connection = await self.sources()
+        if fingerprint_of(text, mongo, kafka_connection) != self.fingerprint:
             await self.close()
             self.config = None
             await self.setup()
@@ -320,7 +372,18 @@ class _WatchSession:
             except OffsetError as error:  # no offset yet, or a snapshot in progress
                 starts[name] = error.problem
         self.states = states
-        for note in self.watch.committed(starts, time.time()):
+        now = time.time()
+        notes = self.watch.committed(starts, now)
+        partitions = [offset_partition(config, name) for name in self.targets]
+        standing = incremental_standing(
+            contents.requests.get((partitions[0].connector, partitions[0].server_id)) if partitions else None,
+            [states[partition].incremental for partition in partitions if partition in states],
+        )
+        if standing is not None and standing.open:
+            notes += self.watch.incremental(standing.marker(), describe_standing(standing), now)
+        else:
+            notes += self.watch.incremental(None, "", now)
+        for note in notes:
             self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)
 
     async def check(self) -> None:
@@ -341,6 +404,55 @@ class _WatchSession:
         self.clear("check")
         for note in self.watch.checked(report):
             self.log.warning("Change watcher of connector %s: %s", self.trigger.connector, note)
+
+    # -- what it counts, for the page --------------------------------------------------------------
+    async def publish(self, fired: bool) -> None:
+        """Write what the watcher counts to the offsets topic (key
+        :func:`~airflow_provider_mongocdc.core.offsets.keys.watch_key`, outside any transaction) for
+        the MongoDB CDC page: when the counts change, at most once per check interval (at once
+        after an event), and every :data:`STATUS_EVERY_S` while nothing changes. A failed write is
+        said once and tried again later: the status is a hint."""
+        if not any(p.committed is not None for p in self.watch.partitions.values()):
+            return  # no offset yet: the offsets topic may not exist, and the watcher never creates it
+        now = time.time()
+        report = self.watch.report(now)
+        shown = {key: value for key, value in report.items() if key != "at"}
+        since = now - self.published_at if self.published_at is not None else None
+        changed = shown != self.published
+        due = (
+            since is None
+            or fired
+            or (changed and since >= self.settings.check_interval_s)
+            or since >= STATUS_EVERY_S
+        )
+        if not due:
+            return
+        prefix = self.config.topic_prefix
+        record = (watch_key(prefix, prefix), compact(report))
+        try:
+            await asyncio.to_thread(self._produce, record)
+        except Exception as error:  # noqa: BLE001 - the page then shows an older status
+            self.say("status", "warning", f"its status could not be written to the offsets topic ({error})")
+            return
+        self.clear("status")
+        self.published, self.published_at = shown, now
+
+    def _produce(self, record: tuple[bytes, bytes]) -> None:
+        if self.producer is None:
+            self.producer = Producer(
+                {
+                    **self.kafka,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "allow.auto.create.topics": False,  # the offsets topic is the connector's to create
+                    "message.timeout.ms": int(STATUS_WRITE_TIMEOUT_S * 1000),
+                }
+            )
+        key, value = record
+        self.producer.produce(self.store.topic, key=key, value=value)
+        left = self.producer.flush(STATUS_WRITE_TIMEOUT_S)
+        if left:
+            raise TimeoutError(f"not delivered within {STATUS_WRITE_TIMEOUT_S:g} s")
 
     # -- the streams -------------------------------------------------------------------------------
     async def open_streams(self) -> None:
@@ -382,11 +494,14 @@ class _WatchSession:
             await asyncio.sleep(poll)
             return
         deadline = time.monotonic() + poll
+        # The names are taken before gather(): a cursor that closes itself leaves self.cursors
+        # meanwhile, and each result must stay with its own stream.
+        names = list(self.cursors)
         results = await asyncio.gather(
-            *(self._drain(name, cursor, deadline) for name, cursor in self.cursors.items()),
+            *(self._drain(name, self.cursors[name], deadline) for name in names),
             return_exceptions=True,
         )
-        for name, result in zip(list(self.cursors), results):
+        for name, result in zip(names, results):
             if isinstance(result, OperationFailure) and self._refused(name, result):
                 await self._close_cursor(name)
             elif isinstance(result, BaseException):

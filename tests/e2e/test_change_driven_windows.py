@@ -6,8 +6,9 @@ Kafka broker and spark-submit.
 In order, on one stack: a connector with no offset gets no run however long changes wait, until a
 Trigger takes its snapshot; then writes start a window run that carries them; idle, no run; a burst
 while a window runs makes exactly one follow-up run, which carries it; the triggerer killed with
-SIGKILL and started again watches on from the committed position; a stored position whose oplog
-headroom is below ``min_headroom`` starts a run. What is checked is what a user sees: the DAG runs
+SIGKILL and started again watches on from the committed position; an incremental snapshot requested
+while nothing changes gets the windows that copy it, and none once it completed; a stored position
+whose oplog headroom is below ``min_headroom`` starts a run. What is checked is what a user sees: the DAG runs
 and their triggering asset events through the REST API, the events in Kafka, the offsets, the
 triggerer's log. Quiet periods are judged after the watcher logged two status lines (twelve polls
 apart, each poll waiting half a second) past several times ``max_delay``, never after a sleep.
@@ -47,6 +48,7 @@ from tests.e2e.airflow_stack import (
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
 WATCHED, TIGHT = "mongocdc_watched_hourly", "mongocdc_tight_hourly"
+RESNAPSHOT = "mongocdc_watched_resnapshot"
 # The watcher's thresholds in these tests: max_delay 2 s, a poll every half second (a status line
 # every 12 polls: 6 s, three times max_delay).
 MAX_DELAY_S = 2
@@ -256,6 +258,7 @@ def test_a_killed_triggerer_started_again_watches_on_from_the_committed_position
     committed = stack.offsets().position
 
     stack.triggerer = start_triggerer(stack, "triggerer-restarted.log")
+    stack.triggerer_log = "triggerer-restarted.log"
     log = TriggererLog(stack, "triggerer-restarted.log")
     wait_for(
         "the restarted triggerer's watcher",
@@ -271,6 +274,44 @@ def test_a_killed_triggerer_started_again_watches_on_from_the_committed_position
     (event,) = triggering_events(stack, WATCHED, run["dag_run_id"])
     assert event["pending"] == 3
     assert created_ids(stack, stack.prefix)[-3:] == [200, 201, 202]
+
+
+def test_an_incremental_snapshot_on_quiet_collections_gets_its_windows(stack):
+    # Re-snapshot, mode incremental, while nothing changes: the watcher asks for the windows that
+    # copy it (no threshold would), and for none once it completed.
+    api = stack.api
+    known = {run["dag_run_id"] for run in runs(stack)}
+    unpause(api, RESNAPSHOT)
+    created = api.call(
+        "POST",
+        f"/api/v2/dags/{RESNAPSHOT}/dagRuns",
+        json={"logical_date": None, "conf": {"mode": "incremental", "collections": ["shop.orders"]}},
+    )
+    assert created.status_code == 200, created.text
+    assert_all_tasks_succeed(api, RESNAPSHOT, created.json()["dag_run_id"])
+    (run,) = wait_for(
+        "a run for the incremental snapshot",
+        lambda: [r for r in watcher_runs(stack) if r["dag_run_id"] not in known][:1],
+    )
+    window_summary(stack, run)  # (the run's events are asked for once it has started)
+    (event,) = triggering_events(stack, WATCHED, run["dag_run_id"])
+    assert (event["reason"], event["pending"]) == ("incremental_snapshot", 0), event
+    progress = wait_for(
+        "the incremental snapshot completed",
+        lambda: (
+            (incremental := stack.offsets().incremental)
+            and incremental.get("status") == "completed"
+            and incremental
+        ),
+        timeout=DAG_RUN_TIMEOUT_S,
+    )
+    assert progress["documents"] == stack.client.shop.orders.count_documents({})
+    log = TriggererLog(stack, getattr(stack, "triggerer_log", "triggerer.log"))  # the running triggerer's
+    for line in log.two_statuses():
+        assert "0 change(s) pending" in line
+    done = {r["dag_run_id"] for r in runs(stack)}
+    log.two_statuses()
+    assert {r["dag_run_id"] for r in runs(stack)} == done  # no more windows asked for it
 
 
 def test_low_oplog_headroom_starts_a_window(stack):

@@ -56,7 +56,12 @@ from tests.readme_commands import README_KAFKA, README_MONGO_URI, README_PREFIX,
 pytestmark = [pytest.mark.e2e, pytest.mark.simulator_only]
 
 MONGOCDC = str(Path(sys.executable).parent / "mongocdc")
-ENDPOINTS = ("/mongocdc/", "/mongocdc/api/connectors", "/mongocdc/api/connectors/default")
+ENDPOINTS = (
+    "/mongocdc/",
+    "/mongocdc/api/connectors",
+    "/mongocdc/api/connectors/default",
+    "/mongocdc/openapi.json",
+)
 ORDERS_BEHIND_S = 2 * 3600
 LOST_PASSWORD = "s3cret-Pw"
 # A browser step: the UI's pages load their data through the API on a loaded machine.
@@ -161,6 +166,10 @@ def test_every_endpoint_refuses_requests_without_a_valid_token(stack):
             for refused in (anonymous, forged, cookie):  # nothing of a connector in a refusal
                 assert "mongocdc_hourly" not in refused.text and "data-connector" not in refused.text
                 assert stack.prefix not in refused.text
+    # The API's description pages are not served at all.
+    for path in ("/mongocdc/docs", "/mongocdc/redoc"):
+        assert http.get(path).status_code == 404, path
+    assert stack.api.call("GET", "/mongocdc/openapi.json").json()["info"]["title"] == "MongoDB CDC"
     # The page says how to get in.
     assert "Log in to Airflow" in http.get("/mongocdc/").text
     unknown = stack.api.call("GET", "/mongocdc/api/connectors/nosuch")
@@ -322,6 +331,35 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
     browser.switch_to.frame(frame)
     rows = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr[data-connector]"))
     assert [row.get_attribute("data-connector") for row in rows] == ["orders"]
+
+    # 1 600 px wide, the tab shares the window with the DAG's grid: every cell of the row, the
+    # chart and the actions included, lies inside the frame (nothing to scroll to, nothing cut off).
+    browser.switch_to.default_content()
+    browser.set_window_size(1600, 1100)
+    browser.get(f"{base}/dags/mongocdc_orders_hourly/plugin/mongocdc-connector")
+    frame = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "iframe[title='MongoDB CDC']"))
+    browser.switch_to.frame(frame)
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr[data-connector='orders'] a[data-action]"))
+    fit = browser.execute_script(
+        """
+        const cells = [...document.querySelectorAll("tr[data-connector='orders'] > td")];
+        const action = document.querySelector("tr[data-connector='orders'] a[data-action='resnapshot']");
+        return {width: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+                cells: cells.length, right: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+                action: action.getBoundingClientRect().right};
+        """
+    )
+    assert fit["cells"] == 10 and fit["scroll"] <= fit["width"], fit
+    assert fit["right"] <= fit["width"] and fit["action"] <= fit["width"], fit
+    # Each cell under its column's title (the narrow layout's labels).
+    labels = browser.execute_script(
+        """
+        return [...document.querySelectorAll("tr[data-connector='orders'] > td")]
+            .map(cell => getComputedStyle(cell, "::before").content);
+        """
+    )
+    if fit["width"] <= 1650:
+        assert labels[-2:] == ['"Events per window, 24 h"', '"Actions"'], (fit, labels)
 
 
 # -- 5: run summaries written by a DAG editor through the REST API ---------------------------------------------

@@ -2,7 +2,10 @@
 against the MongoDB simulator and the real Kafka broker: quiet before the first snapshot, counting
 only captured changes from the committed position, one event per window (the changes that arrive
 meanwhile make one next event after the commit), a restart watching again from the committed
-position, a purged position said once, and per-shard and whole-cluster streams of a sharded cluster.
+position, a purged position said once, per-shard and whole-cluster streams of a sharded cluster, a
+connection repointed to another deployment with other streams, and windows asked for while an
+incremental snapshot is requested or running on quiet collections (with the watcher's status in
+the offsets topic).
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
@@ -253,6 +256,96 @@ def test_a_missing_connection_is_said_once_with_its_fix_and_watching_starts_when
         assert event["pending"] == 2
         log = watching.log()
         assert log.count("cannot watch:") == 1 and "watching again" in log
+        await watching.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_repointed_connection_and_a_changed_set_of_streams_start_the_watch_over(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    # Per-shard streams of a sharded cluster, then the connection repointed to a replica set: the
+    # shards' streams are gone (as when a shard is removed), the replica set's is watched.
+    sharded = mongosim("sharded", shards=2)
+    ids = gap_connections(sharded.uri)
+    props = {
+        "topic.prefix": unique_name,
+        "collection.include.list": "shop\\.orders",
+        "mongodb.connection.mode": "replica_set",
+    }
+    store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets")
+    for shard_uri, name in zip(sharded.shard_uris, ("shard0", "shard1")):
+        start = operation_time(MongoClient(shard_uri))
+        store.set_position(OffsetPartition(unique_name, name), Position(cluster_time=start))
+    replset = mongosim("replset")
+    other = MongoClient(replset.uri)
+    store.set_position(OffsetPartition(unique_name, "rs0"), Position(cluster_time=operation_time(other)))
+
+    async def scenario():
+        watching = Watching(watcher(props, ids, min_changes=4, max_delay_s=3600), capsys)
+        await watching.until(
+            "both shards watched",
+            lambda: "watching shard0 from" in watching.log() and "watching shard1 from" in watching.log(),
+        )
+        gap_connections(replset.uri)  # the MongoDB connection now names another deployment
+        other.shop.orders.insert_many([{"_id": i} for i in range(4)])
+        event = await watching.event(1)
+        assert (list(event["partitions"]), event["pending"]) == (["rs0"], 4)
+        log = watching.log()
+        assert (
+            "a connection changed; the streams are now rs0 (were shard0, shard1): watching from the "
+            "committed positions again" in log
+        ), log[-3000:]
+        assert "KeyError" not in log and "cannot watch" not in log
+        await watching.stop()
+
+    asyncio.run(scenario())
+
+
+def test_windows_are_asked_for_while_an_incremental_snapshot_is_requested_on_quiet_collections(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    from airflow_provider_mongocdc.core.offsets.model import OffsetState
+    from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
+
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    client = MongoClient(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.customers"}
+    store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{unique_name}.offsets")
+    partition = OffsetPartition(unique_name, "rs0")
+    store.set_position(partition, Position(cluster_time=operation_time(client)))
+
+    async def scenario():
+        watching = Watching(watcher(props, ids, max_delay_s=3600), capsys)
+        await watching.until("watching", lambda: "watching rs0 from" in watching.log())
+        # Re-snapshot, mode incremental: the request is in the offsets topic; nothing changes.
+        request = IncrementalRequest.new(["shop.customers"], reason="test")
+        store.write_incremental_request(unique_name, unique_name, request.to_json())
+        event = await watching.event(1)
+        assert (event["reason"], event["pending"]) == ("incremental_snapshot", 0)
+        assert request.request_id in event["message"]
+        # What it counts is in the offsets topic for the MongoDB CDC page (no offset).
+        status = await watching.until(
+            "its status written",
+            lambda: store.read_everything().watchers.get((unique_name, unique_name)),
+        )
+        assert status["pending"] == 0 and status["partitions"]["rs0"]["state"] == "watched"
+        assert status["incremental_snapshot"] and status["waiting_for_window"] is True
+        # A window copied a chunk (its commit): the next window is asked for.
+        running = IncrementalProgress(request.request_id, current="shop.customers", documents=20, chunks=1)
+        state = store.read(partition)
+        store.write(partition, OffsetState(position=state.position, incremental=running.to_json()))
+        event = await watching.event(2)
+        assert event["reason"] == "incremental_snapshot" and "20 documents in 1 chunks" in event["message"]
+        # Completed: no more windows for it.
+        store.write(
+            partition,
+            OffsetState(position=state.position, incremental=running.finish("completed").to_json()),
+        )
+        await watching.until("its end noticed", lambda: "no incremental snapshot to copy" in watching.log())
+        await watching.statuses(2)
+        assert len(watching.events) == 2
         await watching.stop()
 
     asyncio.run(scenario())

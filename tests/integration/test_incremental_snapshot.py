@@ -250,8 +250,16 @@ def test_a_quiet_window_copies_chunk_after_chunk(mongodb_uri, kafka_bootstrap, u
     (entry,) = offsets["partitions"]
     assert entry["offset"]["incremental_snapshot"]["status"] == "completed"
     assert entry["offset"]["incremental_snapshot"]["documents"] == 35
-    (stored_request,) = offsets["incremental_snapshot_requests"]
-    assert stored_request["request"]["id"] == request.request_id
+    # Done: no longer listed as a request, but as the last one's outcome with its time and counts.
+    assert offsets["incremental_snapshot_requests"] == []
+    (outcome,) = offsets["incremental_snapshots"]
+    assert (outcome["id"], outcome["status"], outcome["documents"], outcome["chunks"]) == (
+        request.request_id,
+        "completed",
+        35,
+        4,
+    )
+    assert outcome["completed_at"]
 
 
 def test_a_retried_window_past_its_end_copies_the_pending_chunks(

@@ -3,6 +3,8 @@ it asks for a window, what its event says, one event per window, and when it sta
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bson.timestamp import Timestamp
 
@@ -18,10 +20,17 @@ from airflow_provider_mongocdc.core.watch.stream import (
     watch_aggregate,
     watch_pipeline,
 )
-from airflow_provider_mongocdc.core.watch.watcher import MAX_DELAY, MIN_CHANGES, MIN_HEADROOM, ChangeWatch
+from airflow_provider_mongocdc.core.watch.watcher import (
+    INCREMENTAL_SNAPSHOT,
+    MAX_DELAY,
+    MIN_CHANGES,
+    MIN_HEADROOM,
+    ChangeWatch,
+)
 
 pytestmark = pytest.mark.unit
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000  # a cluster time's seconds (2027-01-15)
 
 
@@ -299,3 +308,90 @@ def test_per_shard_streams_add_up_and_a_shard_without_offset_keeps_the_watcher_q
     )
     count(w, 12, 13, 500, "shard0")
     assert w.due(T0 + 60) == []
+
+
+# -- a position moved by hand, incremental snapshots, the next run -------------------------------------
+def test_a_committed_position_moved_back_is_counted_from_again():
+    # mongocdc offsets set moves the position back: the changes after it are to be read again.
+    w = watch()
+    w.committed({"rs0": at(100)}, T0 + 100)
+    w.opened("rs0")
+    count(w, 101, 110, 5)
+    notes = w.committed({"rs0": at(10)}, T0 + 111)
+    assert notes == [
+        f"the committed position of rs0 moved back to {at(10).describe()}: counting from it again"
+    ]
+    assert w.to_open() == {"rs0": at(10)} and w.pending == 0
+    w.opened("rs0")
+    count(w, 10, 110, 100)  # what lies after the new position, read again
+    assert w.due(T0 + 111) == [MIN_CHANGES, MAX_DELAY]
+    # Forward past what was read: counted from there (unchanged).
+    w.fire(w.due(T0 + 111), T0 + 111)
+    w.committed({"rs0": at(200)}, T0 + 200)
+    assert w.to_open() == {"rs0": at(200)} and w.outstanding is None
+
+
+def test_a_position_moved_back_while_an_event_waits_for_its_window_counts_again():
+    w = watch()
+    w.committed({"rs0": at(100)}, T0 + 100)
+    w.opened("rs0")
+    count(w, 101, 110, 100)
+    w.fire(w.due(T0 + 110), T0 + 110)
+    w.committed({"rs0": at(50)}, T0 + 111)
+    assert w.outstanding is None and w.to_open() == {"rs0": at(50)}
+
+
+def test_windows_are_asked_for_while_an_incremental_snapshot_is_requested_or_running():
+    # Quiet collections: no change pending, yet the snapshot moves on only in windows.
+    w = watch()
+    w.committed({"rs0": at(0)}, T0)
+    w.opened("rs0")
+    assert w.due(T0 + 1) == []
+    notes = w.incremental("requested:r1", "r1, requested", T0 + 1)
+    assert notes == [
+        "an incremental snapshot is to be copied (r1, requested): asking for windows until it is done"
+    ]
+    assert w.due(T0 + 1) == [INCREMENTAL_SNAPSHOT]
+    payload = w.fire(w.due(T0 + 1), T0 + 1)
+    assert payload["reason"] == INCREMENTAL_SNAPSHOT and payload["pending"] == 0
+    assert payload["incremental_snapshot"] == "r1, requested"
+    assert payload["message"] == "an incremental snapshot is to be copied (r1, requested)"
+    # One window at a time: nothing until a window moved it on.
+    assert w.incremental("requested:r1", "r1, requested", T0 + 2) == [] and w.due(T0 + 2) == []
+    w.incremental("running:r1:1:1024:0", "r1, 1024 documents in 1 chunks so far", T0 + 30)
+    assert w.due(T0 + 30) == [INCREMENTAL_SNAPSHOT]
+    w.fire([INCREMENTAL_SNAPSHOT], T0 + 30)
+    # A window that committed its position (even without a chunk) is the window asked for.
+    w.committed({"rs0": at(40, 0)}, T0 + 41)
+    assert w.due(T0 + 41) == [INCREMENTAL_SNAPSHOT]
+    # Completed (or stopped): no more windows for it.
+    assert w.incremental(None, "", T0 + 60) == ["no incremental snapshot to copy"]
+    assert w.due(T0 + 60) == []
+
+
+def test_several_streams_ask_for_no_window_for_an_incremental_snapshot():
+    # Windows of several streams do not run incremental snapshots: asking would only spin.
+    w = watch()
+    w.committed({"shard0": at(0), "shard1": at(0)}, T0)
+    w.incremental("requested:r1", "r1, requested", T0)
+    assert w.due(T0 + 1) == []
+
+
+def test_changes_of_a_running_window_start_the_next_run_when_they_reach_a_threshold():
+    # What README says of the next run: the changes that arrive while a window runs make at most
+    # one next run, asked for once they reach a threshold; at once when the oldest is already
+    # max_delay old when the window commits.
+    w = watch(max_delay_s=30)
+    w.committed({"rs0": at(0)}, T0)
+    w.opened("rs0")
+    count(w, 1, 5, 100)
+    w.fire(w.due(T0 + 5), T0 + 5)
+    count(w, 10, 12, 3)  # during the window, after its end
+    w.committed({"rs0": at(9, 0)}, T0 + 14)
+    w.opened("rs0")
+    count(w, 10, 12, 3)
+    assert w.due(T0 + 14) == []  # 3 changes, the oldest 4 s old: not yet
+    assert w.due(T0 + 40) == [MAX_DELAY]  # its max_delay: the one next run
+    readme = (REPO / "README.md").read_text()
+    assert "started as soon as that window is done" not in readme
+    assert "once they reach a threshold" in " ".join(readme.split())

@@ -209,8 +209,12 @@ def test_resnapshot_form_refuses_a_collection_without_its_database_before_any_ru
         with pytest.raises(ParamValidationError) as raised:
             serialized.params.deep_merge({"collections": ["shop.customers", bad]}).validate()
         message = str(raised.value)
-        assert message.startswith(f"Invalid input for param collections: {bad!r} does not match"), message
-        assert "<database>.<collection>" in message and "shop.orders" in message, message
+        # The rule in words, never a regular expression.
+        first = message.splitlines()[0]
+        assert first == (
+            f"Invalid input for param collections: {bad!r} is not a '<database>.<collection>, e.g. shop.orders'"
+        ), message
+        assert "\\" not in message and "^" not in message and "pattern" not in message, message
 
 
 def test_resnapshot_collection_without_database_is_rejected_in_words():
@@ -237,3 +241,116 @@ def test_resnapshot_rendered_templates_show_the_mode_not_a_reset_offset(tmp_path
     task = resnapshot_dag(tmp_path, monkeypatch).get_task("resnapshot")
     assert "mode" in task.template_fields
     assert "reset_offset" not in task.template_fields and "force" not in task.template_fields
+
+
+# -- careless values: one entry's DAGs, never the file's ------------------------------------------------
+
+VALID = {"name": "orders", "config": {"topic.prefix": "orders"}}
+VALID_DAGS = ["mongocdc_orders_hourly", "mongocdc_orders_resnapshot", "mongocdc_orders_watchdog"]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"watchdog_schedule": [300]}, "'watchdog_schedule' must be a cron expression or preset"),
+        ({"tags": ["t" * 101]}, "a tag may have at most 100 characters"),
+        ({"name": "n" * 240}, "Airflow's limit is 250"),
+        ({"start_date": "P1D"}, "'start_date' must be an ISO 8601 date"),
+        ({"start_date": "10:00"}, "'start_date' must be an ISO 8601 date"),
+        ({"window_schedule": {"clock": 1e20}}, "'window_schedule' 'clock' 1e+20 is not a number of seconds"),
+        ({"schedule": 1e20}, "'schedule' 1e+20 is not a number of seconds"),
+        ({"schedule": "every hour"}, "'schedule' 'every hour' is not a cron expression or preset"),
+        ({"watchdog_schedule": -5}, "'watchdog_schedule' -5 is not a number of seconds between runs above 0"),
+        ({"watchdog_schedule": float("nan")}, "'watchdog_schedule' nan is not a number of seconds"),
+        ({"conn_ids": {"mongo": 5}}, "'conn_ids' must be an object with the keys mongo, kafka, spark"),
+        (
+            {"config": {"topic.prefix": "careless", "value.converter.basic.auth.user.info": "u:p"}},
+            "'config' holds credential properties (value.converter.basic.auth.user.info)",
+        ),
+        (
+            {"config": {"topic.prefix": "careless", "producer.override.sasl.jaas.config": "x"}},
+            "'config' holds credential properties (producer.override.sasl.jaas.config)",
+        ),
+    ],
+)
+def test_a_careless_value_makes_its_entry_invalid_and_the_other_connectors_load(
+    tmp_path, monkeypatch, values, message
+):
+    careless = {"name": "careless", "config": {"topic.prefix": "careless"}, **values}
+    bag = load(dag_folder(tmp_path, [VALID, careless]), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    invalid = [dag_id for dag_id in bag.dags if dag_id.startswith("mongocdc_invalid_")]
+    assert sorted(set(bag.dags) - set(invalid)) == VALID_DAGS
+    (dag_id,) = invalid
+    assert message in bag.dags[dag_id].description, bag.dags[dag_id].description
+    assert "connector entry #2" in bag.dags[dag_id].description
+    # The valid connector's DAGs are what the DAG processor would store.
+    for name in VALID_DAGS:
+        DagSerialization.to_dict(bag.dags[name])
+
+
+@pytest.mark.parametrize(
+    "values, check",
+    [
+        ({"schedule": 3600}, None),
+        ({"schedule": 1800.5, "watchdog_schedule": 300.0}, None),
+        ({"watchdog_schedule": "*/10 * * * *"}, None),
+        ({"schedule": None}, None),
+        ({"schedule": "@once"}, None),
+    ],
+)
+def test_seconds_work_wherever_the_clock_takes_them(tmp_path, monkeypatch, values, check):
+    entry = {"name": "timed", "config": {"topic.prefix": "timed"}, **values}
+    bag = load(dag_folder(tmp_path, [entry]), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    assert sorted(bag.dags) == [
+        "mongocdc_timed_hourly",
+        "mongocdc_timed_resnapshot",
+        "mongocdc_timed_watchdog",
+    ]
+    if values.get("schedule") == 3600:
+        assert bag.dags["mongocdc_timed_hourly"].timetable.delta.total_seconds() == 3600
+    if values.get("watchdog_schedule") == 300.0:
+        assert bag.dags["mongocdc_timed_watchdog"].timetable.delta.total_seconds() == 300
+
+
+def test_every_bad_value_of_an_entry_is_named_at_once(tmp_path, monkeypatch):
+    careless = {
+        "name": "careless",
+        "config": {"topic.prefix": "careless"},
+        "window_schedule": {"clock": "often", "changes": {"max_delay": "soon", "min_changes": -5}},
+        "watchdog_schedule": -5,
+        "start_date": "P1D",
+    }
+    bag = load(dag_folder(tmp_path, [VALID, careless]), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    text = bag.dags["mongocdc_invalid_careless"].description
+    for words in (
+        "5 problems",
+        "'window_schedule' 'clock' 'often' is not a cron expression",
+        "min_changes must be a whole number of changes, 1 or more, got -5",
+        "max_delay must be a duration, got 'soon'",
+        "'watchdog_schedule' -5 is not a number of seconds",
+        "'start_date' must be an ISO 8601 date",
+    ):
+        assert words in text, (words, text)
+
+
+def test_an_exception_while_building_an_entry_is_its_invalid_entry_dag(tmp_path, monkeypatch):
+    # Whatever fails while one entry's DAGs are built (here: Airflow refuses a DAG) stays that
+    # entry's: the file has no import error and the other connectors' DAGs load.
+    from airflow_provider_mongocdc import connector_dags as module
+
+    built = module.build_connector_dags
+
+    def failing(connector):
+        if connector.name == "careless":
+            raise RuntimeError("refused by Airflow")
+        return built(connector)
+
+    monkeypatch.setattr(module, "build_connector_dags", failing)
+    careless = {"name": "careless", "config": {"topic.prefix": "careless"}}
+    dags = module.connector_dags([VALID, careless])
+    assert sorted(dags) == sorted([*VALID_DAGS, "mongocdc_invalid_careless"])
+    text = dags["mongocdc_invalid_careless"].description
+    assert "its DAGs cannot be built: RuntimeError: refused by Airflow" in text, text

@@ -50,7 +50,7 @@ ELEMENTS = {
 ATTRIBUTES = {
     "lang", "charset", "class", "id", "href", "title", "colspan", "width", "height", "x", "y", "role",
     "aria-label", "data-top", "data-action", "data-connector", "data-lag-seconds", "data-partition",
-    "data-cluster-time", "data-generated-at",
+    "data-cluster-time", "data-generated-at", "data-watcher-state", "data-pending", "viewbox",
 }  # fmt: skip
 
 
@@ -114,7 +114,15 @@ def full_record(text: str = "x") -> dict[str, Any]:
         topic_prefix="shop",
         offsets_topic="shop.offsets",
         config_error=text,
+        change_driven=True,
     )
+    watcher = {
+        "at": "2026-11-26T11:59:30Z",
+        "pending": 3,
+        "pending_since": "2026-11-26T11:58:00Z",
+        "partitions": {"rs0": {"state": text, "pending": 3, "since": text, "note": text}},
+        "incremental_snapshot": text,
+    }
     window = {
         "dag_id": "mongocdc_hourly",
         "run_id": "run1",
@@ -145,7 +153,7 @@ def full_record(text: str = "x") -> dict[str, Any]:
     record = connector_record(
         identity,
         Sources(
-            offsets=Reading(OffsetsView({partition: state}, None, lease), NOW, None),
+            offsets=Reading(OffsetsView({partition: state}, None, lease, watcher=watcher), NOW, None),
             oplog=Reading(None, NOW, text),
             documents_left=Reading(None, NOW, text),
             runs=Reading(runs, NOW),

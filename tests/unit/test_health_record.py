@@ -25,7 +25,7 @@ from airflow_provider_mongocdc.core.health.record import (
 from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan
 from airflow_provider_mongocdc.core.offsets.lease import Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.plugins.health_page import render_page
 
 pytestmark = pytest.mark.unit
@@ -251,3 +251,133 @@ def test_page_row_shows_lag_red_headroom_words_for_an_unreachable_server_and_no_
     assert "Could not connect to MongoDB at mongodb://cdc:***@db:1" in lost and "pw1" not in html
     assert "1 connector(s) not shown: you may not read their DAGs" in html
     assert TOKEN["_data"] not in html
+
+
+def test_a_completed_incremental_snapshot_shows_as_completed_with_its_time_and_counts():
+    # The request stays in the offsets topic after its snapshot completed: it is no longer "requested".
+    request = IncrementalRequest("incremental-1", ("shop.customers",), requested_at=NOW - timedelta(hours=1))
+    done = IncrementalProgress(
+        "incremental-1",
+        status="completed",
+        done=("shop.customers",),
+        documents=60,
+        chunks=3,
+        started_at=NOW - timedelta(minutes=50),
+        completed_at=NOW - timedelta(minutes=40),
+    )
+    state = state_at(10, incremental=done.to_json())
+    offsets = Reading(OffsetsView({PARTITION: state}, request.to_json(), None), NOW)
+    shown = record(Sources(offsets=offsets))["incremental_snapshot"]
+    assert shown["status"] == "completed" and shown["request_id"] == "incremental-1"
+    assert (shown["documents"], shown["chunks_done"]) == (60, 3)
+    assert shown["completed_at"] == "2026-11-26T11:20:00Z"
+    html = render_page(
+        [record(Sources(offsets=offsets))],
+        generated_at=NOW,
+        dag_id=None,
+        list_errors=[],
+        hidden=0,
+        threshold_seconds=THRESHOLD,
+    )
+    assert "waiting for the next window" not in html
+    assert "last one completed 2026-11-26 11:20:00 UTC" in html and "60 documents in 3 chunks" in html
+    # A new request after it: requested again, until a window takes it up.
+    again = IncrementalRequest("incremental-2", (), requested_at=NOW)
+    offsets = Reading(OffsetsView({PARTITION: state}, again.to_json(), None), NOW)
+    assert record(Sources(offsets=offsets))["incremental_snapshot"]["status"] == "requested"
+
+
+def test_offsets_show_lists_a_request_until_its_snapshot_is_done_then_its_outcome():
+    from airflow_provider_mongocdc.cli import with_incremental_standing
+
+    request = IncrementalRequest("incremental-1", ("shop.customers",), requested_at=NOW)
+    shown = {
+        "partitions": [
+            {
+                "partition": PARTITION.to_dict(),
+                "offset": state_at(10).to_dict(),
+                "finished_chunks": {},
+            }
+        ],
+        "incremental_snapshot_requests": [
+            {"connector": "shop", "server_id": "shop", "request": request.to_json()}
+        ],
+    }
+    waiting = with_incremental_standing(json.loads(json.dumps(shown)))
+    assert [item["status"] for item in waiting["incremental_snapshot_requests"]] == ["requested"]
+    done = IncrementalProgress("incremental-1", status="completed", documents=60, chunks=3, completed_at=NOW)
+    shown["partitions"][0]["offset"] = state_at(10, incremental=done.to_json()).to_dict()
+    finished = with_incremental_standing(json.loads(json.dumps(shown)))
+    assert finished["incremental_snapshot_requests"] == []
+    (outcome,) = finished["incremental_snapshots"]
+    assert outcome["status"] == "completed" and outcome["id"] == "incremental-1"
+    assert (outcome["documents"], outcome["chunks"], outcome["completed_at"]) == (
+        60,
+        3,
+        "2026-11-26T12:00:00Z",
+    )
+
+
+def watcher_status(pending: int, since_before_now: int | None, reported_before_now: int = 20) -> dict:
+    """What a change watcher writes to the offsets topic (ChangeWatch.report)."""
+    since = NOW - timedelta(seconds=since_before_now) if since_before_now is not None else None
+    return {
+        "connector": "shop",
+        "at": (NOW - timedelta(seconds=reported_before_now)).isoformat(),
+        "pending": pending,
+        "pending_since": since.isoformat() if since else None,
+        "partitions": {"rs0": {"state": "watched", "pending": pending, "since": None, "note": ""}},
+        "waiting_for_window": False,
+        "last_event_at": None,
+        "incremental_snapshot": None,
+    }
+
+
+def test_change_driven_lag_tells_a_quiet_connector_from_one_that_is_behind():
+    # With change-driven windows no window runs while nothing changes: the lag grows, yet nothing
+    # is pending. The watcher's count (its status record in the offsets topic) tells which.
+    def shown(status):
+        offsets = Reading(OffsetsView({PARTITION: state_at(432)}, None, None, watcher=status), NOW)
+        return record(Sources(offsets=offsets), change_driven=True)
+
+    quiet = shown(watcher_status(0, None))
+    assert quiet["offsets"]["lag_seconds"] == 432
+    watcher = quiet["offsets"]["watcher"]
+    assert (watcher["state"], watcher["pending"], watcher["age_seconds"]) == ("quiet", 0, 20)
+    assert quiet["status"] == "ok"
+    behind = shown(watcher_status(120, 300))
+    assert behind["offsets"]["watcher"]["state"] == "behind"
+    assert behind["offsets"]["watcher"]["oldest_pending_seconds"] == 300
+    html = render_page(
+        [quiet, behind], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+    )
+    assert "quiet: no change pending" in html
+    assert "behind: 120 change(s) pending, the oldest 5 min 0 s old" in html
+    assert "change watcher counted 20 s ago" in html
+    # A watcher that stopped reporting (the triggerer is down) is a problem of its own.
+    stale = shown(watcher_status(0, None, reported_before_now=7200))
+    assert stale["status"] == "warning"
+    assert any("the change watcher last reported 2 h ago" in problem for problem in stale["problems"])
+    # A clock-scheduled connector has no watcher to ask.
+    assert record(Sources(offsets=view(state_at(432))))["offsets"]["watcher"] is None
+
+
+def test_the_watchers_status_record_is_read_from_the_offsets_topic_and_is_no_offset():
+    from airflow_provider_mongocdc.core.offsets.keys import watch_key
+    from airflow_provider_mongocdc.core.offsets.model import compact
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+
+    store = OffsetStore({"bootstrap.servers": "127.0.0.1:1"}, "shop.offsets")
+    contents = store.read_everything([(watch_key("shop", "shop"), compact(watcher_status(3, 60)))])
+    assert contents.states == {} and contents.skipped == 0
+    assert OffsetsView.of(contents, None, "shop").watcher["pending"] == 3
+
+
+def test_before_the_first_snapshot_a_silent_watcher_is_no_problem():
+    offsets = Reading(OffsetsView({}, None, None), NOW)
+    shown = record(Sources(offsets=offsets), change_driven=True)
+    assert shown["offsets"]["watcher"]["state"] == "waiting"
+    assert not any("change watcher" in problem for problem in shown["problems"])
+    offsets = Reading(OffsetsView({PARTITION: state_at(60)}, None, None), NOW)
+    shown = record(Sources(offsets=offsets), change_driven=True)
+    assert any("the change watcher has not reported yet" in problem for problem in shown["problems"])

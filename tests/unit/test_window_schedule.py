@@ -136,3 +136,13 @@ def test_schedule_and_window_schedule_together_are_refused(tmp_path, monkeypatch
     assert not bag.import_errors, bag.import_errors
     error = bag.dags["mongocdc_invalid_users"].description
     assert "give either 'schedule' or 'window_schedule', not both" in error
+
+
+def test_the_watcher_refuses_credential_properties_its_serialized_arguments_would_store():
+    from airflow_provider_mongocdc.core.base.errors import ConfigError
+
+    for name in ("value.converter.basic.auth.user.info", "producer.override.sasl.jaas.config"):
+        with pytest.raises(ConfigError) as raised:
+            MongoChangeWatcher("orders", connector_config={"topic.prefix": "orders", name: "user:secret"})
+        assert name in str(raised.value) and "user:secret" not in str(raised.value)
+        assert "stored in clear" in str(raised.value)

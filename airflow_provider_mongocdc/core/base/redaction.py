@@ -51,3 +51,18 @@ def error_text(error: BaseException, *, brief: bool = False) -> str:
     if brief:
         text = _DRIVER_TIMEOUTS.sub("", text.split(", Timeout:")[0])
     return redact_uri(text)
+
+
+# Connector properties whose value is a credential (or holds one): a JAAS line, a password, a key,
+# a token, the user:password of a schema registry (``*.basic.auth.user.info``).
+_CREDENTIAL_PROPERTY = re.compile(
+    r"(password|passwd|secret|token|credential|jaas|user\.info|private\.key|\.key\.pem|keystore\.key|"
+    r"api\.key|access\.key)",
+    re.IGNORECASE,
+)
+
+
+def credential_properties(properties) -> list[str]:
+    """The names among ``properties`` that name a credential (a password, a JAAS configuration, a
+    schema registry's ``basic.auth.user.info``, a key or a token), sorted."""
+    return sorted(str(name) for name in properties if _CREDENTIAL_PROPERTY.search(str(name)))

@@ -6,13 +6,15 @@ how long it keeps what it read.
 change stream opened at each stored position, the oplogs' oldest entries) with one contact attempt
 and short timeouts; :func:`count_documents_left` counts what a running incremental snapshot still
 has to copy. :class:`ReadingCache` keeps each :class:`~airflow_provider_mongocdc.core.health.record.Reading`
-for a short time, so that a page load does not probe MongoDB again, and says how old it is.
+for a short time, so that a page load does not probe MongoDB again, and says how old it is; a
+refresh takes a reading a few seconds old at most, and concurrent requests share one read.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -28,6 +30,11 @@ from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.window.incremental import ChunkReader
 
+# A refresh (``?refresh=true``) takes a reading no older than this many seconds: refreshes in a row
+# read Kafka and MongoDB once.
+REFRESH_S = 5.0
+# Readings kept per cache at most (the least recently used are dropped).
+MAX_ENTRIES = 256
 # Bounds of one read: a page waits at most about this long for an unreachable server.
 KAFKA_TIMEOUT_S = 10.0
 MONGO_TIMEOUT_MS = 5_000
@@ -91,32 +98,76 @@ def count_documents_left(
 
 
 class ReadingCache:
-    """Readings kept for ``ttl_s`` seconds per key; concurrent requests for the same key wait for
-    one read. Errors are kept too (an unreachable server is not contacted on every page load)."""
+    """Readings kept for ``ttl_s`` seconds per key, at most ``max_entries`` keys (the least
+    recently used go first).
+
+    ``refresh`` asks for a reading no older than ``refresh_s`` seconds, not for a new read each
+    time: refreshes in a row reuse the reading of the first. One read runs per key at a time
+    (single flight): a request that arrives while its key is being read waits for that read and
+    takes its result, fresh as it is. Errors are kept too (an unreachable server is not contacted
+    on every page load)."""
 
     def __init__(
         self,
         ttl_s: float,
         *,
+        refresh_s: float = REFRESH_S,
+        max_entries: int = MAX_ENTRIES,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = utcnow,
     ):
         self.ttl_s = ttl_s
+        self.refresh_s = min(refresh_s, ttl_s)
+        self.max_entries = max_entries
         self.clock = clock
         self.now = now
-        self._entries: dict[Hashable, tuple[float, Reading[Any]]] = {}
-        self._locks: dict[Hashable, threading.Lock] = {}
+        self._entries: OrderedDict[Hashable, tuple[float, Reading[Any]]] = OrderedDict()
+        self._flights: dict[Hashable, _Flight] = {}
         self._guard = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def get(self, key: Hashable, read: Callable[[], Any], *, refresh: bool = False) -> Reading[Any]:
-        """The kept reading of ``key`` while younger than the ttl (unless ``refresh``), else a new one."""
+        """The kept reading of ``key`` while younger than the ttl (``refresh``: than ``refresh_s``),
+        else the result of the read under way, else a new one."""
+        limit = self.refresh_s if refresh else self.ttl_s
         with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
             entry = self._entries.get(key)
-            if entry is not None and not refresh and self.clock() - entry[0] < self.ttl_s:
+            if entry is not None and self.clock() - entry[0] < limit:
+                self._entries.move_to_end(key)
                 return entry[1]
-            started = self.clock()
-            reading = Reading.of(read, self.now)
-            self._entries[key] = (started, reading)
-            return reading
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = _Flight()
+        if not leader:
+            flight.done.wait()
+            return flight.reading
+        started = self.clock()
+        try:
+            flight.reading = Reading.of(read, self.now)
+        finally:
+            with self._guard:
+                if flight.reading is not None:
+                    self._entries[key] = (started, flight.reading)
+                    self._entries.move_to_end(key)
+                    self._forget(started)
+                del self._flights[key]
+            flight.done.set()
+        return flight.reading
+
+    def _forget(self, now: float) -> None:
+        """Drop expired readings, then the least recently used ones above ``max_entries``."""
+        for key in [key for key, (started, _) in self._entries.items() if now - started >= self.ttl_s]:
+            del self._entries[key]
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+class _Flight:
+    """A read under way: those who wait for it take its reading."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reading: Reading[Any] | None = None

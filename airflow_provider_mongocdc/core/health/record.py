@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 
 from airflow_provider_mongocdc.core.base.redaction import redact_uri
-from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.gap.report import GAP, OK, SNAPSHOT_RUNNING, GapReport, PartitionCheck
 from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.mongo.oplog_span import ts_json
@@ -37,7 +37,11 @@ from airflow_provider_mongocdc.core.offsets.model import (
     timestamp_datetime,
 )
 from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
-from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
+from airflow_provider_mongocdc.core.snapshot.incremental import (
+    REQUESTED,
+    IncrementalProgress,
+    incremental_standing,
+)
 
 T = TypeVar("T")
 
@@ -107,6 +111,7 @@ class ConnectorIdentity:
     offsets_topic: str | None = None
     config_error: str | None = None
     chunk_size: int = 1024  # incremental.snapshot.chunk.size
+    change_driven: bool = False  # its windows are asked for by a change watcher
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ class OffsetsView:
     lease: Lease | None = None
     # Transactions open on the topic after what was read: later commits are not in this view.
     open_transactions: tuple[OpenTransaction, ...] = ()
+    # What the connector's change watcher last counted (its status record), as stored JSON.
+    watcher: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, contents: OffsetTopicContents, lease: Lease | None, topic_prefix: str) -> OffsetsView:
@@ -133,6 +140,7 @@ class OffsetsView:
             contents.requests.get((topic_prefix, topic_prefix)),
             lease,
             tuple(contents.open_transactions),
+            contents.watchers.get((topic_prefix, topic_prefix)),
         )
 
 
@@ -230,29 +238,32 @@ def lease_part(lease: Lease | None, now: datetime) -> dict[str, Any]:
 def incremental_part(
     view: OffsetsView, documents_left: Reading[Mapping[str, int]] | None, chunk_size: int, now: datetime
 ) -> dict[str, Any] | None:
-    """A running incremental snapshot (or the last one's outcome): the collection being copied,
-    documents so far, chunks done and left (from the documents left, when they could be counted)."""
-    progress = running_incremental(view)
-    request = IncrementalRequest.from_json(view.request) if view.request else None
-    if progress is None:
-        if request is not None and not request.stop:
-            return {
-                "status": "requested",
-                "request_id": request.request_id,
-                "collections": list(request.collections) or None,
-                "requested_at": iso_z(request.requested_at),
-                "note": "waiting for the next window to start copying",
-            }
-        last = latest_incremental(view)
-        if last is None:
-            return None
+    """A running incremental snapshot (or one requested, or the last one's outcome with its time
+    and counts): the collection being copied, documents so far, chunks done and left (from the
+    documents left, when they could be counted)."""
+    standing = incremental_standing(view.request, [state.incremental for state in view.states.values()])
+    if standing is None:
+        return None
+    progress = standing.progress
+    if standing.status == REQUESTED:
+        request = standing.request
         return {
-            "status": last.status,
-            "request_id": last.request_id,
-            "documents": last.documents,
-            "chunks_done": last.chunks,
-            "completed_at": iso_z(last.completed_at),
-            "note": last.message or "",
+            "status": "requested",
+            "request_id": request.request_id,
+            "collections": list(request.collections) or None,
+            "requested_at": iso_z(request.requested_at),
+            "note": "waiting for the next window to start copying",
+        }
+    if not standing.open:
+        return {
+            "status": progress.status,
+            "request_id": progress.request_id,
+            "documents": progress.documents,
+            "chunks_done": progress.chunks,
+            "collections_done": list(progress.done),
+            "started_at": iso_z(progress.started_at),
+            "completed_at": iso_z(progress.completed_at),
+            "note": progress.message or "",
         }
     part: dict[str, Any] = {
         "status": progress.status,
@@ -285,14 +296,84 @@ def running_incremental(view: OffsetsView) -> IncrementalProgress | None:
     return None
 
 
-def latest_incremental(view: OffsetsView) -> IncrementalProgress | None:
-    found = [IncrementalProgress.from_json(state.incremental) for state in view.states.values()]
-    found = [progress for progress in found if progress is not None]
-    return (
-        max(found, key=lambda p: p.completed_at or p.started_at or datetime.min.replace(tzinfo=timezone.utc))
-        if found
-        else None
-    )
+def watcher_part(
+    status: Mapping[str, Any] | None, identity: ConnectorIdentity, has_offsets: bool, found: _Findings
+) -> dict[str, Any] | None:
+    """What the change watcher last counted, and what it makes of the lag: ``quiet`` (nothing
+    pending: the committed position is old because nothing captured changed, windows run when
+    changes come), ``behind`` (changes pending since ``pending_since``: the real delay is the
+    oldest pending change's age) or ``waiting`` (a stream has no position a window could start
+    from, or is blocked). A watcher that stopped reporting is a problem of its own."""
+    if not identity.change_driven:
+        return None
+    now = found.now
+    if not isinstance(status, Mapping):
+        if not has_offsets:  # it waits for the first snapshot's position (and writes nothing until then)
+            return {
+                "state": "waiting",
+                "note": "no offsets yet: the change watcher waits for the first snapshot",
+            }
+        found.add(WARNING_STATUS, f"the change watcher has not reported yet: {WATCHER_CHECK}")
+        return {"state": "unknown", "note": f"not reported yet: {WATCHER_CHECK}"}
+    reported = _moment(status.get("at"))
+    age = max(0, int((now - reported).total_seconds())) if reported else None
+    pending = status.get("pending") if isinstance(status.get("pending"), int) else None
+    since = _moment(status.get("pending_since"))
+    states = [
+        item.get("state") for item in (status.get("partitions") or {}).values() if isinstance(item, Mapping)
+    ]
+    part: dict[str, Any] = {
+        "pending": pending,
+        "pending_since": iso_z(since),
+        "oldest_pending_seconds": max(0, int((now - since).total_seconds())) if since else None,
+        "reported_at": iso_z(reported),
+        "age_seconds": age,
+        "waiting_for_window": bool(status.get("waiting_for_window")),
+        "incremental_snapshot": status.get("incremental_snapshot"),
+    }
+    if any(state not in ("watched", "disabled") for state in states):
+        notes = [
+            f"{name}: {item.get('note')}"
+            for name, item in (status.get("partitions") or {}).items()
+            if isinstance(item, Mapping) and item.get("state") not in ("watched", "disabled")
+        ]
+        part.update(state="waiting", note="; ".join(notes) or "a stream is not watched")
+    elif pending:
+        part.update(state="behind", note=f"{pending} change(s) pending")
+    else:
+        part.update(
+            state="quiet", note="no change pending: nothing captured changed since the committed position"
+        )
+    if age is None or age > WATCHER_STALE_S:
+        found.add(
+            WARNING_STATUS,
+            f"the change watcher last reported {_ago(age)}: {WATCHER_CHECK}",
+        )
+        part["stale"] = True
+    return part
+
+
+# The change watcher reports at least every 10 minutes; older than this, it is not running.
+WATCHER_STALE_S = 1800
+WATCHER_CHECK = (
+    "is Airflow's triggerer running and the window DAG switched on? The triggerer's log says why the "
+    "watcher stopped"
+)
+
+
+def _moment(value: Any) -> datetime | None:
+    """An ISO time of the watcher's status, None for anything else (the status is a hint)."""
+    try:
+        return parse_iso(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _ago(seconds: int | None) -> str:
+    if seconds is None:
+        return "at an unknown time"
+    minutes = seconds // 60
+    return f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
 
 
 def window_chart(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -392,6 +473,7 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
                 + view.open_transactions[0].expiry()
                 + ")",
             )
+        offsets["watcher"] = watcher_part(view.watcher, identity, bool(rows), found)
         if not rows:
             found.add(WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
         elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):

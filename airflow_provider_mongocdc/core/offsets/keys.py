@@ -4,7 +4,9 @@ Every key is ``["<connector>", {fields}]``: ``{"server_id", "rs"}`` an offset; p
 and ``"chunk"`` a snapshot chunk marker; ``{"server_id", "lease": "connector"}`` the connector's
 lease (:mod:`airflow_provider_mongocdc.core.offsets.lease`; :func:`parse_key` reads it as neither an offset nor a chunk marker, a
 tombstone frees it); ``{"server_id", "incremental_snapshot": "request"}`` its incremental snapshot
-request (:mod:`airflow_provider_mongocdc.core.window.incremental`). Layout and reasons: docs/design.md, "Offsets".
+request (:mod:`airflow_provider_mongocdc.core.window.incremental`); ``{"server_id", "watcher": "status"}``
+what its change watcher last counted (written by the watcher outside any transaction; no offset).
+Layout and reasons: docs/design.md, "Offsets".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, compac
 
 LEASE_NAME = "connector"
 REQUEST_NAME = "request"
+WATCH_NAME = "status"
 
 
 def _split(key: bytes | None) -> tuple[Any, dict[str, Any]] | None:
@@ -72,5 +75,27 @@ def request_owner(key: bytes | None) -> tuple[str, str] | None:
         return None
     connector, fields = split
     if fields.get("incremental_snapshot") == REQUEST_NAME and isinstance(fields.get("server_id"), str):
+        return str(connector), fields["server_id"]
+    return None
+
+
+def watch_key(server_id: str, connector: str | None = None) -> bytes:
+    """The key of what connector ``server_id``'s change watcher last counted."""
+    return compact([connector or server_id, {"server_id": server_id, "watcher": WATCH_NAME}])
+
+
+def watch_owner(key: bytes | None) -> tuple[str, str] | None:
+    """``(connector, server_id)`` of a change watcher's status key, else None."""
+    if not key or b"watcher" not in key:
+        return None
+    split = _split(key)
+    if split is None:
+        return None
+    connector, fields = split
+    if (
+        fields.get("watcher") == WATCH_NAME
+        and isinstance(fields.get("server_id"), str)
+        and "rs" not in fields
+    ):
         return str(connector), fields["server_id"]
     return None

@@ -45,6 +45,7 @@ from airflow_provider_mongocdc.core.offsets.keys import (
     parse_key,
     request_key,
     request_owner,
+    watch_owner,
 )
 from airflow_provider_mongocdc.core.offsets.model import (
     FORMAT_VERSION,
@@ -85,6 +86,8 @@ class OffsetTopicContents:
     chunks: dict[tuple[OffsetPartition, str], dict[str, ChunkMarker]] = field(default_factory=dict)
     # incremental snapshot requests by (connector, server_id), as stored JSON
     requests: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # what each connector's change watcher last counted, by (connector, server_id), as stored JSON
+    watchers: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     skipped: int = 0
     # transactions still open on the topic after what was read (a reader that only shows offsets)
     open_transactions: list[OpenTransaction] = field(default_factory=list)
@@ -193,11 +196,19 @@ class OffsetStore:
             parsed = parse_key(key)
             if parsed is None:
                 owner = request_owner(key)
+                watcher = watch_owner(key) if owner is None else None
                 if owner is not None:
                     if value is None:
                         folded.requests.pop(owner, None)
                     else:
                         folded.requests[owner] = json.loads(value)
+                elif watcher is not None:
+                    try:
+                        folded.watchers[watcher] = json.loads(value) if value is not None else None
+                    except ValueError:
+                        folded.watchers.pop(watcher, None)  # a status is a hint: an unreadable one is none
+                    if folded.watchers.get(watcher) is None:
+                        folded.watchers.pop(watcher, None)
                 elif not is_lease_key(key):  # leases share the topic (core/offsets/lease.py)
                     folded.skipped += 1
                 continue

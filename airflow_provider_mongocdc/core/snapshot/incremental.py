@@ -262,3 +262,75 @@ def superseded_incremental(state: OffsetState, snapshot_id: str) -> OffsetState:
     )
     stopped = progress.finish(STOPPED, f"superseded by the blocking snapshot {snapshot_id}")
     return replace(state, incremental=stopped.to_json())
+
+
+# -- where the connector stands ---------------------------------------------------------------------
+REQUESTED = "requested"
+
+
+@dataclass(frozen=True)
+class IncrementalStanding:
+    """The connector's incremental snapshot as its readers show it: ``requested`` (a request no
+    window has taken up yet), ``running`` (``progress``), or the last one's outcome
+    (``completed``/``stopped``, ``progress`` its counts and time); ``open`` says whether windows
+    still have work to do for it."""
+
+    status: str
+    request: IncrementalRequest | None = None
+    progress: IncrementalProgress | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status in (REQUESTED, RUNNING)
+
+    @property
+    def request_id(self) -> str | None:
+        if self.progress is not None:
+            return self.progress.request_id
+        return self.request.request_id if self.request is not None else None
+
+    def marker(self) -> str:
+        """Changes whenever a window moved it on (a chunk committed, a request taken up)."""
+        progress = self.progress
+        if progress is None:
+            return f"{self.status}:{self.request_id}"
+        return f"{progress.status}:{progress.request_id}:{progress.chunks}:{progress.documents}:{progress.rereads}"
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``mongocdc offsets show`` says of it."""
+        shown: dict[str, Any] = {"status": self.status, "id": self.request_id}
+        if self.progress is not None:
+            progress = self.progress
+            shown.update(
+                documents=progress.documents,
+                chunks=progress.chunks,
+                started_at=iso_z(progress.started_at),
+                completed_at=iso_z(progress.completed_at),
+                message=progress.message,
+            )
+        elif self.request is not None:
+            shown.update(
+                collections=list(self.request.collections), requested_at=iso_z(self.request.requested_at)
+            )
+        return shown
+
+
+def incremental_standing(
+    request: Mapping[str, Any] | None, progresses: Sequence[Mapping[str, Any] | None]
+) -> IncrementalStanding | None:
+    """Where the connector's incremental snapshot stands, from its stored request and the progress
+    stored in each partition's offset (None: none was ever asked for). A request counts as
+    requested only until a window takes it up (a progress of the same id): once that one completed
+    or was stopped, the last outcome is shown, not the request."""
+    found = [progress for progress in map(IncrementalProgress.from_json, progresses) if progress is not None]
+    for progress in found:
+        if progress.running:
+            return IncrementalStanding(RUNNING, progress=progress)
+    asked = IncrementalRequest.from_json(request) if request else None
+    if asked is not None and not asked.stop and all(p.request_id != asked.request_id for p in found):
+        return IncrementalStanding(REQUESTED, request=asked)
+    if not found:
+        return None
+    earliest = datetime.min.replace(tzinfo=timezone.utc)
+    last = max(found, key=lambda p: p.completed_at or p.started_at or earliest)
+    return IncrementalStanding(last.status, request=asked, progress=last)

@@ -83,37 +83,54 @@ class WatchSettings:
         return POLLS_PER_CHECK * self.poll_interval_s
 
     def __post_init__(self) -> None:
+        """Checks every value; one ConfigError names each bad one (``problems``: their errors)."""
+        problems: list[ConfigError] = []
         if (
             isinstance(self.min_changes, bool)
             or not isinstance(self.min_changes, int)
             or self.min_changes < 1
         ):
-            raise ConfigError(
-                f"min_changes must be a whole number of changes, 1 or more, got {self.min_changes!r}",
-                fix=f"give min_changes like {DEFAULT_MIN_CHANGES}",
+            problems.append(
+                ConfigError(
+                    f"min_changes must be a whole number of changes, 1 or more, got {self.min_changes!r}",
+                    fix=f"give min_changes like {DEFAULT_MIN_CHANGES}",
+                )
             )
         for name in ("max_delay_s", "min_headroom_s", "poll_interval_s", "refire_after_s"):
             label = name.removesuffix("_s")
-            object.__setattr__(self, name, parse_duration(getattr(self, name), label))
+            try:
+                object.__setattr__(self, name, parse_duration(getattr(self, name), label))
+            except ConfigError as error:
+                problems.append(error)
+        if problems:
+            raise _settings_error(problems)
         if not MIN_POLL_INTERVAL_S <= self.poll_interval_s <= MAX_POLL_INTERVAL_S:
-            raise ConfigError(
-                f"poll_interval must lie between {MIN_POLL_INTERVAL_S:g} s and {MAX_POLL_INTERVAL_S:g} s, "
-                f"got {self.poll_interval_s:g} s",
-                cause="the server holds each idle read this long: longer would notice max_delay late, "
-                "shorter costs CPU without benefit",
-                fix=f'leave it out (default {DEFAULT_POLL_INTERVAL_S:g} s) or give e.g. "5s"',
+            problems.append(
+                ConfigError(
+                    f"poll_interval must lie between {MIN_POLL_INTERVAL_S:g} s and {MAX_POLL_INTERVAL_S:g} s, "
+                    f"got {self.poll_interval_s:g} s",
+                    cause="the server holds each idle read this long: longer would notice max_delay late, "
+                    "shorter costs CPU without benefit",
+                    fix=f'leave it out (default {DEFAULT_POLL_INTERVAL_S:g} s) or give e.g. "5s"',
+                )
             )
         if self.max_delay_s <= 0:
-            raise ConfigError(
-                "max_delay must be longer than 0",
-                fix='give the longest a change may wait for its window, e.g. "60s"',
+            problems.append(
+                ConfigError(
+                    "max_delay must be longer than 0",
+                    fix='give the longest a change may wait for its window, e.g. "60s"',
+                )
             )
         if self.refire_after_s < self.poll_interval_s:
-            raise ConfigError(
-                f"refire_after ({describe_seconds(self.refire_after_s)}) is shorter than "
-                f"poll_interval ({describe_seconds(self.poll_interval_s)})",
-                fix=f"leave refire_after out (default {describe_seconds(DEFAULT_REFIRE_AFTER_S)})",
+            problems.append(
+                ConfigError(
+                    f"refire_after ({describe_seconds(self.refire_after_s)}) is shorter than "
+                    f"poll_interval ({describe_seconds(self.poll_interval_s)})",
+                    fix=f"leave refire_after out (default {describe_seconds(DEFAULT_REFIRE_AFTER_S)})",
+                )
             )
+        if problems:
+            raise _settings_error(problems)
 
     @classmethod
     def from_entry(cls, value: Any) -> WatchSettings:
@@ -144,3 +161,16 @@ class WatchSettings:
             f"min_changes {self.min_changes}, max_delay {describe_seconds(self.max_delay_s)}, "
             f"min_headroom {headroom}"
         )
+
+
+def _settings_error(problems: list[ConfigError]) -> ConfigError:
+    """One error naming every bad value (one alone as it is); ``problems`` keeps each."""
+    if len(problems) == 1:
+        error = problems[0]
+    else:
+        listed = "; ".join(f"{number}) {problem}" for number, problem in enumerate(problems, 1))
+        error = ConfigError(
+            f"{len(problems)} values are not valid: {listed}", fix="correct each value listed"
+        )
+    error.problems = tuple(problems)  # type: ignore[attr-defined]
+    return error

@@ -11,8 +11,13 @@ and builds the event (:meth:`ChangeWatch.fire`).
 Counting starts after the committed position, or after the newest change of the last event while
 no window has committed past it yet: an event asks for one window, and until that window has
 committed (or ``refire_after`` passed without it) no other event is sent, so the changes that arrive
-while a window runs make at most one next run. The watcher only reads: it never commits an offset
-and never takes the connector's lease. Rules and reasons: docs/design.md, "Change-driven windows".
+while a window runs make at most one next run, asked for once they reach a threshold (at once when
+the oldest of them is already ``max_delay`` old). A committed position that moved back (``mongocdc
+offsets set``) is counted from again. While an incremental snapshot is requested or running
+(:meth:`ChangeWatch.incremental`), windows are asked for one after the other (reason
+``incremental_snapshot``) until it completes or is stopped: it moves on only in windows. The watcher
+only reads: it never commits an offset and never takes the connector's lease. Rules and reasons:
+docs/design.md, "Change-driven windows".
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from airflow_provider_mongocdc.core.offsets.model import Position, describe_posi
 from airflow_provider_mongocdc.core.watch.settings import WatchSettings, describe_seconds
 from airflow_provider_mongocdc.core.watch.stream import position_order
 
-# Why a window is asked for: the threshold that was reached.
+# Why a window is asked for: the threshold that was reached, or an incremental snapshot to move on.
 MIN_CHANGES, MAX_DELAY, MIN_HEADROOM = "min_changes", "max_delay", "min_headroom"
+INCREMENTAL_SNAPSHOT = "incremental_snapshot"
 # A partition's state: watched; streaming disabled (snapshot.mode=initial_only); waiting for a
 # position a window could start from (no offset yet, a snapshot in progress); blocked until its
 # committed position changes (purged from the oplog, or refused by MongoDB).
@@ -84,6 +90,7 @@ class Outstanding:
     at: float
     announced: Mapping[str, Position]
     committed: Mapping[str, Position | None]
+    incremental: str | None = None  # the incremental snapshot's marker when the event was sent
 
 
 @dataclass
@@ -99,6 +106,10 @@ class ChangeWatch:
     last_event_at: float | None = None
     # A committed position moved or began to be watched: its oplog check is due.
     recheck: bool = False
+    # The requested or running incremental snapshot (its marker: it changes as windows move it
+    # on), None without one; and its words for the event.
+    incremental_work: str | None = None
+    incremental_note: str = ""
 
     # -- inputs ------------------------------------------------------------------------------------
     def committed(self, starts: Mapping[str, Position | str | None], now: float) -> list[str]:
@@ -125,6 +136,7 @@ class ChangeWatch:
             moved = partition.committed != start
             if not moved and partition.state in (WATCHED, BLOCKED):
                 continue
+            previous = partition.committed
             partition.committed = start
             self.recheck = True
             if partition.state != WATCHED:
@@ -133,6 +145,14 @@ class ChangeWatch:
                 notes.append(f"watching {name} from the committed position {start.describe()}")
                 continue
             partition.headroom = None  # it was measured for the previous position
+            if previous is not None and position_order(start) < position_order(previous):
+                # Moved back (mongocdc offsets set): what lies after it is pending again.
+                partition.announced = None
+                partition.rebase(start)
+                notes.append(
+                    f"the committed position of {name} moved back to {start.describe()}: counting from it again"
+                )
+                continue
             announced = partition.announced
             if announced is not None and position_order(start) >= position_order(announced):
                 partition.announced = announced = None  # a window committed past the last event's changes
@@ -143,6 +163,22 @@ class ChangeWatch:
             )
             if position_order(base) > position_order(partition.counting_from):
                 partition.rebase(base)  # a window carried what was counted: count what is left
+        notes.extend(self._settle(now))
+        return notes
+
+    def incremental(self, marker: str | None, note: str, now: float) -> list[str]:
+        """The connector's incremental snapshot: ``marker`` while one is requested or running
+        (changing as windows move it on), None without one. Returns the lines to log."""
+        notes: list[str] = []
+        if marker is not None and len(self.partitions) > 1:
+            marker = None  # windows of several streams do not run incremental snapshots
+        if (marker is None) != (self.incremental_work is None):
+            notes.append(
+                f"an incremental snapshot is to be copied ({note}): asking for windows until it is done"
+                if marker is not None
+                else "no incremental snapshot to copy"
+            )
+        self.incremental_work, self.incremental_note = marker, note
         notes.extend(self._settle(now))
         return notes
 
@@ -245,6 +281,8 @@ class ChangeWatch:
             reasons.append(MAX_DELAY)
         if self._low_headroom(now) is not None:
             reasons.append(MIN_HEADROOM)
+        if self.incremental_work is not None:
+            reasons.append(INCREMENTAL_SNAPSHOT)
         return reasons
 
     def fire(self, reasons: list[str], now: float) -> dict:
@@ -259,6 +297,7 @@ class ChangeWatch:
             "pending_since": _time(self.oldest),
             "newest_change": _time(max((p.newest for p in watched if p.newest), default=None)),
             "headroom_seconds": min((p.headroom[0] for p in watched if p.headroom), default=None),
+            "incremental_snapshot": self.incremental_note if self.incremental_work is not None else None,
             "partitions": {p.name: p.to_dict() for p in watched},
             "at": iso_z(datetime.fromtimestamp(now, timezone.utc)),
         }
@@ -268,10 +307,33 @@ class ChangeWatch:
                 p.announced = announced[p.name] = p.read_to
                 p.counting_from = p.read_to
                 p.count, p.oldest, p.newest = 0, None, None
-        self.outstanding = Outstanding(now, announced, {p.name: p.committed for p in watched})
+        self.outstanding = Outstanding(
+            now, announced, {p.name: p.committed for p in watched}, self.incremental_work
+        )
         self.events += 1
         self.last_event_at = now
         return payload
+
+    def report(self, now: float) -> dict:
+        """What the watcher counts now, for readers of the offsets topic (the MongoDB CDC page):
+        the pending changes and since when, each stream's state, whether an event waits for its
+        window, the last event. ``at``: when it was counted."""
+        oldest = self.oldest
+        return {
+            "connector": self.connector,
+            "at": iso_z(datetime.fromtimestamp(now, timezone.utc)),
+            "pending": self.pending,
+            "pending_since": _time(oldest),
+            "partitions": {
+                p.name: {"state": p.state, "pending": p.count, "since": _time(p.oldest), "note": p.note}
+                for p in self.partitions.values()
+            },
+            "waiting_for_window": self.outstanding is not None,
+            "last_event_at": iso_z(datetime.fromtimestamp(self.last_event_at, timezone.utc))
+            if self.last_event_at is not None
+            else None,
+            "incremental_snapshot": self.incremental_note if self.incremental_work is not None else None,
+        }
 
     def status(self, now: float, polls: int) -> str:
         """One line for the log: what is pending, what is watched, the last event."""
@@ -313,6 +375,8 @@ class ChangeWatch:
                 self.partitions[name].committed != committed
                 for name, committed in outstanding.committed.items()
             )
+        if outstanding.incremental is not None and self.incremental_work != outstanding.incremental:
+            settled = True  # a window moved the incremental snapshot on (or it ended)
         if settled:
             self.outstanding = None
             return []
@@ -361,6 +425,8 @@ class ChangeWatch:
                     f"{self.pending} change(s) pending{since}, the oldest {age} old "
                     f"(max_delay {describe_seconds(settings.max_delay_s)})"
                 )
+            elif reason == INCREMENTAL_SNAPSHOT:
+                texts.append(f"an incremental snapshot is to be copied ({self.incremental_note})")
             elif reason == MIN_HEADROOM:
                 low = self._low_headroom(now)
                 texts.append(
