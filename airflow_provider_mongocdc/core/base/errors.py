@@ -64,3 +64,12 @@ class DeliveryError(MongoCdcError):
 
 class LeaseHeldError(MongoCdcError):
     """Another snapshot or window of the same connector holds the connector's lease."""
+
+
+class TableError(MongoCdcError):
+    """A Delta table cannot be written or read as the apply needs (its location, its owner, its
+    layout)."""
+
+
+class EventFormatError(MongoCdcError):
+    """A record of a topic is not a MongoDB change event the apply can read."""
