@@ -42,6 +42,7 @@ ENTRY_KEYS = {
     "config",
     "config_variable",
     "conn_ids",
+    "delta",
     "pool",
     "schedule",
     "watchdog_schedule",
@@ -243,6 +244,20 @@ def _entry_tags(entry: Mapping[str, Any], name: str, label: str) -> list[str]:
     return [*TAGS, *([] if name == DEFAULT_NAME else [name]), *tags]
 
 
+def _entry_delta(entry: Mapping[str, Any], label: str):
+    """The entry's ``delta`` settings (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`),
+    or None: the collections kept as Delta tables by a ``delta_apply`` task after each window."""
+    if entry.get("delta") is None:
+        return None
+    from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+    from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+
+    try:
+        return DeltaSettings.from_mapping(entry["delta"])
+    except MongoCdcError as error:
+        raise ConnectorEntryError(f"{label}: 'delta' is not valid: {error}") from None
+
+
 class Connector:
     """One validated entry of the connector list, its keys checked one after the other."""
 
@@ -255,6 +270,7 @@ class Connector:
         self.schedule, self.changes, self.watchdog_schedule = _entry_schedules(entry, label)
         self.start_date = _entry_start_date(entry, label)
         self.tags = _entry_tags(entry, name, label)
+        self.delta = _entry_delta(entry, label)
         self.dag_ids = dag_ids(name)
 
     # -- run-time macros ---------------------------------------------------------------------------
@@ -453,7 +469,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
 
 
 def window_dag(connector: Connector, common: Mapping[str, Any]):
-    """``mongocdc_hourly``: snapshot >> window."""
+    """``mongocdc_hourly``: snapshot >> window (>> delta_apply, with ``delta``)."""
     from airflow.sdk import DAG
 
     from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
@@ -464,7 +480,8 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
         dag_id=ids["hourly"],
         schedule=window_dag_schedule(connector),
         doc_md=HOURLY_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"])
-        + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else ""),
+        + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else "")
+        + (DELTA_DOC.format(location=connector.delta.location) if connector.delta else ""),
         **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
     ) as dag:
@@ -481,7 +498,21 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
             **connector.arguments(MongoStreamWindowOperator),
         )
         snapshot >> window
+        if connector.delta is not None:
+            window >> delta_apply_task(connector)
     return dag
+
+
+def delta_apply_task(connector: Connector):
+    """The task that applies the connector's topics to its Delta tables, in the connector's pool."""
+    from airflow_provider_mongocdc.operators.delta_apply import MongoDeltaApplyOperator
+
+    return MongoDeltaApplyOperator(
+        task_id="delta_apply",
+        delta=connector.delta.to_json(),
+        execution_timeout=WINDOW_TIMEOUT,
+        **connector.arguments(MongoDeltaApplyOperator),
+    )
 
 
 def resnapshot_dag(connector: Connector, common: Mapping[str, Any]):
@@ -592,6 +623,14 @@ asset event says why (Asset `mongocdc.<name>.changes`). A run started by it has 
 its window ends when the window task starts. One run at a time: changes that arrive while a
 window runs make at most one next run. Before the first snapshot the watcher stays quiet: press
 **Trigger** once (or keep a clock in the schedule) to take it.
+"""
+
+DELTA_DOC = """
+**Delta Lake tables.** After each window, **delta_apply** applies the connector's topics to one
+Delta table per collection under `{location}` (`<database>/<collection>`), exactly once: each table
+records the topic positions it applied in the same commit as its rows. A completed snapshot sweeps
+rows that are gone from MongoDB; small files are compacted and old ones vacuumed on the entry's
+schedule (README, "Delta Lake tables").
 """
 
 RESNAPSHOT_DOC = """
