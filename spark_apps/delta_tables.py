@@ -44,11 +44,10 @@ from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
 from airflow_provider_mongocdc.core.apply.snapshots import read_status
 from airflow_provider_mongocdc.core.apply.state import (
     TableState,
-    check_owner,
     compacted_app_id,
     vacuumed_app_id,
 )
-from airflow_provider_mongocdc.core.apply.topics import DataTopic
+from airflow_provider_mongocdc.core.apply.topics import DataTopic, partitions_of
 from airflow_provider_mongocdc.core.base.errors import TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
@@ -303,7 +302,11 @@ class DeltaTableStore:
         nulls = {quoted(name): "NULL" for name in self._stale_columns}
         if commit.rows == 0:
             return self._state_only(table, commit, layout, properties)
-        swept = self._count_swept(table, commit.sweep, soft) if commit.sweep is not None else 0
+        swept = (
+            self._count_swept(table, commit.sweep, soft, commit.columns[ID])
+            if commit.sweep is not None
+            else 0
+        )
         everything = {quoted(name): f"s.{quoted(name)}" for name in names} | nulls
         merger = table.merge(
             self._data(commit, layout),
@@ -352,8 +355,11 @@ class DeltaTableStore:
             )
         return updates
 
-    def _count_swept(self, table: DeltaTable, sweep: int, soft: bool) -> int:
+    def _count_swept(self, table: DeltaTable, sweep: int, soft: bool, keys: list[str] | None = None) -> int:
+        """The table's rows a sweep removes: older than its generation and not in the batch."""
         condition = pc.field(GENERATION) < sweep
+        if keys:
+            condition = condition & ~pc.field(ID).isin(keys)
         if soft:
             condition = condition & ~pc.field(DELETED)
         return table.to_pyarrow_dataset().count_rows(filter=condition)
@@ -362,8 +368,8 @@ class DeltaTableStore:
         self, table: DeltaTable, commit: Commit, layout: TableLayout, properties: CommitProperties
     ) -> dict[str, Any]:
         """A commit without rows: the sweep alone, or only the positions and snapshot state."""
-        if commit.sweep is not None:
-            swept = self._count_swept(table, commit.sweep, layout.soft_delete)
+        swept = self._count_swept(table, commit.sweep, layout.soft_delete) if commit.sweep is not None else 0
+        if swept:  # delta-rs writes no commit for a delete or update that matches nothing
             old = f"{quoted(GENERATION)} < {int(commit.sweep)}"
             if layout.soft_delete:
                 updates = self._swept_updates(commit)
@@ -445,9 +451,7 @@ def check_writable(location: str, conn_id: str | None) -> None:
 
 
 # -- one table's apply, in the driver or in a Spark task -----------------------------------------------
-def apply_table_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """Apply one topic to its table (``task``: what :func:`table_task` wrote); returns its summary.
-    Runs in the application's driver or in a Spark task (importable from the shipped code)."""
+def _table_apply(task: Mapping[str, Any]) -> tuple[TableApply, list[int]]:
     config = ConnectorConfig.from_properties(task["connector"])
     settings = DeltaSettings.from_mapping(task["delta"])
     topic = DataTopic(task["topic"], task["database"], task["collection"])
@@ -467,7 +471,15 @@ def apply_table_task(task: Mapping[str, Any]) -> dict[str, Any]:
         vacuum_every_s=settings.vacuum_every_s,
         vacuum_retention_s=settings.vacuum_retention_s,
     )
-    apply = TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic))
+    return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
+        "partitions"
+    ) or []
+
+
+def apply_table_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply one topic to its table (``task``: what :func:`table_task` wrote); returns its summary.
+    Runs in the application's driver or in a Spark task (importable from the shipped code)."""
+    apply, _ = _table_apply(task)
     return apply.run()
 
 
@@ -491,16 +503,7 @@ def table_task(
 
 
 def check_table(task: Mapping[str, Any]) -> None:
-    """A table's checks before any table changes: who wrote it, its columns."""
-    settings = DeltaSettings.from_mapping(task["delta"])
-    topic = DataTopic(task["topic"], task["database"], task["collection"])
-    store = DeltaTableStore(
-        settings.table_uri(topic.database, topic.collection),
-        task.get("storage_options"),
-        conn_id=settings.conn_id,
-    )
-    version = store.version()
-    check_owner(
-        store.uri, topic.topic, version, store.app_version, store.description() if version is not None else ""
-    )
-    store.check_layout(settings.layout(topic.namespace))
+    """A table's checks before any table changes: who wrote it, its columns, the first record it
+    would apply of each partition."""
+    apply, _ = _table_apply(task)
+    apply.check(partitions_of(task["kafka"], task["topic"]), records=True)

@@ -31,7 +31,7 @@ from airflow_provider_mongocdc.core.apply.layout import Misfits, TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
 from airflow_provider_mongocdc.core.apply.state import TableState, check_owner
-from airflow_provider_mongocdc.core.apply.topics import partitions_of, read_range, topic_ends
+from airflow_provider_mongocdc.core.apply.topics import first_records, partitions_of, read_range, topic_ends
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
 
@@ -117,8 +117,9 @@ class TableApply:
         }
 
     # -- the steps --------------------------------------------------------------------------------------
-    def check(self, partitions: list[int]) -> TableState:
-        """Step 1: the table's state, its owner and its columns (nothing changes here)."""
+    def check(self, partitions: list[int], records: bool = False) -> TableState:
+        """Step 1: the table's state, its owner and its columns; with ``records``, the first record
+        to apply of each partition too (nothing changes here)."""
         store, topic = self.store, self.job.topic
         version = store.version()
         check_owner(
@@ -126,6 +127,10 @@ class TableApply:
         )
         state = TableState.read(topic, version, store.app_version, partitions)
         self.summary["notes"].extend(store.check_layout(self.job.layout))
+        if records:
+            ends = topic_ends(self.kafka_config, topic, partitions, 0.0)
+            starts = {p: max(first, state.positions.get(p, first)) for p, first in ends.earliest.items()}
+            first_records(self.kafka_config, topic, starts, ends.ends)
         return state
 
     def run(self) -> dict[str, Any]:
@@ -146,13 +151,12 @@ class TableApply:
         else:
             stop = dict(ends.ends)
         tracker = SnapshotTracker(state.generation, state.pending)
-        state = self._apply_range(state, tracker, starts, stop, partitions)
+        state, batch = self._apply_range(state, tracker, starts, stop, partitions)
+        # The last batch is committed once the snapshot status after the read is known: a snapshot
+        # that completed over the read sweeps in that same commit.
         tracker.at_range_end(before, self.snapshot_status())
-        if tracker.sweep is not None or (tracker.generation, tracker.pending) != (
-            state.generation,
-            state.pending,
-        ):
-            state = self._commit(self._batch(state, tracker), state)
+        if batch.events or batch.moved():
+            state = self._commit(batch, state)
         self.summary["notes"].extend(tracker.notes)
         self.summary["snapshot"] = {
             "generation": tracker.generation,
@@ -202,8 +206,8 @@ class TableApply:
         starts: Mapping[int, int],
         stop: Mapping[int, int],
         partitions: list[int],
-    ) -> TableState:
-        """Step 2: read and commit batch after batch."""
+    ) -> tuple[TableState, Batch]:
+        """Step 2: read and commit batch after batch; returns the last batch, not committed yet."""
         state.positions.update({p: o for p, o in starts.items() if p not in state.positions})
         batch = self._batch(state, tracker)
         limit = self.job.max_batch_events
@@ -219,12 +223,11 @@ class TableApply:
                     state = self._commit(batch, state)
                     batch = self._batch(state, tracker, batch.rows)
                     batch.prepare(chunk[index + 1 :])
-        if batch.events or batch.moved():
+        if batch.events:
             for partition, end in stop.items():  # read to its end: past commit markers too
                 if starts.get(partition, 0) < end:
                     batch.positions[partition] = max(batch.positions.get(partition, 0), end)
-            state = self._commit(batch, state)
-        return state
+        return state, batch
 
     def _commit(self, batch: Batch, state: TableState) -> TableState:
         """One Delta commit of ``batch`` (rows, sweep, positions); the state it reaches."""

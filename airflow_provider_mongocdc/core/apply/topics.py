@@ -131,6 +131,26 @@ def topic_ends(
         raise _kafka_error(kafka_config, f"read the end offsets of {topic!r}", error) from None
 
 
+def first_records(
+    kafka_config: Mapping[str, Any], topic: str, starts: Mapping[int, int], ends: Mapping[int, int]
+) -> list[ChangeEvent]:
+    """The first record of each partition's range, read as events (a topic in another format fails
+    here, before any table changes)."""
+    found = []
+    for partition, start in sorted(starts.items()):
+        if start < ends.get(partition, 0):
+            events = _partition_events(
+                kafka_config, EventReader(topic), topic, partition, start, ends[partition]
+            )
+            try:
+                found.append(next(events))
+            except StopIteration:
+                pass
+            finally:
+                events.close()
+    return found
+
+
 def read_range(
     kafka_config: Mapping[str, Any],
     topic: str,
