@@ -101,6 +101,21 @@ def _delta_type_name(field: Any) -> str:
     return str(text)
 
 
+def _keys(keys: list[str], batch: pa.RecordBatch) -> pa.Array:
+    return pa.array(keys, batch.schema.field(ID).type)
+
+
+def _matching(table: DeltaTable, columns: list[str], condition) -> pa.Table:
+    """The rows of ``columns`` for which ``condition(batch)`` holds. Filtered batch by batch, not by
+    the Arrow dataset's filter: delta-rs writes strings as ``string_view``, which the dataset's
+    statistics pruning cannot compare with the schema's ``string``."""
+    found = []
+    for batch in table.to_pyarrow_dataset().to_batches(columns=columns):
+        if batch.num_rows:
+            found.append(batch.filter(condition(batch)))
+    return pa.Table.from_batches(found) if found else pa.table({name: [] for name in columns})
+
+
 class DeltaTableStore:
     """One collection's Delta table at ``uri`` (a local path or an object-store URI)."""
 
@@ -195,8 +210,9 @@ class DeltaTableStore:
         if table is None or not keys:
             return {}
         try:
-            dataset = table.to_pyarrow_dataset()
-            found = dataset.to_table(columns=[ID, DOCUMENT], filter=pc.field(ID).isin(keys))
+            found = _matching(
+                table, [ID, DOCUMENT], lambda batch: pc.is_in(batch.column(ID), _keys(keys, batch))
+            )
         except (DeltaError, OSError) as error:
             raise self._failed("read", error) from None
         return {
@@ -357,12 +373,17 @@ class DeltaTableStore:
 
     def _count_swept(self, table: DeltaTable, sweep: int, soft: bool, keys: list[str] | None = None) -> int:
         """The table's rows a sweep removes: older than its generation and not in the batch."""
-        condition = pc.field(GENERATION) < sweep
-        if keys:
-            condition = condition & ~pc.field(ID).isin(keys)
-        if soft:
-            condition = condition & ~pc.field(DELETED)
-        return table.to_pyarrow_dataset().count_rows(filter=condition)
+
+        def condition(batch: pa.RecordBatch):
+            old = pc.less(batch.column(GENERATION), sweep)
+            if keys:
+                old = pc.and_(old, pc.invert(pc.is_in(batch.column(ID), _keys(keys, batch))))
+            if soft:
+                old = pc.and_(old, pc.invert(batch.column(DELETED)))
+            return old
+
+        columns = [ID, GENERATION, *([DELETED] if soft else [])]
+        return _matching(table, columns, condition).num_rows
 
     def _state_only(
         self, table: DeltaTable, commit: Commit, layout: TableLayout, properties: CommitProperties
