@@ -12,7 +12,6 @@ the generation, the snapshot under way).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +81,7 @@ class Batch:
     previous: Mapping[str, Row] = field(default_factory=dict)  # rows of the batch committed before
     rows: dict[str, Row] = field(default_factory=dict)
     events: int = 0
-    ops: Counter = field(default_factory=Counter)
+    ops: dict = field(default_factory=dict)
     unknown_updates: int = 0
     last_txn: str | None = None
     positions: dict[int, int] = field(default_factory=dict)
@@ -108,17 +107,19 @@ class Batch:
     def add(self, event: ChangeEvent) -> None:
         """Fold one event (in Kafka order)."""
         tracker = self.tracker
-        swept = tracker.sweep
-        tracker.before(event)
-        if tracker.sweep != swept:
-            self._sweep_rows(tracker.sweep)
+        watch = event.op == "r" or tracker.pending  # the snapshot tracker has something to see
+        if watch:
+            swept = tracker.sweep
+            tracker.before(event)
+            if tracker.sweep != swept:
+                self._sweep_rows(tracker.sweep)
         self.events += 1
-        self.ops[event.op] += 1
+        self.ops[event.op] = self.ops.get(event.op, 0) + 1
         self.positions[event.partition] = event.offset + 1
         self.last_txn = event.txn
         document = event.document
-        if event.is_delete:
-            row = Row(
+        if event.op == "d":
+            self.rows[event.key] = Row(
                 "d",
                 None,
                 event.partition,
@@ -129,23 +130,22 @@ class Batch:
                 tracker.generation,
                 True,
             )
-        else:
-            if document is None:
-                base = self._base(event.key)
-                if base is None or event.update is None:
-                    self.unknown_updates += 1
-                    tracker.after(event)
-                    return
-                document = self.patcher.apply(base, event.update)
-            row = Row(
-                event.op, document, event.partition, event.offset, event.ts_us, event.ord, event.txn,
-                tracker.generation, False,
-            )  # fmt: skip
-        self.rows[event.key] = row
-        swept = tracker.sweep
-        tracker.after(event)
-        if tracker.sweep != swept:
-            self._sweep_rows(tracker.sweep)
+            return
+        if document is None:
+            base = self._base(event.key)
+            if base is None or event.update is None:
+                self.unknown_updates += 1
+                return
+            document = self.patcher.apply(base, event.update)
+        self.rows[event.key] = Row(
+            event.op, document, event.partition, event.offset, event.ts_us, event.ord, event.txn,
+            tracker.generation, False,
+        )  # fmt: skip
+        if watch:
+            swept = tracker.sweep
+            tracker.after(event)
+            if tracker.sweep != swept:
+                self._sweep_rows(tracker.sweep)
 
     def _base(self, key: str) -> str | None:
         row = self.rows.get(key) or self.previous.get(key)

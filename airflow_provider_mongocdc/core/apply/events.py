@@ -33,9 +33,10 @@ INCREMENTAL = "incremental"
 LAST = "last"
 _PAYLOAD = b'"payload":'
 _SCHEMA_START = b'{"schema":'
+_OPS = frozenset((*CHANGE_OPS, READ))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChangeEvent:
     """One record of a collection topic, as the apply uses it."""
 
@@ -83,11 +84,40 @@ def _wrapped(raw: bytes) -> Any:
     return value
 
 
+class _Prefix:
+    """The bytes every record of a topic starts with before its payload (its schema, the same for
+    each record of a topic), learnt from the first record: a record that starts with them has only
+    its payload parsed. ``tail`` is what closes the record after the payload."""
+
+    __slots__ = ("head", "tail", "size", "_marker")
+
+    def __init__(self, marker: bytes, tail: bytes):
+        self.head: bytes | None = None
+        self.tail = tail
+        self.size = 0
+        self._marker = marker
+
+    def learn(self, raw: bytes) -> None:
+        if raw.startswith(_SCHEMA_START) and raw.endswith(self.tail):
+            start = raw.find(self._marker)
+            if start > 0:
+                self.head = raw[: start + len(self._marker)]
+                self.size = len(self.head)
+
+    def cut(self, raw: bytes) -> bytes | None:
+        head = self.head
+        if head is not None and raw.startswith(head) and raw.endswith(self.tail):
+            return raw[self.size : len(raw) - len(self.tail)]
+        return None
+
+
 class EventReader:
     """Reads the records of one topic; keeps the topic's name for its errors."""
 
     def __init__(self, topic: str):
         self.topic = topic
+        self._key = _Prefix(b'"payload":{"id":', b"}}")
+        self._value = _Prefix(_PAYLOAD, b"}")
 
     def error(self, partition: int, offset: int, problem: str, cause: str) -> EventFormatError:
         return EventFormatError(
@@ -104,8 +134,18 @@ class EventReader:
             raise self.error(
                 partition, offset, "it has no key", "every change event is keyed by its document's _id"
             )
+        cut = self._key.cut(raw)
+        if cut is not None:
+            try:
+                text = orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                text = None
+            if isinstance(text, str):
+                return text
         try:
             key = _wrapped(raw)
+            if self._key.head is None:
+                self._key.learn(raw)
         except (ValueError, TypeError) as failure:
             raise self.error(partition, offset, "its key is not JSON", str(failure)) from None
         if not isinstance(key, Mapping) or not isinstance(key.get("id"), str):
@@ -124,17 +164,27 @@ class EventReader:
         key = self.key(partition, offset, raw_key)
         if raw_value is None:
             return ChangeEvent(key, DELETE, None, partition, offset, timestamp)
+        payload = None
+        cut = self._value.cut(raw_value)
+        if cut is not None:
+            try:
+                payload = orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                payload = None
         try:
-            payload = _wrapped(raw_value)
+            if payload is None:
+                payload = _wrapped(raw_value)
+                if self._value.head is None:
+                    self._value.learn(raw_value)
         except (ValueError, TypeError) as failure:
             raise self.error(partition, offset, "its value is not JSON", str(failure)) from None
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict:
             raise self.error(
                 partition, offset, "its value is not a JSON object", f"got {type(payload).__name__}"
             )
         op = payload.get("op")
         source = payload.get("source")
-        if op not in (*CHANGE_OPS, READ) or not isinstance(source, Mapping):
+        if op not in _OPS or type(source) is not dict:
             raise self.error(
                 partition,
                 offset,
@@ -151,7 +201,7 @@ class EventReader:
                 "default event.format",
             )
         after = payload.get("after")
-        if after is not None and not isinstance(after, str):
+        if after is not None and type(after) is not str:
             raise self.error(partition, offset, "its 'after' is not JSON text", f"got {type(after).__name__}")
         update = None
         if op == "u" and after is None:
@@ -161,7 +211,7 @@ class EventReader:
         elif op in ("c", READ) and after is None:
             raise self.error(partition, offset, f"its op is {op!r} but it has no document", "'after' is null")
         ts_us = source.get("ts_us")
-        if not isinstance(ts_us, int):
+        if type(ts_us) is not int:
             ts_ms = source.get("ts_ms")
             ts_us = ts_ms * 1000 if isinstance(ts_ms, int) else None
         lsid, txn_number = source.get("lsid"), source.get("txnNumber")
