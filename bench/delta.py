@@ -10,9 +10,11 @@ its CPU is the process's (Python, delta-rs's and librdkafka's threads; ``RUSAGE_
 start is an apply of the same table with nothing new, run right after: imports, Kafka metadata,
 the table's state, the topic's ends. "Beyond its start" is the difference.
 
-``files``: ``applies`` applies of ``per_apply`` changes each to a table of ``files_rows`` rows, an
-hour apart on the apply's clock: without compaction, compacting every 6 hours, and every apply
-(``compact_every`` 0). Files in the table's last version, and data files on disk (vacuum off).
+``files``: ``applies`` applies of ``per_apply`` changes each to a table of ``rows`` rows, an hour
+apart on the apply's clock, as a growing collection changes (mostly inserts; the updates and
+deletes on documents inserted by the same apply, so each apply leaves the older files alone): without compaction,
+compacting every 6 hours, and every apply (``compact_every`` 0). Files in the table's last version,
+and data files on disk (vacuum off).
 """
 
 from __future__ import annotations
@@ -97,8 +99,15 @@ def _seed_table(uri: str, topic: str, rows: int) -> None:
     DeltaTableStore(uri).commit(commit, layout, f"{DATABASE}.{COLLECTION}", "benchmark table")
 
 
-def _change_records(prefix: str, rows: int, changes: int, next_key: int, seed: int) -> tuple[list, int]:
-    """The records of ``changes`` changes to the table's documents (and new ones)."""
+def _change_records(
+    prefix: str, rows: int, changes: int, next_key: int, seed: int, recent: int | None = None
+) -> tuple[list, int]:
+    """The records of ``changes`` changes to the table's documents (and new ones): 60% updates,
+    20% inserts, 20% deletes of random keys; with ``recent``, 80% inserts and 15% updates and 5%
+    deletes of documents inserted by the same changes (a collection that grows: the table's older
+    files stay as they are)."""
+    update_share, insert_share = (0.6, 0.8) if recent is None else (0.15, 0.95)
+    first_new = next_key
     config = ConnectorConfig.from_properties({"topic.prefix": prefix})
     builder = EventBuilder(config, replica_set="rs0")
     rng = random.Random(seed)
@@ -121,12 +130,15 @@ def _change_records(prefix: str, rows: int, changes: int, next_key: int, seed: i
             base.update(lsid={"id": ObjectId()}, txnNumber=Int64(txn))
         for _ in range(group):
             roll = rng.random()
-            if roll < 0.6:
-                key = rng.randrange(rows)
+            low = rows if recent is None else first_new
+            if recent is not None and next_key == first_new:
+                roll = update_share  # nothing inserted yet to change: an insert
+            if roll < update_share:
+                key = rng.randrange(low) if recent is None else rng.randrange(low, next_key)
                 change = {**base, "operationType": "update", "documentKey": {"_id": key},
                           "fullDocument": _document(key, made),
                           "updateDescription": {"updatedFields": {"total": 1.0}, "removedFields": [], "truncatedArrays": []}}  # fmt: skip
-            elif roll < 0.8:
+            elif roll < insert_share:
                 key = next_key
                 next_key += 1
                 change = {
@@ -136,7 +148,7 @@ def _change_records(prefix: str, rows: int, changes: int, next_key: int, seed: i
                     "fullDocument": _document(key),
                 }
             else:
-                key = rng.randrange(rows)
+                key = rng.randrange(low) if recent is None else rng.randrange(low, next_key)
                 change = {**base, "operationType": "delete", "documentKey": {"_id": key}}
             records.extend(
                 record for record in builder.build_change(change) if record.topic.endswith(COLLECTION)
@@ -247,7 +259,9 @@ def run_files(services: Services, rows: int, applies: int, per_apply: int) -> di
         next_key = rows
         job = TableJob(topic, f"{DATABASE}.{COLLECTION}", TableLayout(), 1_000_000, compact_every_s=every)
         for index in range(applies):
-            records, next_key = _change_records(prefix, rows, per_apply, next_key, seed=100 + index)
+            records, next_key = _change_records(
+                prefix, rows, per_apply, next_key, seed=100 + index, recent=per_apply
+            )
             _produce(services.bootstrap, topic, records)
             clock[0] += 3600.0
             TableApply(job, DeltaTableStore(uri), services.kafka, clock=lambda now=clock[0]: now).run()
@@ -273,7 +287,8 @@ def report_apply(figures: dict[str, Any]) -> list[str]:
 
 def report_files(figures: dict[str, Any]) -> list[str]:
     lines = [
-        f"{figures['applies']} hourly applies of {figures['per_apply']} changes to a {figures['rows']}-row table:"
+        f"{figures['applies']} hourly applies of {figures['per_apply']} changes (80% inserts, the rest on "
+        f"documents inserted by the same apply) to a {figures['rows']}-row table:"
     ]
     for name, found in figures["variants"].items():
         lines.append(
