@@ -239,9 +239,6 @@ class DeltaTableStore:
         try:
             if table is None:
                 return self._create(commit, layout, name, description)
-            if self._new_columns:
-                self._add_columns(table, layout)
-                table = self.table()
             return self._merge(table, commit, layout)
         except DeltaError as error:
             raise self._failed("write", error) from None
@@ -269,6 +266,18 @@ class DeltaTableStore:
 
     def uri_is_local(self) -> bool:
         return "://" not in self.uri or self.uri.startswith("file://")
+
+    def evolve(self, layout: TableLayout) -> list[str]:
+        """The declared columns :meth:`check_layout` found missing, added and filled from ``_doc``."""
+        table = self.table()
+        if table is None or not self._new_columns:
+            return []
+        added = list(self._new_columns)
+        try:
+            self._add_columns(table, layout)
+        except (DeltaError, OSError) as error:
+            raise self._failed("add columns to", error) from None
+        return [f"added the column(s) {', '.join(added)}"]
 
     def _add_columns(self, table: DeltaTable, layout: TableLayout) -> None:
         """New declared columns: added and filled from ``_doc`` in one commit (a MERGE that updates

@@ -10,6 +10,7 @@ that do not fit them; bad input as one error in words before any table changes."
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from bson import Decimal128, ObjectId
@@ -17,7 +18,13 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
 from airflow_provider_mongocdc.core.base.errors import EventFormatError, TableError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.health.record import Reading
+from airflow_provider_mongocdc.core.health.tables import add_tables
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
+from airflow_provider_mongocdc.plugins.health_tables import read_tables
 from tests.integration.delta_helpers import (
     apply,
     apply_commits,
@@ -28,6 +35,7 @@ from tests.integration.delta_helpers import (
     table_rows,
     window,
 )
+from tests.integration.window_helpers import seed_offset
 
 pytestmark = pytest.mark.integration
 
@@ -162,6 +170,17 @@ def test_soft_deletes_mark_rows_and_keep_their_last_document(
     )
     assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
 
+    # The MongoDB CDC page's reading of the tables: each table's version, nothing behind.
+    shown = {"status": "ok", "problems": []}
+    reading = Reading(
+        read_tables(DeltaSettings.from_mapping(delta), ConnectorConfig.from_properties(props), kafka),
+        datetime.now(timezone.utc),
+    )
+    add_tables(shown, delta["location"], reading, datetime.now(timezone.utc))
+    (row,) = shown["tables"]["tables"]
+    assert (row["collection"], row["version"], row["behind"]) == (f"{database}.items", 1, 0), row
+    assert shown["status"] == "ok"
+
 
 def test_bad_input_is_one_error_in_words_before_any_table_changes(
     mongodb_uri, kafka_bootstrap, unique_name, tmp_path
@@ -201,3 +220,58 @@ def test_bad_input_is_one_error_in_words_before_any_table_changes(
         apply(kafka, props, {"location": str(other)})
     assert f"topic '{unique_name}.{database}.avro'" in str(raised.value)
     assert not (other / database / "items").exists()
+
+
+def test_a_newly_declared_column_is_added_and_filled_from_the_documents(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    MongoClient(mongodb_uri)[database].items.insert_many(
+        [{"_id": n, "price": n * 2, "tag": f"t{n}"} for n in range(8)]
+    )
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)
+    lake = {"location": str(tmp_path / "lake")}
+    apply(kafka, props, lake)
+    table = tmp_path / "lake" / database / "items"
+    assert "price" not in DeltaTable(str(table)).schema().to_arrow().names
+
+    declared = {**lake, "columns": {f"{database}.items": {"price": "long", "tag": "string"}}}
+    summary = apply(kafka, props, declared)  # nothing new on the topic: the columns still come
+
+    assert summary["events"] == 0
+    rows = {row["_id"]: row for row in table_rows(table)}
+    assert rows["3"]["price"] == 6 and rows["7"]["tag"] == "t7"
+    with pytest.raises(TableError, match="is long, but it is declared string"):
+        apply(kafka, props, {**lake, "columns": {f"{database}.items": {"price": "string"}}})
+
+
+def test_a_completed_incremental_snapshot_sweeps_the_rows_it_did_not_find(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(mongodb_uri)
+    items = client[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(30)])
+    props = connector(unique_name, database, **{"incremental.snapshot.chunk.size": 10})
+    delta = {"location": str(tmp_path / "lake")}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, delta)
+    table = tmp_path / "lake" / database / "items"
+
+    # History lost: two documents deleted, and the stored position moved past their deletes.
+    items.delete_many({"_id": {"$in": [3, 17]}})
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    request = IncrementalRequest.new([f"{database}.items"])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+    items.insert_one({"_id": 100, "v": 1})  # a change while the incremental snapshot runs
+    summary = window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    assert summary["incremental_snapshot"]["status"] == "completed", summary["incremental_snapshot"]
+
+    applied = apply(kafka, props, delta)
+
+    assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
+    (items_summary,) = applied["tables"]
+    assert items_summary["rows_swept"] == 2 and items_summary["snapshot"]["completed"] == 1, items_summary

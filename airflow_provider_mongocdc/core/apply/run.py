@@ -53,6 +53,9 @@ class TableStore(Protocol):
     def check_layout(self, layout: TableLayout) -> list[str]:
         """Refuse a layout the table cannot take (a declared column's type changed); returns notes."""
 
+    def evolve(self, layout: TableLayout) -> list[str]:
+        """Add the declared columns the table lacks, filled from ``_doc`` (one commit); returns notes."""
+
     def documents(self, keys: list[str]) -> Mapping[str, str]:
         """The documents the table holds of ``keys`` (for updates without one)."""
 
@@ -139,6 +142,8 @@ class TableApply:
         partitions = partitions_of(self.kafka_config, job.topic)
         state = self.check(partitions)
         self.summary["version_before"] = state.version
+        if state.exists:
+            self.store.evolve(job.layout)
         before = self.snapshot_status()
         ends = topic_ends(self.kafka_config, job.topic, partitions, job.quiet_wait_s)
         starts = self._starts(state, ends.earliest)
