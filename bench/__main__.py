@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 45 minutes on 2 cores; g and h ~8, i ~20)
+    python -m bench                       # everything (about 60 minutes on 2 cores; g and h ~8, i ~20, k ~15)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -112,12 +112,16 @@ def _delta(services: Services, quick: bool) -> dict[str, Any]:
         }
     return {
         "apply": delta.run_apply(services, rows=1_000_000, changes=100_000),
+        "apply_no_schemas": delta.run_apply(services, rows=1_000_000, changes=100_000, schemas=False),
         "files": delta.run_files(services, rows=100_000, applies=100, per_apply=1000),
     }
 
 
 def _delta_report(figures: dict[str, Any]) -> list[str]:
-    return delta.report_apply(figures["apply"]) + delta.report_files(figures["files"])
+    lines = delta.report_apply(figures["apply"])
+    if "apply_no_schemas" in figures:
+        lines += delta.report_apply(figures["apply_no_schemas"])
+    return lines + delta.report_files(figures["files"])
 
 
 BENCHES = [

@@ -100,7 +100,13 @@ def _seed_table(uri: str, topic: str, rows: int) -> None:
 
 
 def _change_records(
-    prefix: str, rows: int, changes: int, next_key: int, seed: int, recent: int | None = None
+    prefix: str,
+    rows: int,
+    changes: int,
+    next_key: int,
+    seed: int,
+    recent: int | None = None,
+    schemas: bool = True,
 ) -> tuple[list, int]:
     """The records of ``changes`` changes to the table's documents (and new ones): 60% updates,
     20% inserts, 20% deletes of random keys; with ``recent``, 80% inserts and 15% updates and 5%
@@ -108,7 +114,13 @@ def _change_records(
     files stay as they are)."""
     update_share, insert_share = (0.6, 0.8) if recent is None else (0.15, 0.95)
     first_new = next_key
-    config = ConnectorConfig.from_properties({"topic.prefix": prefix})
+    config = ConnectorConfig.from_properties(
+        {
+            "topic.prefix": prefix,
+            "key.converter.schemas.enable": schemas,
+            "value.converter.schemas.enable": schemas,
+        }
+    )
     builder = EventBuilder(config, replica_set="rs0")
     rng = random.Random(seed)
     records = []
@@ -200,7 +212,7 @@ def _apply_process(spec: Path) -> tuple[float, float, dict[str, Any]]:
     return cpu, wall, json.loads(summary)
 
 
-def run_apply(services: Services, rows: int, changes: int) -> dict[str, Any]:
+def run_apply(services: Services, rows: int, changes: int, schemas: bool = True) -> dict[str, Any]:
     prefix = f"benchk{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.{DATABASE}.{COLLECTION}"
     ensure_topics(services.kafka, [TopicSpec(topic, 1)])
@@ -210,7 +222,7 @@ def run_apply(services: Services, rows: int, changes: int) -> dict[str, Any]:
     began = time.perf_counter()
     _seed_table(uri, topic, rows)
     seeded_s = time.perf_counter() - began
-    records, _ = _change_records(prefix, rows, changes, rows, seed=5)
+    records, _ = _change_records(prefix, rows, changes, rows, seed=5, schemas=schemas)
     _produce(services.bootstrap, topic, records)
     delta = {
         "location": str(lake),
@@ -228,6 +240,8 @@ def run_apply(services: Services, rows: int, changes: int) -> dict[str, Any]:
     table = DeltaTable(uri)
     beyond = max(cpu - start_cpu, 1e-9)
     return {
+        "schemas": schemas,
+        "record_bytes": round(sum(len(r.value or b"") + len(r.key or b"") for r in records) / len(records)),
         "rows": rows,
         "changes": changes,
         "records": len(records),
@@ -274,6 +288,8 @@ def run_files(services: Services, rows: int, applies: int, per_apply: int) -> di
 def report_apply(figures: dict[str, Any]) -> list[str]:
     rate = figures["changes_per_cpu_s"]
     return [
+        f"records with schemas {'on' if figures.get('schemas', True) else 'off'} "
+        f"({figures.get('record_bytes')} bytes each on average):",
         f"{figures['changes']} changes ({figures['records']} records with tombstones) applied to a "
         f"{figures['rows']}-row table in {figures['commits']} commit(s): {figures['apply_cpu_s']} CPU-s, "
         f"{figures['apply_wall_s']} s wall",
