@@ -44,6 +44,7 @@ ENTRY_KEYS = {
     "config",
     "config_variable",
     "conn_ids",
+    "delta",
     "pool",
     "schedule",
     "watchdog_schedule",
@@ -364,6 +365,20 @@ def _entry_ids(name: str, label: str) -> dict[str, str]:
     return ids
 
 
+def _entry_delta(entry: Mapping[str, Any], label: str):
+    """The entry's ``delta`` settings (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`),
+    or None: the collections kept as Delta tables by a ``delta_apply`` task after each window."""
+    if entry.get("delta") is None:
+        return None
+    from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+    from airflow_provider_mongocdc.core.base.errors import MongoCdcError
+
+    try:
+        return DeltaSettings.from_mapping(entry["delta"])
+    except MongoCdcError as error:
+        raise ConnectorEntryError(f"{label}: 'delta' is not valid: {error}") from None
+
+
 class Connector:
     """One validated entry of the connector list, its keys checked one after the other."""
 
@@ -391,6 +406,7 @@ class Connector:
         )
         self.start_date = checked(_entry_start_date, entry, label)
         self.tags = checked(_entry_tags, entry, name, label)
+        self.delta = checked(_entry_delta, entry, label)
         if len(problems) == 1:
             raise ConnectorEntryError(f"{label}: {problems[0]}")
         if problems:
@@ -610,7 +626,7 @@ def build_connector_dags(connector: Connector) -> dict[str, Any]:
 
 
 def window_dag(connector: Connector, common: Mapping[str, Any]):
-    """``mongocdc_hourly``: snapshot >> window."""
+    """``mongocdc_hourly``: snapshot >> window (>> delta_apply, with ``delta``)."""
     from airflow.sdk import DAG
 
     from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
@@ -621,7 +637,8 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
         dag_id=ids["hourly"],
         schedule=window_dag_schedule(connector),
         doc_md=HOURLY_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"])
-        + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else ""),
+        + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else "")
+        + (DELTA_DOC.format(location=connector.delta.location) if connector.delta else ""),
         **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
     ) as dag:
@@ -638,7 +655,21 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
             **connector.arguments(MongoStreamWindowOperator),
         )
         snapshot >> window
+        if connector.delta is not None:
+            window >> delta_apply_task(connector)
     return dag
+
+
+def delta_apply_task(connector: Connector):
+    """The task that applies the connector's topics to its Delta tables, in the connector's pool."""
+    from airflow_provider_mongocdc.operators.delta_apply import MongoDeltaApplyOperator
+
+    return MongoDeltaApplyOperator(
+        task_id="delta_apply",
+        delta=connector.delta.to_json(),
+        execution_timeout=WINDOW_TIMEOUT,
+        **connector.arguments(MongoDeltaApplyOperator),
+    )
 
 
 def resnapshot_dag(connector: Connector, common: Mapping[str, Any]):
@@ -751,6 +782,14 @@ window runs make at most one next run, asked for once they reach a threshold. Wh
 snapshot is requested or running, the watcher asks for windows one after the other until it is
 done. Before the first snapshot the watcher stays quiet: press
 **Trigger** once (or keep a clock in the schedule) to take it.
+"""
+
+DELTA_DOC = """
+**Delta Lake tables.** After each window, **delta_apply** applies the connector's topics to one
+Delta table per collection under `{location}` (`<database>/<collection>`), exactly once: each table
+records the topic positions it applied in the same commit as its rows. A completed snapshot sweeps
+rows that are gone from MongoDB; small files are compacted and old ones vacuumed on the entry's
+schedule (README, "Delta Lake tables").
 """
 
 RESNAPSHOT_DOC = """

@@ -39,6 +39,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_mongocdc.hooks.kafka",
                     "airflow_provider_mongocdc.hooks.offsets",
                     "airflow_provider_mongocdc.hooks.spark_submit",
+                    "airflow_provider_mongocdc.hooks.delta",
                 ],
             }
         ],
@@ -49,6 +50,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_mongocdc.operators.snapshot",
                     "airflow_provider_mongocdc.operators.stream_window",
                     "airflow_provider_mongocdc.operators.resnapshot",
+                    "airflow_provider_mongocdc.operators.delta_apply",
                 ],
             }
         ],

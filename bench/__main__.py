@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 45 minutes on 2 cores; g and h ~8, i ~20)
+    python -m bench                       # everything (about 60 minutes on 2 cores; g and h ~8, i ~20, k ~15)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import events, machine, produce, spark, submit, watch, window
+from bench import delta, events, machine, produce, spark, submit, watch, window
 from bench.services import Services
 
 
@@ -104,6 +104,26 @@ def _watcher_cpu(services: Services, quick: bool) -> dict[str, Any]:
     return watch.run_watcher_cpu(services, idle_s=180, sizes=[20000, 100000], rounds=2)
 
 
+def _delta(services: Services, quick: bool) -> dict[str, Any]:
+    if quick:
+        return {
+            "apply": delta.run_apply(services, rows=100_000, changes=10_000),
+            "files": delta.run_files(services, rows=10_000, applies=20, per_apply=200),
+        }
+    return {
+        "apply": delta.run_apply(services, rows=1_000_000, changes=100_000),
+        "apply_no_schemas": delta.run_apply(services, rows=1_000_000, changes=100_000, schemas=False),
+        "files": delta.run_files(services, rows=100_000, applies=100, per_apply=1000),
+    }
+
+
+def _delta_report(figures: dict[str, Any]) -> list[str]:
+    lines = delta.report_apply(figures["apply"])
+    if "apply_no_schemas" in figures:
+        lines += delta.report_apply(figures["apply_no_schemas"])
+    return lines + delta.report_files(figures["files"])
+
+
 BENCHES = [
     Bench("events", "a", "event build cost vs bson.json_util.dumps", _events, events.report),
     Bench(
@@ -156,6 +176,13 @@ BENCHES = [
         "the change watcher's CPU: idle, and per pending change",
         _watcher_cpu,
         watch.report_watcher_cpu,
+    ),
+    Bench(
+        "delta",
+        "k",
+        "Delta apply: changes per CPU-second on a 1 000 000-row table, start, files after 100 applies",
+        _delta,
+        _delta_report,
     ),
     Bench(
         "producer", "p", "producer settings and max.batch.size", _producer, produce.report_producer_settings

@@ -18,6 +18,8 @@ from typing import Any
 from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcError
 from airflow_provider_mongocdc.core.base.redaction import redact_uri
 
+# Keys whose every value is secret (the Delta tables' storage options: keys, tokens, account names).
+_SECRET_CONTAINERS = ("storage_options",)
 _SECRET_MARKERS = ("password", "secret", "sasl.oauthbearer", "ssl.key", "token", "credential", "jaas")
 
 
@@ -26,6 +28,8 @@ def _redact(value: Any, key: str = "") -> Any:
     credentials inside it hidden (:func:`~airflow_provider_mongocdc.core.mongo.connection.redact_uri`: URIs with a password,
     ``password=`` options, ``AWS_SESSION_TOKEN:`` properties)."""
     if isinstance(value, dict):
+        if key in _SECRET_CONTAINERS:
+            return {k: "***" for k in value}
         return {k: _redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_redact(v, key) for v in value]

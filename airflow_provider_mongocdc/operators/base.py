@@ -11,6 +11,7 @@ spark-submit's JVM and Spark's logging are configured: operators/spark_options.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import zipfile
@@ -221,8 +222,11 @@ class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
 
         The lease lasts ``lease_ttl`` (default: the task's execution_timeout, else 2 hours) and is
         renewed every third of it while the task runs. When it is lost (it expired and another task
-        took it), the Spark job is killed and the block ends with LeaseLostError.
+        took it), the Spark job is killed and the block ends with LeaseLostError. A run without a
+        ``lease_kind`` (the Delta apply, which writes no offsets) holds none.
         """
+        if not kind:
+            return contextlib.nullcontext()
         from airflow_provider_mongocdc.core.offsets.lease import (
             DEFAULT_TTL,
             ConnectorLease,

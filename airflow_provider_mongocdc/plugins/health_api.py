@@ -63,8 +63,10 @@ from airflow_provider_mongocdc.core.health.record import (
     utcnow,
 )
 from airflow_provider_mongocdc.core.health.summaries import snapshot_summary, window_summary
+from airflow_provider_mongocdc.core.health.tables import add_tables
 from airflow_provider_mongocdc.plugins.health_access import Access, ListError
 from airflow_provider_mongocdc.plugins.health_page import render_login, render_page
+from airflow_provider_mongocdc.plugins.health_tables import read_tables
 from airflow_provider_mongocdc.plugins.health_urls import task_url, ui_url
 
 CONNECTORS_FILE_ENV = "MONGOCDC_CONNECTORS_FILE"
@@ -384,6 +386,14 @@ def gather(connector: Connector, *, refresh: bool, now: datetime) -> dict[str, A
     record = connector_record(
         who, Sources(**sources), now=now, headroom_threshold_seconds=HEADROOM_WARNING.total_seconds()
     )
+    if connector.delta is not None and config is not None:
+        kafka_id = who.conn_ids["kafka"]
+        tables = probe_cache.get(
+            ("tables", kafka_id, config.topic_prefix, connector.delta.location),
+            lambda: read_tables(connector.delta, config, KafkaConfigHook(kafka_id).get_kafka_config()),
+            refresh=refresh,
+        )
+        add_tables(record, connector.delta.location, tables, now)
     record["paused"] = known.value[1] if known.value is not None else None
     holder = record["lease"].get("task_instance")
     if holder:

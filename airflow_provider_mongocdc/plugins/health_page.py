@@ -90,6 +90,7 @@ COLUMNS = (
     "Lease",
     "Pool",
     "Events per window, 24 h",
+    "Delta tables",
     "Actions",
 )
 CHART_WIDTH, CHART_HEIGHT, CHART_GAP = 180, 40, 1

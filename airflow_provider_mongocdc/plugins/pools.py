@@ -30,7 +30,12 @@ log = logging.getLogger(__name__)
 SLOTS = 1
 # The provider's operators that run in a connector's pool, as Airflow records them in
 # TaskInstance.operator (the class name). The re-snapshot operator subclasses the snapshot operator.
-OPERATORS = ("MongoSnapshotOperator", "MongoStreamWindowOperator", "MongoResnapshotOperator")
+OPERATORS = (
+    "MongoSnapshotOperator",
+    "MongoStreamWindowOperator",
+    "MongoResnapshotOperator",
+    "MongoDeltaApplyOperator",
+)
 # The DAG ids of airflow_provider_mongocdc.core.base.dag_ids with a pool: mongocdc_hourly and
 # mongocdc_resnapshot for the connector "default", mongocdc_<name>_hourly / _resnapshot otherwise.
 _CONNECTOR_DAG = re.compile(r"^mongocdc(?:_(?P<name>\w+?))?_(?:hourly|resnapshot)$")

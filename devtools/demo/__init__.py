@@ -11,7 +11,9 @@ machine, through Airflow.
 5. Runs ``airflow dags test mongocdc_hourly`` again: the snapshot task has nothing to do, the
    window streams the changes.
 6. Prints the events per topic, a few sample events, the offsets (``mongocdc offsets show``), and
-   checks that the state rebuilt from the topics equals the collections in MongoDB.
+   checks that the state rebuilt from the topics equals the collections in MongoDB, and that the
+   Delta tables the hourly DAG's ``delta_apply`` task filled (one per collection, read by delta-rs)
+   equal them too.
 
 Airflow runs with a throwaway AIRFLOW_HOME (SQLite) in a temporary directory; its and Spark's
 output go to a log file whose path is printed. Everything the demo starts is stopped at the end,
@@ -69,10 +71,14 @@ MIGRATE_TIMEOUT_S = 600
 DAG_TEST_TIMEOUT_S = 900
 # The operators' summary lines in the task logs: "<message> [<logger of the operator>]".
 SUMMARY_LINE = re.compile(
-    r"\]\s+((?:Snapshot |No snapshot|Stream ).*?)\s+"
+    r"\]\s+((?:Snapshot |No snapshot|Stream |Delta apply ).*?)\s+"
     r"\[airflow\.task\.operators\.airflow_provider_mongocdc\.operators\.\w+\.(\w+)\]"
 )
-OPERATOR_TASKS = {"MongoSnapshotOperator": "snapshot", "MongoStreamWindowOperator": "window"}
+OPERATOR_TASKS = {
+    "MongoSnapshotOperator": "snapshot",
+    "MongoStreamWindowOperator": "window",
+    "MongoDeltaApplyOperator": "delta_apply",
+}
 
 
 class Interrupted(BaseException):
@@ -147,10 +153,23 @@ class Demo:
             "snapshot.chunk.size": "100",
         }
         pool = f"mongocdc_{TOPIC_PREFIX}"
+        # The example connector list, with the collections kept as Delta tables under the work dir.
+        self.lake = self.work_dir / "delta"
+        connectors = self.work_dir / "mongocdc_connectors.json"
+        entry = {
+            "name": "default",
+            "config_variable": "mongocdc_connector_config",
+            "delta": {
+                "location": str(self.lake),
+                "columns": {f"{self.database_name}.orders": {"status": "string"}},
+            },
+        }
+        connectors.write_text(json.dumps({"connectors": [entry]}))
         self.env = airflow_environment(
             home,
             self.work_dir,
             {
+                "MONGOCDC_CONNECTORS_FILE": str(connectors),
                 "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(config),
                 "MONGOCDC_POOL": pool,
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -311,7 +330,25 @@ class Demo:
             f"\n  CHECK {'OK' if ok else 'MISMATCH'}: {rebuilt} keys rebuilt from the topics, {documents} "
             f"documents in MongoDB, {sum(not c.ok for c in results)} of {len(results)} collections differ"
         )
-        return ok
+        say(f"\n  Check: the Delta tables under {self.lake} (read by delta-rs) against MongoDB:")
+        tables = []
+        with self.mongo.client() as client:
+            database = client[self.database_name]
+            for collection in sample.COLLECTIONS:
+                path = self.lake / self.database_name / collection
+                if not path.exists():
+                    say(f"  MISSING  {collection}: no table at {path}")
+                    tables.append(None)
+                    continue
+                comparison = report.compare_table(database, collection, str(path))
+                tables.append(comparison)
+                say(comparison.line(f"the table {path}"))
+        tables_ok = all(c is not None and c.ok for c in tables)
+        say(
+            f"\n  CHECK {'OK' if tables_ok else 'MISMATCH'}: {len(tables)} Delta tables, "
+            f"{sum(c.rebuilt for c in tables if c)} rows, {documents} documents in MongoDB"
+        )
+        return ok and tables_ok
 
     # -- stopping ------------------------------------------------------------------------------------
     def stop_all(self) -> list[str]:

@@ -262,6 +262,29 @@ class Comparison:
         return text
 
 
+def table_state(path: str) -> dict[str, str]:
+    """A Delta table's live rows (read by delta-rs, not the provider's code): ``_id`` and ``_doc``
+    as canonical Extended JSON."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(path).to_pyarrow_table(columns=["_id", "_doc"]).to_pylist()
+    return {canonical(json_util.loads(row["_id"])): canonical(json_util.loads(row["_doc"])) for row in rows}
+
+
+def compare_table(database: Database, collection: str, path: str) -> Comparison:
+    """A collection's Delta table against MongoDB."""
+    rebuilt = table_state(path)
+    actual = mongo_state(database, collection)
+    return Comparison(
+        collection,
+        len(actual),
+        len(rebuilt),
+        missing=sorted(set(actual) - set(rebuilt)),
+        extra=sorted(set(rebuilt) - set(actual)),
+        different=sorted(k for k in set(actual) & set(rebuilt) if actual[k] != rebuilt[k]),
+    )
+
+
 def compare(database: Database, collection: str, report: TopicReport) -> Comparison:
     rebuilt = rebuilt_state(report)
     actual = mongo_state(database, collection)

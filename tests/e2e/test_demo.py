@@ -141,11 +141,18 @@ def test_demo_runs_the_pipeline_end_to_end_and_stops_everything():
         assert '"topic": "demo.offsets"' in output and '"status": "completed"' in output
         # The second run's snapshot task had nothing to do and did not spark-submit.
         runs = re.findall(r"spark-submit runs: (.*)", output)
-        assert runs == ["mongocdc-snapshot, mongocdc-stream_window", "mongocdc-stream_window"], runs
+        assert runs == [
+            "mongocdc-snapshot, mongocdc-stream_window, mongocdc-delta_apply",
+            "mongocdc-stream_window, mongocdc-delta_apply",
+        ], runs
 
         assert re.search(r"CHECK OK: (\d+) keys rebuilt from the topics, \1 documents in MongoDB", output), (
             output[-3000:]
         )
+        # The hourly DAG's delta_apply task kept each collection as a Delta table equal to MongoDB.
+        assert re.search(r"CHECK OK: 3 Delta tables, (\d+) rows, \1 documents in MongoDB", output), output[
+            -3000:
+        ]
         assert "MISMATCH" not in output
         assert re.search(
             r"Time per step: 1\. \d+ s, 2\. \d+ s, 3\. \d+ s, 4\. \d+ s, 5\. \d+ s, 6\. \d+ s", output

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from bson.timestamp import Timestamp
 
+from airflow_provider_mongocdc.core.base.durations import parse_duration
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.report import GAP, OK, GapReport, PartitionCheck
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
-from airflow_provider_mongocdc.core.watch.settings import WatchSettings, parse_duration
+from airflow_provider_mongocdc.core.watch.settings import WatchSettings
 from airflow_provider_mongocdc.core.watch.stream import (
     PROJECTION,
     capture_check,

@@ -101,6 +101,21 @@ def test_core_imports_neither_airflow_nor_spark_nor_the_adapters():
     )
 
 
+def test_core_imports_no_table_library():
+    """core/apply is the apply's logic; delta-rs (and the Arrow tables it takes) stay in the thin
+    adapters next to the application and the hook that use them."""
+
+    def rule(name, targets):
+        if not within(name, f"{PACKAGE}.core"):
+            return []
+        return [target for target in targets if target.split(".")[0] in ("deltalake", "pyarrow", "polars")]
+
+    found = violations(rule)
+    assert not found, "core must not import delta-rs or Arrow (use spark_apps/delta_tables.py): " + "; ".join(
+        found
+    )
+
+
 def test_the_airflow_adapters_never_import_the_spark_applications():
     def rule(name, targets):
         if not any(within(name, layer) for layer in ADAPTERS):
@@ -206,6 +221,7 @@ CORE_FLOORS = (
     "gap",
     "snapshot",
     "window",
+    "apply",
     "health",
     "watch",
 )

@@ -69,3 +69,12 @@ class LeaseHeldError(MongoCdcError):
 class SparkProcessDiedError(MongoCdcError):
     """A process of the Spark application (its driver JVM, an executor JVM or a pyspark worker)
     died while the application ran (core/base/process_death.py)."""
+
+
+class TableError(MongoCdcError):
+    """A Delta table cannot be written or read as the apply needs (its location, its owner, its
+    layout)."""
+
+
+class EventFormatError(MongoCdcError):
+    """A record of a topic is not a MongoDB change event the apply can read."""

@@ -7,13 +7,12 @@ How the thresholds are used: docs/design.md, "Change-driven windows".
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.backoff import format_duration_ms
+from airflow_provider_mongocdc.core.base.durations import parse_duration
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 
 DEFAULT_MIN_CHANGES = 1000
@@ -28,8 +27,6 @@ POLLS_PER_CHECK = 12
 MIN_POLL_INTERVAL_S = 0.1
 MAX_POLL_INTERVAL_S = 60.0
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 # The keys of the "changes" object: the entry's names, and the settings' fields they set.
 ENTRY_KEYS = {
     "min_changes": "min_changes",
@@ -38,23 +35,6 @@ ENTRY_KEYS = {
     "poll_interval": "poll_interval_s",
     "refire_after": "refire_after_s",
 }
-
-
-def parse_duration(value: Any, what: str) -> float:
-    """Seconds from a number of seconds or ``"<number><s|m|h|d>"``; a ConfigError naming ``what``."""
-    seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(
-            f"{what} must be a duration, got {value!r}",
-            fix=f'give {what} as seconds (e.g. 90) or with a unit: "90s", "5m", "2h" or "1d"',
-        )
-    return seconds
 
 
 def describe_seconds(seconds: float) -> str:

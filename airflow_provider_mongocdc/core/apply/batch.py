@@ -1,0 +1,225 @@
+"""A batch: the events of a range of a topic folded into the rows one Delta commit writes.
+
+The last event per key wins, in Kafka order (a key's events are all in one partition, in order); a
+delete or a tombstone removes the row (marks it deleted with soft deletes); an update without a
+document is applied to the document the batch or the table holds (:mod:`~airflow_provider_mongocdc.core.apply.patch`).
+The snapshot tracker sees every event in order (:mod:`~airflow_provider_mongocdc.core.apply.snapshots`):
+a completed snapshot marks the batch's own rows of older generations deleted and leaves a ``sweep``
+for the table's other rows. :meth:`Batch.commit` is what the table adapter writes in one commit:
+the rows as columns, the sweep, and the application transactions (the next offset per partition,
+the generation, the snapshot under way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent
+from airflow_provider_mongocdc.core.apply.layout import (
+    APPLIED_AT,
+    DELETED,
+    DOCUMENT,
+    GENERATION,
+    ID,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    OP,
+    SOURCE_ORD,
+    SOURCE_TS,
+    TXN,
+    Misfits,
+    TableLayout,
+    column_values,
+)
+from airflow_provider_mongocdc.core.apply.patch import Patcher
+from airflow_provider_mongocdc.core.apply.snapshots import SnapshotTracker
+from airflow_provider_mongocdc.core.apply.state import TableState
+
+
+@dataclass(slots=True)
+class Row:
+    """A key's state after the batch's last event of it."""
+
+    op: str
+    document: str | None
+    partition: int
+    offset: int
+    ts_us: int | None
+    ord: int | None
+    txn: str | None
+    generation: int
+    deleted: bool
+
+
+@dataclass
+class Commit:
+    """What one Delta commit writes: rows (columns by name, ``_deleted`` included), the sweep
+    generation (None: none), the application transactions and the commit's metadata."""
+
+    columns: dict[str, list[Any]]
+    sweep: int | None
+    versions: dict[str, int]
+    metadata: dict[str, Any]
+    rows: int
+    deletes: int
+
+    @property
+    def empty(self) -> bool:
+        return self.rows == 0 and self.sweep is None
+
+
+@dataclass
+class Batch:
+    """Events folded into rows, with the positions they reach and the snapshot tracker."""
+
+    state: TableState
+    tracker: SnapshotTracker
+    patcher: Patcher
+    bases: Callable[[list[str]], Mapping[str, str]]  # documents the table holds, by key
+    previous: Mapping[str, Row] = field(default_factory=dict)  # rows of the batch committed before
+    rows: dict[str, Row] = field(default_factory=dict)
+    events: int = 0
+    ops: dict = field(default_factory=dict)
+    unknown_updates: int = 0
+    last_txn: str | None = None
+    positions: dict[int, int] = field(default_factory=dict)
+    _loaded: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.positions = dict(self.state.positions)
+
+    def prepare(self, events: list[ChangeEvent]) -> None:
+        """Load from the table the documents that updates without one need (once per chunk)."""
+        needed: list[str] = []
+        seen: set[str] = set()
+        for event in events:
+            if event.key in seen:
+                continue
+            seen.add(event.key)
+            if event.update is not None and event.key not in self.rows and event.key not in self.previous:
+                needed.append(event.key)
+        missing = [key for key in needed if key not in self._loaded]
+        if missing:
+            self._loaded.update(self.bases(missing))
+
+    def add(self, event: ChangeEvent) -> None:
+        """Fold one event (in Kafka order)."""
+        tracker = self.tracker
+        watch = event.op == "r" or tracker.pending  # the snapshot tracker has something to see
+        if watch:
+            swept = tracker.sweep
+            tracker.before(event)
+            if tracker.sweep != swept:
+                self._sweep_rows(tracker.sweep)
+        self.events += 1
+        self.ops[event.op] = self.ops.get(event.op, 0) + 1
+        self.positions[event.partition] = event.offset + 1
+        self.last_txn = event.txn
+        document = event.document
+        if event.op == "d":
+            self.rows[event.key] = Row(
+                "d",
+                None,
+                event.partition,
+                event.offset,
+                event.ts_us,
+                event.ord,
+                event.txn,
+                tracker.generation,
+                True,
+            )
+            return
+        if document is None:
+            base = self._base(event.key)
+            if base is None or event.update is None:
+                self.unknown_updates += 1
+                return
+            document = self.patcher.apply(base, event.update)
+        self.rows[event.key] = Row(
+            event.op, document, event.partition, event.offset, event.ts_us, event.ord, event.txn,
+            tracker.generation, False,
+        )  # fmt: skip
+        if watch:
+            swept = tracker.sweep
+            tracker.after(event)
+            if tracker.sweep != swept:
+                self._sweep_rows(tracker.sweep)
+
+    def _base(self, key: str) -> str | None:
+        row = self.rows.get(key) or self.previous.get(key)
+        if row is not None:
+            return None if row.deleted else row.document
+        return self._loaded.get(key)
+
+    def _sweep_rows(self, generation: int | None) -> None:
+        """A snapshot completed: the batch's rows written before it began are deleted too."""
+        if generation is None:
+            return
+        for row in self.rows.values():
+            if row.generation < generation and not row.deleted:
+                row.deleted = True
+                row.op = "d"
+
+    def at_boundary(self, following: ChangeEvent | None) -> bool:
+        """Whether a commit may end after the last event added: not inside a MongoDB transaction."""
+        return self.last_txn is None or following is None or following.txn != self.last_txn
+
+    def moved(self) -> bool:
+        """Whether a commit would change the table: rows, a sweep, or the snapshot state."""
+        state = self.state
+        return (
+            bool(self.rows)
+            or self.tracker.sweep is not None
+            or ((self.tracker.generation, self.tracker.pending) != (state.generation, state.pending))
+        )
+
+    def commit(self, layout: TableLayout, applied_us: int, misfits: Misfits) -> Commit:
+        """The commit of this batch: its rows as columns and the state it reaches."""
+        keys = list(self.rows)
+        rows = [self.rows[key] for key in keys]
+        deleted = [row.deleted for row in rows]
+        columns: dict[str, list[Any]] = {
+            ID: keys,
+            DOCUMENT: [row.document for row in rows],
+            OP: [row.op for row in rows],
+            SOURCE_TS: [row.ts_us for row in rows],
+            SOURCE_ORD: [row.ord for row in rows],
+            TXN: [row.txn for row in rows],
+            KAFKA_PARTITION: [row.partition for row in rows],
+            KAFKA_OFFSET: [row.offset for row in rows],
+            APPLIED_AT: [applied_us] * len(rows),
+            GENERATION: [row.generation for row in rows],
+            DELETED: deleted,
+        }
+        if layout.declared:
+            values = [
+                column_values(layout, key, None if row.deleted else row.document, misfits)
+                for key, row in zip(keys, rows)
+            ]
+            for index, column in enumerate(layout.declared):
+                columns[column.name] = [row_values[index] for row_values in values]
+        after = self.next_state()
+        metadata = {
+            "mongocdc.topic": self.state.topic,
+            "mongocdc.from": {str(p): o for p, o in sorted(self.state.positions.items())},
+            "mongocdc.positions": {str(p): o for p, o in sorted(after.positions.items())},
+            "mongocdc.events": self.events,
+            "mongocdc.snapshot_generation": after.generation,
+        }
+        if self.tracker.sweep is not None:
+            metadata["mongocdc.sweep_below_generation"] = self.tracker.sweep
+        return Commit(columns, self.tracker.sweep, after.versions(), metadata, len(rows), sum(deleted))
+
+    def next_state(self) -> TableState:
+        """The table's state once this batch is committed."""
+        return TableState(
+            self.state.topic,
+            self.state.version,
+            dict(self.positions),
+            self.tracker.generation,
+            self.tracker.pending,
+            self.state.compacted_at,
+            self.state.vacuumed_at,
+        )

@@ -1,0 +1,234 @@
+"""A collection topic's records as the apply reads them (:class:`ChangeEvent`), from the Kafka key
+and value of a Debezium MongoDB change event: this connector's, or Debezium 2.x/3.x's own (the
+``change_streams`` envelope; with or without Kafka Connect's ``schema``/``payload`` wrapping).
+
+The apply needs only: the key's ``id`` (the document key), ``op``, ``after`` (the whole document as
+JSON text), ``updateDescription`` (updates whose event carries no document), the source block's
+time (``ts_us``, else ``ts_ms``), ``ord``, ``lsid``/``txnNumber`` (the MongoDB transaction) and
+``snapshot`` (a snapshot read, blocking or incremental, or its last record). A tombstone (a null
+value) deletes its key. A record that is none of these is an :class:`EventFormatError` naming the
+topic, partition and offset: the apply stops before it commits anything of its batch.
+
+Speed: with schemas on, most of a record is its schema, the same for every record of a topic. The
+payload is cut out of the value where it starts (``"payload":`` is the envelope's last key, and the
+first place those bytes occur: no schema of a MongoDB envelope or key names a field ``payload``) and
+only it is parsed, by orjson.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from airflow_provider_mongocdc.core.base.errors import EventFormatError
+
+CHANGE_OPS = ("c", "u", "d")
+READ, DELETE = "r", "d"
+# source.snapshot of a read: blocking ("true", "first", "last", ...) or incremental.
+INCREMENTAL = "incremental"
+LAST = "last"
+_PAYLOAD = b'"payload":'
+_SCHEMA_START = b'{"schema":'
+_OPS = frozenset((*CHANGE_OPS, READ))
+
+
+@dataclass(slots=True)
+class ChangeEvent:
+    """One record of a collection topic, as the apply uses it."""
+
+    key: str  # the document key: the event key's ``id`` (extended JSON of ``_id``)
+    op: str  # c, u, d, r
+    document: str | None  # the whole document (``after``), None for deletes and bare updates
+    partition: int
+    offset: int
+    timestamp: int = 0  # the Kafka record's timestamp (ms): the order of several partitions
+    ts_us: int | None = None  # the source time
+    ord: int | None = None
+    txn: str | None = None  # "<lsid>:<txnNumber>" of a change in a MongoDB transaction
+    snapshot: str | None = None  # of a read: "true", "last", "incremental"...
+    update: Mapping[str, Any] | None = None  # updateDescription of an update without ``after``
+
+    @property
+    def is_read(self) -> bool:
+        return self.op == READ
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == DELETE
+
+    @property
+    def incremental(self) -> bool:
+        return self.snapshot == INCREMENTAL
+
+
+def _wrapped(raw: bytes) -> Any:
+    """The payload of a JSON record: Kafka Connect's ``{"schema": ..., "payload": ...}`` unwrapped
+    (only the payload parsed when the record starts with its schema), else the whole value."""
+    if raw.startswith(_SCHEMA_START) and raw.endswith(b"}"):
+        start = raw.find(_PAYLOAD)
+        if start > 0:
+            try:
+                return orjson.loads(raw[start + len(_PAYLOAD) : -1])
+            except orjson.JSONDecodeError:
+                pass  # not where it was expected: read the whole record
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = json.loads(raw)  # the bare NaN/Infinity of the Java driver's strict mode
+    if isinstance(value, dict) and set(value) == {"schema", "payload"}:
+        return value["payload"]
+    return value
+
+
+class _Prefix:
+    """The bytes every record of a topic starts with before its payload (its schema, the same for
+    each record of a topic), learnt from the first record: a record that starts with them has only
+    its payload parsed. ``tail`` is what closes the record after the payload."""
+
+    __slots__ = ("head", "tail", "size", "_marker")
+
+    def __init__(self, marker: bytes, tail: bytes):
+        self.head: bytes | None = None
+        self.tail = tail
+        self.size = 0
+        self._marker = marker
+
+    def learn(self, raw: bytes) -> None:
+        if raw.startswith(_SCHEMA_START) and raw.endswith(self.tail):
+            start = raw.find(self._marker)
+            if start > 0:
+                self.head = raw[: start + len(self._marker)]
+                self.size = len(self.head)
+
+    def cut(self, raw: bytes) -> bytes | None:
+        head = self.head
+        if head is not None and raw.startswith(head) and raw.endswith(self.tail):
+            return raw[self.size : len(raw) - len(self.tail)]
+        return None
+
+
+class EventReader:
+    """Reads the records of one topic; keeps the topic's name for its errors."""
+
+    def __init__(self, topic: str):
+        self.topic = topic
+        self._key = _Prefix(b'"payload":{"id":', b"}}")
+        self._value = _Prefix(_PAYLOAD, b"}")
+
+    def error(self, partition: int, offset: int, problem: str, cause: str) -> EventFormatError:
+        return EventFormatError(
+            f"The record at offset {offset} of partition {partition} of the topic {self.topic!r} is not "
+            f"a MongoDB change event: {problem}",
+            cause=cause,
+            fix="apply only the topics of a MongoDB connector (this provider's, or Debezium 2.x/3.x's "
+            "MongoDB connector with its default change_streams events and JSON converter); nothing of "
+            "this batch was applied, the table stays at its last commit",
+        )
+
+    def key(self, partition: int, offset: int, raw: bytes | None) -> str:
+        if raw is None:
+            raise self.error(
+                partition, offset, "it has no key", "every change event is keyed by its document's _id"
+            )
+        cut = self._key.cut(raw)
+        if cut is not None:
+            try:
+                text = orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                text = None
+            if isinstance(text, str):
+                return text
+        try:
+            key = _wrapped(raw)
+            if self._key.head is None:
+                self._key.learn(raw)
+        except (ValueError, TypeError) as failure:
+            raise self.error(partition, offset, "its key is not JSON", str(failure)) from None
+        if not isinstance(key, Mapping) or not isinstance(key.get("id"), str):
+            raise self.error(
+                partition,
+                offset,
+                f"its key {raw[:120]!r} has no 'id'",
+                'a MongoDB change event\'s key is {"id": "<_id as extended JSON>"}',
+            )
+        return key["id"]
+
+    def read(
+        self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None, timestamp: int = 0
+    ) -> ChangeEvent:
+        """The event of one record (a tombstone: a delete of its key)."""
+        key = self.key(partition, offset, raw_key)
+        if raw_value is None:
+            return ChangeEvent(key, DELETE, None, partition, offset, timestamp)
+        payload = None
+        cut = self._value.cut(raw_value)
+        if cut is not None:
+            try:
+                payload = orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                payload = None
+        try:
+            if payload is None:
+                payload = _wrapped(raw_value)
+                if self._value.head is None:
+                    self._value.learn(raw_value)
+        except (ValueError, TypeError) as failure:
+            raise self.error(partition, offset, "its value is not JSON", str(failure)) from None
+        if type(payload) is not dict:
+            raise self.error(
+                partition, offset, "its value is not a JSON object", f"got {type(payload).__name__}"
+            )
+        op = payload.get("op")
+        source = payload.get("source")
+        if op not in _OPS or type(source) is not dict:
+            raise self.error(
+                partition,
+                offset,
+                f"its value has op {op!r} and {'a' if isinstance(source, Mapping) else 'no'} source block",
+                "a change event has op c, u, d or r and a source block (heartbeats and transaction "
+                "records have their own topics)",
+            )
+        if "patch" in payload or "filter" in payload:
+            raise self.error(
+                partition,
+                offset,
+                "it is a Debezium 1.x event (patch/filter)",
+                "the apply reads the change_streams events of Debezium 2.x/3.x and of this connector's "
+                "default event.format",
+            )
+        after = payload.get("after")
+        if after is not None and type(after) is not str:
+            raise self.error(partition, offset, "its 'after' is not JSON text", f"got {type(after).__name__}")
+        update = None
+        if op == "u" and after is None:
+            update = payload.get("updateDescription")
+            if not isinstance(update, Mapping):
+                update = None
+        elif op in ("c", READ) and after is None:
+            raise self.error(partition, offset, f"its op is {op!r} but it has no document", "'after' is null")
+        ts_us = source.get("ts_us")
+        if type(ts_us) is not int:
+            ts_ms = source.get("ts_ms")
+            ts_us = ts_ms * 1000 if isinstance(ts_ms, int) else None
+        lsid, txn_number = source.get("lsid"), source.get("txnNumber")
+        snapshot = source.get("snapshot") if op == READ else None
+        if snapshot is True:
+            snapshot = "true"
+        ord_ = source.get("ord")
+        return ChangeEvent(
+            key,
+            op,
+            after if op != DELETE else None,
+            partition,
+            offset,
+            timestamp,
+            ts_us,
+            ord_ if isinstance(ord_, int) else None,
+            f"{lsid}:{txn_number}" if lsid is not None and txn_number is not None else None,
+            str(snapshot) if snapshot not in (None, False, "false") else ("true" if op == READ else None),
+            update,
+        )

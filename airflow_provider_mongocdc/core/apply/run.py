@@ -1,0 +1,285 @@
+"""One table's apply: from the position the table records to the topic's end, in commits that each
+hold the rows they change and the positions they reach.
+
+1. The table's state (:class:`~airflow_provider_mongocdc.core.apply.state.TableState`): who wrote
+   it (:func:`~airflow_provider_mongocdc.core.apply.state.check_owner`), its positions, generation
+   and snapshot under way; its columns against the layout (a declared type that changed is refused).
+   Nothing has changed yet when any of this fails.
+2. The connector's snapshot status (offsets topic), then the topic's ends, then the events in
+   batches of ``max_batch_events`` (more to finish a MongoDB transaction; a topic of several
+   partitions in one batch), each committed with its positions: a killed apply leaves the table at
+   its last commit, and the next run starts exactly there. Records before the table's position are
+   never read again, so a range is never applied twice.
+3. The status again: a snapshot completed over the read sweeps (:mod:`~airflow_provider_mongocdc.core.apply.snapshots`).
+4. Maintenance when due: compaction of small files, vacuum of files older than the retention.
+
+The table itself is behind :class:`TableStore` (the delta-rs adapter, next to the application that
+runs this), so that this module imports no delta-rs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from airflow_provider_mongocdc.core.apply.batch import Batch, Commit, Row
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent
+from airflow_provider_mongocdc.core.apply.layout import Misfits, TableLayout
+from airflow_provider_mongocdc.core.apply.patch import Patcher
+from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
+from airflow_provider_mongocdc.core.apply.state import TableState, check_owner
+from airflow_provider_mongocdc.core.apply.topics import first_records, partitions_of, read_range, topic_ends
+
+log = logging.getLogger("airflow_provider_mongocdc.apply")
+
+
+class TableStore(Protocol):
+    """A Delta table as the apply uses it (``spark_apps/delta_tables.py``: delta-rs)."""
+
+    uri: str
+
+    def version(self) -> int | None:
+        """The table's version, None when there is no table yet."""
+
+    def app_version(self, app_id: str) -> int | None:
+        """The version of an application transaction recorded in the table."""
+
+    def description(self) -> str:
+        """What the table's metadata says of it (for the error about a foreign table)."""
+
+    def check_layout(self, layout: TableLayout) -> list[str]:
+        """Refuse a layout the table cannot take (a declared column's type changed); returns notes."""
+
+    def evolve(self, layout: TableLayout) -> list[str]:
+        """Add the declared columns the table lacks, filled from ``_doc`` (one commit); returns notes."""
+
+    def documents(self, keys: list[str]) -> Mapping[str, str]:
+        """The documents the table holds of ``keys`` (for updates without one)."""
+
+    def commit(self, commit: Commit, layout: TableLayout, name: str, description: str) -> dict[str, Any]:
+        """Write ``commit`` in one Delta commit (creating the table when there is none); returns
+        the new version and the row counts."""
+
+    def maintain(
+        self, state: TableState, compact: bool, vacuum_retention_s: float | None, now_s: int
+    ) -> dict[str, Any]:
+        """Compact small files and/or vacuum old ones, recording when in the table."""
+
+
+@dataclass(frozen=True)
+class TableJob:
+    """One table's apply: its topic and collection, layout and settings."""
+
+    topic: str
+    namespace: str
+    layout: TableLayout
+    max_batch_events: int
+    json_mode: str = "strict"
+    quiet_wait_s: float = 60.0
+    compact_every_s: float | None = None
+    vacuum_every_s: float | None = None
+    vacuum_retention_s: float = 7 * 86400.0
+
+
+def _due(last: int | None, every: float | None, now_s: int) -> bool:
+    return every is not None and (last is None or now_s - last >= every)
+
+
+class TableApply:
+    """The apply of one topic to one table."""
+
+    def __init__(
+        self,
+        job: TableJob,
+        store: TableStore,
+        kafka_config: Mapping[str, Any],
+        snapshot_status: Callable[[], SnapshotStatus | None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.job = job
+        self.store = store
+        self.kafka_config = kafka_config
+        self.snapshot_status = snapshot_status
+        self.clock = clock
+        self.misfits = Misfits()
+        self.summary: dict[str, Any] = {
+            "topic": job.topic,
+            "collection": job.namespace,
+            "table": store.uri,
+            "events": 0,
+            "events_by_op": {},
+            "rows_written": 0,
+            "rows_deleted": 0,
+            "rows_swept": 0,
+            "commits": 0,
+            "updates_without_document": 0,
+            "notes": [],
+        }
+
+    # -- the steps --------------------------------------------------------------------------------------
+    def check(self, partitions: list[int], records: bool = False) -> TableState:
+        """Step 1: the table's state, its owner and its columns; with ``records``, the first record
+        to apply of each partition too (nothing changes here)."""
+        store, topic = self.store, self.job.topic
+        version = store.version()
+        check_owner(
+            store.uri, topic, version, store.app_version, store.description() if version is not None else ""
+        )
+        state = TableState.read(topic, version, store.app_version, partitions)
+        self.summary["notes"].extend(store.check_layout(self.job.layout))
+        if records:
+            ends = topic_ends(self.kafka_config, topic, partitions, 0.0)
+            starts = {p: max(first, state.positions.get(p, first)) for p, first in ends.earliest.items()}
+            first_records(self.kafka_config, topic, starts, ends.ends)
+        return state
+
+    def run(self) -> dict[str, Any]:
+        began = time.monotonic()
+        job = self.job
+        partitions = partitions_of(self.kafka_config, job.topic)
+        state = self.check(partitions)
+        self.summary["version_before"] = state.version
+        if state.exists:
+            self.store.evolve(job.layout)
+        before = self.snapshot_status()
+        ends = topic_ends(self.kafka_config, job.topic, partitions, job.quiet_wait_s)
+        starts = self._starts(state, ends.earliest)
+        if not ends.quiet:
+            self.summary["notes"].append(
+                f"no moment without an open transaction on the {len(partitions)} partitions of the topic "
+                f"within {job.quiet_wait_s:g} s: nothing applied this run"
+            )
+            stop = dict(starts)
+        else:
+            stop = dict(ends.ends)
+        tracker = SnapshotTracker(state.generation, state.pending)
+        state, batch = self._apply_range(state, tracker, starts, stop, partitions)
+        # The last batch is committed once the snapshot status after the read is known: a snapshot
+        # that completed over the read sweeps in that same commit.
+        tracker.at_range_end(before, self.snapshot_status())
+        if batch.events or batch.moved():
+            state = self._commit(batch, state)
+        self.summary["notes"].extend(tracker.notes)
+        self.summary["snapshot"] = {
+            "generation": tracker.generation,
+            "under_way": KIND_WORDS[tracker.pending],
+            "begun": tracker.began,
+            "completed": tracker.completed,
+        }
+        self.summary["maintenance"] = self._maintain(state)
+        self.summary["positions"] = {str(p): o for p, o in sorted(state.positions.items())}
+        self.summary["ends"] = {str(p): o for p, o in sorted(stop.items())}
+        self.summary["behind"] = sum(
+            max(0, ends.ends.get(p, 0) - state.positions.get(p, 0)) for p in partitions
+        )
+        self.summary["version"] = self.store.version()
+        self.summary["misfits"] = self.misfits.to_json()
+        self.summary["misfit_lines"] = self.misfits.describe(job.layout.declared)
+        self.summary["duration_s"] = round(time.monotonic() - began, 3)
+        return self.summary
+
+    def _starts(self, state: TableState, earliest: Mapping[int, int]) -> dict[int, int]:
+        """Where each partition's read starts: the table's position, or the topic's earliest record
+        for a new table. A position before the earliest record means records were deleted from the
+        topic before they were applied: said in the log and the summary (a re-snapshot repairs it)."""
+        starts = {}
+        for partition, first in earliest.items():
+            position = state.positions.get(partition)
+            if position is not None and position < first:
+                note = (
+                    f"partition {partition}: records {position} to {first - 1} were deleted from the topic "
+                    "(retention) before they were applied; the table misses them until a re-snapshot of "
+                    f"{self.job.namespace} is applied"
+                )
+                log.warning("%s: %s", self.job.topic, note)
+                self.summary["notes"].append(note)
+            starts[partition] = max(first, position if position is not None else first)
+        return starts
+
+    def _batch(
+        self, state: TableState, tracker: SnapshotTracker, previous: Mapping[str, Row] | None = None
+    ) -> Batch:
+        return Batch(state, tracker, Patcher(self.job.json_mode), self.store.documents, dict(previous or {}))
+
+    def _apply_range(
+        self,
+        state: TableState,
+        tracker: SnapshotTracker,
+        starts: Mapping[int, int],
+        stop: Mapping[int, int],
+        partitions: list[int],
+    ) -> tuple[TableState, Batch]:
+        """Step 2: read and commit batch after batch; returns the last batch, not committed yet."""
+        state.positions.update({p: o for p, o in starts.items() if p not in state.positions})
+        batch = self._batch(state, tracker)
+        limit = self.job.max_batch_events
+        several = len([p for p in partitions if starts.get(p, 0) < stop.get(p, 0)]) > 1
+        for chunk in read_range(self.kafka_config, self.job.topic, starts, stop):
+            batch.prepare(chunk)
+            for index, event in enumerate(chunk):
+                batch.add(event)
+                if several or batch.events < limit:
+                    continue
+                following: ChangeEvent | None = chunk[index + 1] if index + 1 < len(chunk) else None
+                if following is None or batch.at_boundary(following):
+                    state = self._commit(batch, state)
+                    batch = self._batch(state, tracker, batch.rows)
+                    batch.prepare(chunk[index + 1 :])
+        if batch.events:
+            for partition, end in stop.items():  # read to its end: past commit markers too
+                if starts.get(partition, 0) < end:
+                    batch.positions[partition] = max(batch.positions.get(partition, 0), end)
+        return state, batch
+
+    def _commit(self, batch: Batch, state: TableState) -> TableState:
+        """One Delta commit of ``batch`` (rows, sweep, positions); the state it reaches."""
+        applied_us = int(self.clock() * 1_000_000)
+        commit = batch.commit(self.job.layout, applied_us, self.misfits)
+        name = self.job.namespace
+        description = (
+            f"MongoDB collection {self.job.namespace} applied from the Kafka topic {self.job.topic} by "
+            "airflow-provider-mongocdc"
+        )
+        result = self.store.commit(commit, self.job.layout, name, description)
+        summary = self.summary
+        summary["commits"] += 1
+        summary["events"] += batch.events
+        for op, count in batch.ops.items():
+            summary["events_by_op"][op] = summary["events_by_op"].get(op, 0) + count
+        summary["rows_written"] += commit.rows - commit.deletes
+        summary["rows_deleted"] += int(result.get("deleted", commit.deletes))
+        summary["rows_swept"] += int(result.get("swept", 0))
+        summary["updates_without_document"] += batch.unknown_updates
+        log.info(
+            "%s -> %s: version %s, %d events (%s), %d rows written, %d deleted%s; positions %s",
+            self.job.topic,
+            self.store.uri,
+            result.get("version"),
+            batch.events,
+            dict(batch.ops),
+            commit.rows - commit.deletes,
+            commit.deletes,
+            f", swept {result.get('swept', 0)} rows older than snapshot generation {commit.sweep}"
+            if commit.sweep is not None
+            else "",
+            commit.metadata["mongocdc.positions"],
+        )
+        batch.tracker.sweep = None
+        after = batch.next_state()
+        after.version = result.get("version")
+        return after
+
+    def _maintain(self, state: TableState) -> dict[str, Any]:
+        """Step 4: compaction and vacuum when their time has come."""
+        job = self.job
+        if state.version is None:
+            return {}
+        now_s = int(self.clock())
+        compact = _due(state.compacted_at, job.compact_every_s, now_s)
+        vacuum = _due(state.vacuumed_at, job.vacuum_every_s, now_s)
+        if not compact and not vacuum:
+            return {}
+        return self.store.maintain(state, compact, job.vacuum_retention_s if vacuum else None, now_s)

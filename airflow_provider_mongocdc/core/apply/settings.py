@@ -1,0 +1,192 @@
+"""Where and how a connector's collections are kept as Delta tables (:class:`DeltaSettings`): the
+``"delta"`` object of a connector list entry, or the Delta apply operator's arguments.
+
+    {"location": "s3://lake/cdc",               # a local path or an object-store URI (required)
+     "conn_id": "delta_storage",                # the Airflow connection of the storage options
+     "columns": {"shop.orders": {"total": "double", "customer.name": "string"}},
+     "soft_delete": false,
+     "collections": ["shop.orders"],            # only these (default: every topic of the connector)
+     "max_batch_events": 100000,
+     "compact_every": "1h", "vacuum_every": "1d", "vacuum_retention": "7d"}
+
+Each collection's table lies at ``<location>/<database>/<collection>`` (the names as in its topic's
+name). Credentials never belong here: the storage options come from the connection, when the task
+runs. Durations are seconds or ``"90s"``, ``"5m"``, ``"2h"``, ``"1d"``; ``null`` switches compaction
+or vacuuming off.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, TableLayout, declared_columns
+from airflow_provider_mongocdc.core.base.durations import parse_duration
+from airflow_provider_mongocdc.core.base.errors import ConfigError
+
+DEFAULT_MAX_BATCH_EVENTS = 100_000
+DEFAULT_COMPACT_EVERY_S = 3600.0
+DEFAULT_VACUUM_EVERY_S = 86400.0
+# Delta's own default (delta.deletedFileRetentionDuration): readers of versions up to a week old
+# still find their files.
+DEFAULT_VACUUM_RETENTION_S = 7 * 86400.0
+# A topic of several partitions is applied up to a moment when none of its partitions had a
+# transaction open (so a MongoDB transaction split over partitions is never applied in part); the
+# apply waits at most this long for one.
+DEFAULT_QUIET_WAIT_S = 60.0
+KEYS = (
+    "location",
+    "conn_id",
+    "columns",
+    "soft_delete",
+    "collections",
+    "max_batch_events",
+    "compact_every",
+    "vacuum_every",
+    "vacuum_retention",
+)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_USER_PASSWORD = re.compile(r"^[^@/]*:[^@/]*@")
+_NAMESPACE = re.compile(r"^[^.]+\.[^.].*$")
+EXAMPLE = '{"location": "/data/delta/shop", "columns": {"shop.orders": {"total": "double"}}}'
+
+
+def _optional_duration(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    return parse_duration(value, what)
+
+
+@dataclass(frozen=True)
+class DeltaSettings:
+    """The Delta apply's settings (validated; durations in seconds, None: off)."""
+
+    location: str
+    conn_id: str | None = None
+    columns: Mapping[str, tuple[DeclaredColumn, ...]] = field(default_factory=dict)
+    soft_delete: bool = False
+    collections: tuple[str, ...] = ()
+    max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS
+    compact_every_s: float | None = DEFAULT_COMPACT_EVERY_S
+    vacuum_every_s: float | None = DEFAULT_VACUUM_EVERY_S
+    vacuum_retention_s: float = DEFAULT_VACUUM_RETENTION_S
+
+    @classmethod
+    def from_mapping(cls, value: Any, what: str = "'delta'") -> DeltaSettings:
+        """From the ``"delta"`` object (every error a ConfigError naming the key, its value and the fix)."""
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"{what} must be a JSON object, got {type(value).__name__}", fix=f"give e.g. {EXAMPLE}"
+            )
+        unknown = sorted(set(value) - set(KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{what}: unknown key(s) {', '.join(unknown)}", fix=f"use only {', '.join(KEYS)}"
+            )
+        location = value.get("location")
+        if not isinstance(location, str) or not location.strip():
+            raise ConfigError(
+                f"{what}: 'location' is missing",
+                cause="the tables lie under one location: a local path or an object-store URI",
+                fix='give e.g. "location": "/data/delta/shop" or "s3://bucket/cdc/shop"',
+            )
+        location = location.strip()
+        authority = location.split("://", 1)[1].split("/", 1)[0] if "://" in location else ""
+        if _USER_PASSWORD.match(authority):
+            raise ConfigError(
+                f"{what}: 'location' holds credentials",
+                cause="credentials in a URI end up in task logs and on the page",
+                fix="give the URI without them and put the storage options in the connection 'conn_id'",
+            )
+        conn_id = value.get("conn_id")
+        if conn_id is not None and (not isinstance(conn_id, str) or not conn_id):
+            raise ConfigError(f"{what}: 'conn_id' must be an Airflow connection id, got {conn_id!r}")
+        columns = value.get("columns") or {}
+        if not isinstance(columns, Mapping):
+            raise ConfigError(
+                f"{what}: 'columns' must be an object of collections, got {type(columns).__name__}",
+                fix='give e.g. "columns": {"shop.orders": {"total": "double"}}',
+            )
+        declared = {}
+        for namespace, spec in columns.items():
+            if not _NAMESPACE.match(str(namespace)):
+                raise ConfigError(
+                    f"{what}: 'columns' key {namespace!r} is not <database>.<collection>",
+                    fix='key the columns by collection, e.g. "shop.orders"',
+                )
+            declared[str(namespace)] = declared_columns(spec, f"{what} columns of {namespace}")
+        soft_delete = value.get("soft_delete", False)
+        if not isinstance(soft_delete, bool):
+            raise ConfigError(f"{what}: 'soft_delete' must be true or false, got {soft_delete!r}")
+        collections = value.get("collections") or []
+        if not isinstance(collections, list) or not all(
+            isinstance(name, str) and _NAMESPACE.match(name) for name in collections
+        ):
+            raise ConfigError(
+                f"{what}: 'collections' must be a list of <database>.<collection>, got {collections!r}",
+                fix='give e.g. ["shop.orders", "shop.customers"], or leave it out for every collection',
+            )
+        batch = value.get("max_batch_events", DEFAULT_MAX_BATCH_EVENTS)
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigError(
+                f"{what}: 'max_batch_events' must be a whole number of 1 or more, got {batch!r}",
+                fix=f"leave it out (default {DEFAULT_MAX_BATCH_EVENTS})",
+            )
+        retention = parse_duration(
+            value.get("vacuum_retention", DEFAULT_VACUUM_RETENTION_S), "vacuum_retention"
+        )
+        return cls(
+            location=location.rstrip("/") or "/",
+            conn_id=conn_id,
+            columns=declared,
+            soft_delete=soft_delete,
+            collections=tuple(collections),
+            max_batch_events=batch,
+            compact_every_s=_optional_duration(
+                value.get("compact_every", DEFAULT_COMPACT_EVERY_S), "compact_every"
+            ),
+            vacuum_every_s=_optional_duration(
+                value.get("vacuum_every", DEFAULT_VACUUM_EVERY_S), "vacuum_every"
+            ),
+            vacuum_retention_s=retention,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as the ``"delta"`` object (what the job spec carries)."""
+        return {
+            "location": self.location,
+            "conn_id": self.conn_id,
+            "columns": {
+                namespace: {column.name: {"field": column.path, "type": column.type} for column in columns}
+                for namespace, columns in self.columns.items()
+            },
+            "soft_delete": self.soft_delete,
+            "collections": list(self.collections),
+            "max_batch_events": self.max_batch_events,
+            "compact_every": self.compact_every_s,
+            "vacuum_every": self.vacuum_every_s,
+            "vacuum_retention": self.vacuum_retention_s,
+        }
+
+    @property
+    def scheme(self) -> str:
+        """The location's URI scheme (``s3``, ``gs``, ``abfss``, ``file``...), ``""`` for a local path."""
+        match = _SCHEME.match(self.location)
+        return match.group(1).lower() if match else ""
+
+    @property
+    def local(self) -> bool:
+        return self.scheme in ("", "file")
+
+    def table_uri(self, database: str, collection: str) -> str:
+        """Where the table of ``<database>.<collection>`` lies: ``<location>/<database>/<collection>``."""
+        return f"{self.location.rstrip('/')}/{database}/{collection}"
+
+    def layout(self, namespace: str) -> TableLayout:
+        """The layout of the table of ``namespace`` (``<database>.<collection>`` as in its topic)."""
+        return TableLayout(tuple(self.columns.get(namespace, ())), self.soft_delete)
+
+    def wanted(self, namespace: str) -> bool:
+        return not self.collections or namespace in self.collections

@@ -1,0 +1,186 @@
+"""The re-snapshot sweep: when a snapshot of a collection completes, the rows whose keys it did not
+read and that did not change after it began are removed, so documents deleted while the oplog had
+a gap (no delete event) leave no ghost rows.
+
+How it is known, from the topic alone: every table has a *snapshot generation*. The first read
+event of a snapshot (``op: r``) after anything else begins a new generation; every row written from
+then on (read or change) carries it (column ``_snapshot_gen``). When the snapshot completes, every
+row of an older generation is removed (or marked deleted, with soft deletes): it was neither read by
+the snapshot nor changed since it began. Nothing needs the snapshot's keys in memory, and a
+snapshot spread over several applies works the same way (the generation and whether a snapshot is
+under way are recorded in the table, with its positions).
+
+When a snapshot completes:
+
+- a *blocking* one (initial, gap, manual: ``source.snapshot`` ``true``/``last``): at its ``last``
+  read; or at the first change event after its reads (a connector streams only after a blocking
+  snapshot ended); or at the end of what an apply read, when the connector's offsets topic shows no
+  snapshot in progress, unchanged from before that apply read its topic to after (so every read of a
+  completed snapshot was in what it read);
+- an *incremental* one (``source.snapshot`` ``incremental``; changes interleave with its reads): at
+  the end of an apply's read, when the offsets topic shows the collection done, again unchanged over
+  the read. A filtered incremental snapshot (it reads only some documents) and a stopped one sweep
+  nothing; a blocking snapshot that begins meanwhile takes over.
+
+Edge cases (docs/delta.md): a collection the snapshot found empty writes no read, so nothing begins
+and nothing is swept; Debezium's topics have no offsets topic here, so their incremental snapshots
+are never swept and a blocking one completes at its ``last`` read or at the next change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mongocdc.core.apply.events import LAST, ChangeEvent
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.topics import TopicNamer
+from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_IN_PROGRESS, OffsetPartition, OffsetState
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
+
+NONE, BLOCKING, INCREMENTAL = 0, 1, 2
+KIND_WORDS = {NONE: "none", BLOCKING: "blocking", INCREMENTAL: "incremental"}
+# What the offsets topic says of a table's incremental snapshot.
+INC_RUNNING, INC_DONE, INC_CANCELLED, INC_UNKNOWN = "running", "done", "cancelled", "unknown"
+
+
+@dataclass(frozen=True)
+class SnapshotStatus:
+    """What the connector's offsets topic says of the snapshots of one table's collection."""
+
+    blocking_running: bool
+    incremental: str  # INC_RUNNING, INC_DONE, INC_CANCELLED or INC_UNKNOWN
+    fingerprint: tuple[Any, ...]  # equal in two reads: no snapshot moved in between
+
+    @classmethod
+    def of(
+        cls, states: Mapping[OffsetPartition, OffsetState], namespace_topic: Callable[[str], str], topic: str
+    ) -> SnapshotStatus:
+        """From the offsets topic's states; ``namespace_topic`` names the topic of a
+        ``<db>.<collection>`` (an incremental snapshot's progress names collections)."""
+        running = False
+        incremental = INC_UNKNOWN
+        parts: list[Any] = []
+        for partition, state in sorted(states.items(), key=lambda item: item[0].rs):
+            snapshot = state.snapshot
+            running = running or snapshot.status == SNAPSHOT_IN_PROGRESS
+            parts.append((partition.rs, snapshot.status, snapshot.snapshot_id, state.snapshots))
+            progress = IncrementalProgress.from_json(state.incremental)
+            if progress is None:
+                continue
+            mine = [name for name in _named(progress) if namespace_topic(name) == topic]
+            parts.append((progress.request_id, progress.status, progress.chunks, tuple(mine)))
+            incremental = _incremental_word(progress, namespace_topic, topic, incremental)
+        return cls(running, incremental, tuple(parts))
+
+
+def read_status(
+    kafka_config: Mapping[str, Any], config: ConnectorConfig, topic: str
+) -> SnapshotStatus | None:
+    """The snapshot status of ``topic``'s collection in the connector's offsets topic; None when the
+    topic holds no offsets of the connector (Debezium's topics), or a transaction is open there (what
+    it commits is not known yet)."""
+    store = OffsetStore(kafka_config, config.offsets_topic, read_timeout_s=30.0)
+    contents = store.read_everything()
+    if contents.open_transactions:
+        return None
+    states = {
+        partition: state
+        for partition, state in contents.states.items()
+        if partition.server_id == config.topic_prefix
+    }
+    if not states:
+        return None
+    namer = TopicNamer(config)
+
+    def namespace_topic(namespace: str) -> str:
+        database, _, collection = namespace.partition(".")
+        return namer.data_topic(database, collection)
+
+    return SnapshotStatus.of(states, namespace_topic, topic)
+
+
+def _named(progress: IncrementalProgress) -> Iterable[str]:
+    return (*progress.collections_left, *progress.done, *progress.filters)
+
+
+def _incremental_word(
+    progress: IncrementalProgress, namespace_topic: Callable[[str], str], topic: str, before: str
+) -> str:
+    """What ``progress`` says of the collection of ``topic`` (``before``: what another partition said)."""
+    left = any(namespace_topic(name) == topic for name in progress.collections_left)
+    done = any(namespace_topic(name) == topic for name in progress.done)
+    filtered = any(namespace_topic(name) == topic for name in progress.filters)
+    if progress.running and left:
+        return INC_RUNNING
+    if before == INC_RUNNING:
+        return before
+    if done and not filtered:
+        return INC_DONE  # read whole (a stop or the end of other collections came after)
+    if done or left or filtered:
+        return INC_CANCELLED  # filtered, or stopped before it read everything
+    return before
+
+
+@dataclass
+class SnapshotTracker:
+    """The table's snapshot generation and the snapshot under way, moved by each event in Kafka
+    order; ``sweep`` is the generation below which rows go (the latest completion seen)."""
+
+    generation: int = 0
+    pending: int = NONE
+    sweep: int | None = None
+    began: int = 0  # snapshots begun (this run)
+    completed: int = 0  # snapshots completed with a sweep (this run)
+    notes: list[str] = field(default_factory=list)
+
+    def before(self, event: ChangeEvent) -> None:
+        """Called before ``event`` is applied: a change ends a blocking snapshot; a read begins one
+        (or switches from one kind to the other)."""
+        if event.is_read:
+            kind = INCREMENTAL if event.incremental else BLOCKING
+            if self.pending == kind:
+                return
+            if self.pending == BLOCKING and kind == INCREMENTAL:
+                self.complete("its reads were followed by an incremental snapshot's")
+            elif self.pending == INCREMENTAL:
+                self.notes.append("an incremental snapshot was taken over by a blocking one")
+            self.begin(kind)
+        elif self.pending == BLOCKING:
+            self.complete("a change followed its reads")
+
+    def after(self, event: ChangeEvent) -> None:
+        """Called after ``event`` was applied: the ``last`` read ends a blocking snapshot."""
+        if event.is_read and event.snapshot == LAST and self.pending == BLOCKING:
+            self.complete("its last read")
+
+    def begin(self, kind: int) -> None:
+        self.generation += 1
+        self.pending = kind
+        self.began += 1
+
+    def complete(self, why: str) -> None:
+        self.sweep = self.generation
+        self.notes.append(f"a {KIND_WORDS[self.pending]} snapshot completed ({why})")
+        self.pending = NONE
+        self.completed += 1
+
+    def at_range_end(self, before: SnapshotStatus | None, after: SnapshotStatus | None) -> None:
+        """At the end of what a run read: complete (or cancel) by what the offsets topic said,
+        read before the topic's end was taken and again after it was read; only when both agree."""
+        if self.pending == NONE or before is None or after is None:
+            return
+        if before.fingerprint != after.fingerprint:
+            self.notes.append(
+                "a snapshot moved while the topic was read: its completion waits for the next run"
+            )
+            return
+        if self.pending == BLOCKING and not after.blocking_running:
+            self.complete("the offsets topic shows it completed")
+        elif self.pending == INCREMENTAL and after.incremental == INC_DONE:
+            self.complete("the offsets topic shows the collection done")
+        elif self.pending == INCREMENTAL and after.incremental == INC_CANCELLED:
+            self.notes.append("an incremental snapshot was filtered or stopped: nothing swept")
+            self.pending = NONE

@@ -1,0 +1,239 @@
+"""The Kafka side of the apply: a connector's collection topics, where each partition ends, and
+the committed records of a range (``read_committed``, as every consumer of the connector reads).
+
+Where a range ends: each partition's last stable offset when the apply starts. A topic of one
+partition (the default) needs nothing more: a Kafka transaction of the connector holds whole
+MongoDB transactions. A topic of several partitions is read up to a *quiet* moment, when no
+partition had a transaction open and two looks at all of them agreed, so a MongoDB transaction
+written to several partitions is never cut where only some of its commit markers are written. The
+events of several partitions are merged by record time, each partition's order kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, EventReader
+from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.topics import TopicNamer
+from airflow_provider_mongocdc.core.kafka.admin import admin_client
+from airflow_provider_mongocdc.core.kafka.client import _unwrap, consumer_config
+
+log = logging.getLogger("airflow_provider_mongocdc.apply")
+TIMEOUT_S = 30.0
+POLL_RECORDS = 5000
+
+
+@dataclass(frozen=True)
+class DataTopic:
+    """A collection topic of a connector and the collection it names."""
+
+    topic: str
+    database: str
+    collection: str
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.database}.{self.collection}"
+
+
+def _kafka_error(kafka_config: Mapping[str, Any], what: str, error: BaseException) -> ConnectionFailedError:
+    kafka_error = _unwrap(error) if isinstance(error, (KafkaException, SystemError)) else None
+    return ConnectionFailedError(
+        f"Could not {what} on Kafka at {kafka_config.get('bootstrap.servers')!r}",
+        cause=f"{kafka_error.name()}: {kafka_error.str()}" if kafka_error else str(error),
+        fix="check that the brokers are reachable and that the Kafka principal may DESCRIBE and READ the "
+        "connector's topics, then run the task again (the tables stay at their last commit)",
+    )
+
+
+def data_topics(kafka_config: Mapping[str, Any], config: ConnectorConfig) -> list[DataTopic]:
+    """The connector's collection topics on the brokers: ``<topic.prefix>.<db>.<collection>``,
+    without its transaction, heartbeat and offsets topics."""
+    namer = TopicNamer(config)
+    delimiter = config.topic_delimiter
+    head = config.topic_prefix + delimiter
+    own = {namer.transaction_topic, namer.heartbeat_topic, namer.offsets_topic}
+    admin = admin_client(kafka_config)
+    try:
+        names = sorted(admin.list_topics(timeout=TIMEOUT_S).topics)
+    except KafkaException as error:
+        raise _kafka_error(kafka_config, "list the topics", error) from None
+    found = []
+    for name in names:
+        if not name.startswith(head) or name in own:
+            continue
+        database, _, collection = name[len(head) :].partition(delimiter)
+        if database and collection:
+            found.append(DataTopic(name, database, collection))
+    return found
+
+
+def partitions_of(kafka_config: Mapping[str, Any], topic: str) -> list[int]:
+    admin = admin_client(kafka_config)
+    try:
+        info = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+    except KafkaException as error:
+        raise _kafka_error(kafka_config, f"describe the topic {topic!r}", error) from None
+    if info is None or info.error is not None:
+        return []
+    return sorted(info.partitions)
+
+
+def _offsets(admin, topic: str, partitions: list[int], spec: OffsetSpec, isolation) -> dict[int, int]:
+    futures = admin.list_offsets(
+        {TopicPartition(topic, partition): spec for partition in partitions},
+        isolation_level=isolation,
+        request_timeout=TIMEOUT_S,
+    )
+    return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+
+@dataclass(frozen=True)
+class TopicEnds:
+    """Where each partition begins (its earliest record) and where the range ends."""
+
+    earliest: dict[int, int]
+    ends: dict[int, int]
+    quiet: bool = True  # False: no quiet moment was found, ``ends`` are the starts (nothing read)
+
+
+def topic_ends(
+    kafka_config: Mapping[str, Any], topic: str, partitions: list[int], quiet_wait_s: float
+) -> TopicEnds:
+    """The range's ends: the last stable offsets (see the module's docstring for several partitions)."""
+    admin = admin_client(kafka_config)
+    try:
+        earliest = _offsets(admin, topic, partitions, OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
+        stable = _offsets(admin, topic, partitions, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+        if len(partitions) <= 1:
+            return TopicEnds(earliest, stable)
+        deadline = time.monotonic() + quiet_wait_s
+        while True:
+            high = _offsets(admin, topic, partitions, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
+            again = _offsets(admin, topic, partitions, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+            if stable == high == again:
+                return TopicEnds(earliest, stable)
+            if time.monotonic() >= deadline:
+                return TopicEnds(earliest, stable, quiet=False)
+            time.sleep(0.2)
+            stable = again
+    except KafkaException as error:
+        raise _kafka_error(kafka_config, f"read the end offsets of {topic!r}", error) from None
+
+
+def first_records(
+    kafka_config: Mapping[str, Any], topic: str, starts: Mapping[int, int], ends: Mapping[int, int]
+) -> list[ChangeEvent]:
+    """The first record of each partition's range, read as events (a topic in another format fails
+    here, before any table changes)."""
+    found = []
+    for partition, start in sorted(starts.items()):
+        if start < ends.get(partition, 0):
+            events = _partition_events(
+                kafka_config, EventReader(topic), topic, partition, start, ends[partition]
+            )
+            try:
+                found.append(next(events))
+            except StopIteration:
+                pass
+            finally:
+                events.close()
+    return found
+
+
+def read_range(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    starts: Mapping[int, int],
+    ends: Mapping[int, int],
+    chunk: int = POLL_RECORDS,
+) -> Iterator[list[ChangeEvent]]:
+    """The events from ``starts`` up to ``ends`` (exclusive), in chunks of about ``chunk`` events:
+    in partition order for one partition, merged by record time for several."""
+    wanted = {partition: start for partition, start in starts.items() if start < ends.get(partition, 0)}
+    if not wanted:
+        return
+    reader = EventReader(topic)
+    if len(wanted) == 1:
+        ((partition, start),) = wanted.items()
+        yield from _chunks(
+            _partition_events(kafka_config, reader, topic, partition, start, ends[partition]), chunk
+        )
+        return
+    streams = [
+        _partition_events(kafka_config, reader, topic, partition, start, ends[partition])
+        for partition, start in sorted(wanted.items())
+    ]
+    merged = heapq.merge(*streams, key=lambda event: (event.timestamp, event.partition))
+    yield from _chunks(merged, chunk)
+
+
+def _chunks(events: Iterator[ChangeEvent], size: int) -> Iterator[list[ChangeEvent]]:
+    chunk: list[ChangeEvent] = []
+    for event in events:
+        chunk.append(event)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _partition_events(
+    kafka_config: Mapping[str, Any], reader: EventReader, topic: str, partition: int, start: int, end: int
+) -> Iterator[ChangeEvent]:
+    """One partition's committed events from ``start`` to ``end``."""
+    consumer = Consumer(consumer_config(kafka_config))
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        idle_deadline = time.monotonic() + TIMEOUT_S * 4
+        while position < end:
+            messages = consumer.consume(POLL_RECORDS, 0.5)
+            if not messages:
+                if time.monotonic() > idle_deadline:
+                    raise _kafka_error(
+                        kafka_config,
+                        f"read partition {partition} of {topic!r} up to offset {end} (stopped at {position})",
+                        TimeoutError("no records for two minutes"),
+                    )
+                continue
+            idle_deadline = time.monotonic() + TIMEOUT_S * 4
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, message.offset())
+                        continue
+                    if error.fatal() or error.code() in (
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError._UNKNOWN_TOPIC,
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    ):
+                        raise _kafka_error(kafka_config, f"read {topic!r}", KafkaException(error))
+                    log.warning("Topic %s: %s", topic, error.str())
+                    continue
+                offset = message.offset()
+                if offset >= end:
+                    position = end
+                    break
+                position = offset + 1
+                _type, stamp = message.timestamp()
+                yield reader.read(partition, offset, message.key(), message.value(), stamp)
+            if position < end:
+                # Past aborted records and commit markers, which the consumer skips silently.
+                (current,) = consumer.position([TopicPartition(topic, partition)])
+                if current.offset >= end:
+                    position = end
+    finally:
+        consumer.close()

@@ -1,0 +1,35 @@
+"""What the MongoDB CDC page reads of a connector's Delta tables: each collection topic's end
+offsets (Kafka) and its table's version and recorded positions (delta-rs, read only), with short
+bounds; the record's part is :mod:`airflow_provider_mongocdc.core.health.tables`'s."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.topics import data_topics, partitions_of, topic_ends
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook, table_versions
+
+
+def read_tables(
+    settings: DeltaSettings, config: ConnectorConfig, kafka_config: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Each collection topic of the connector with its table: ends, earliest offsets, table state."""
+    storage = DeltaStorageHook(settings.conn_id).storage_options(settings.scheme)
+    found = []
+    for topic in data_topics(kafka_config, config):
+        if not settings.wanted(topic.namespace):
+            continue
+        partitions = partitions_of(kafka_config, topic.topic)
+        uri = settings.table_uri(topic.database, topic.collection)
+        entry: dict[str, Any] = {"collection": topic.namespace, "topic": topic.topic, "table": uri}
+        try:
+            ends = topic_ends(kafka_config, topic.topic, partitions, 0.0)
+            entry.update(ends=ends.ends, earliest=ends.earliest)
+            entry["state"] = table_versions([(uri, topic.topic, partitions)], storage)[uri]
+        except Exception as error:  # this table's row says it
+            entry["error"] = str(error)
+        found.append(entry)
+    return found

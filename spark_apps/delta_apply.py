@@ -1,0 +1,106 @@
+"""spark-submit entry point of the Delta apply: ``delta_apply.py --job-spec PATH [--result PATH]``.
+
+The connector's collection topics, each applied to its Delta table (``core/apply``, delta-rs in
+``spark_apps/delta_tables.py``). The driver finds the topics, checks the location and every table
+(who wrote it, its columns) before any table changes, then applies one table per Spark task, or,
+with the ``in_driver`` parameter (the operator sets it on a ``local[...]`` master), every table here
+in the driver without starting a SparkContext, as windows of one stream do. The job spec's
+``params``: ``delta`` (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`),
+``storage_options`` (from the storage connection: inside the spec file and the task closures only),
+``in_driver``. Reasons: docs/design.md, "Delta Lake tables".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.topics import data_topics
+from airflow_provider_mongocdc.core.base.lifetime import die_with_parent
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.spark_apps.delta_tables import (
+    apply_table_task,
+    check_table,
+    check_writable,
+    table_task,
+)
+from airflow_provider_mongocdc.spark_apps.runtime import main
+
+APPLICATION = "delta_apply"
+log = logging.getLogger("airflow_provider_mongocdc.delta_apply")
+TOTALS = (
+    "events",
+    "rows_written",
+    "rows_deleted",
+    "rows_swept",
+    "commits",
+    "behind",
+    "updates_without_document",
+)
+
+
+def merge_summaries(tables: list[Mapping[str, Any]], location: str, started: float) -> dict[str, Any]:
+    """The run's summary: each table's, and their totals."""
+    summary: dict[str, Any] = {"location": location, "tables": sorted(tables, key=lambda t: t["topic"])}
+    for name in TOTALS:
+        summary[name] = sum(int(table.get(name) or 0) for table in tables)
+    ops: dict[str, int] = {}
+    for table in tables:
+        for op, count in (table.get("events_by_op") or {}).items():
+            ops[op] = ops.get(op, 0) + count
+    summary["events_by_op"] = ops
+    summary["misfits"] = sum(sum(item["count"] for item in (t.get("misfits") or {}).values()) for t in tables)
+    summary["duration_s"] = round(time.monotonic() - started, 3)
+    return summary
+
+
+def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
+    started = time.monotonic()
+    config = ConnectorConfig.from_properties(spec.connector)
+    settings = DeltaSettings.from_mapping(spec.params["delta"])
+    storage_options = spec.params.get("storage_options") or {}
+    check_writable(settings.location, settings.conn_id)
+    topics = [topic for topic in data_topics(spec.kafka, config) if settings.wanted(topic.namespace)]
+    tasks = [
+        table_task(spec.connector, spec.kafka, settings.to_json(), storage_options, topic) for topic in topics
+    ]
+    for task in tasks:  # before any table changes
+        check_table(task)
+    log.info(
+        "Delta apply of %s to %s: %d table(s) %s",
+        config.topic_prefix,
+        settings.location,
+        len(tasks),
+        ", ".join(task["topic"] for task in tasks) or "(no collection topic yet)",
+    )
+    if not tasks:
+        return merge_summaries([], settings.location, started)
+    if spec.params.get("in_driver"):
+        tables = run_in_driver(tasks)
+    else:
+        tables = run_in_spark_tasks(spark, tasks)
+    return merge_summaries(tables, settings.location, started)
+
+
+def run_in_driver(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every table here, one after the other, without a SparkContext; this process dies with the
+    JVM that started it (it does not wait on the Py4J gateway)."""
+    tie = die_with_parent(os.getppid())
+    if tie is not None:
+        tie()
+    return [apply_table_task(task) for task in tasks]
+
+
+def run_in_spark_tasks(spark: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One Spark task per table."""
+    context = spark.sparkContext
+    return context.parallelize(tasks, len(tasks)).map(apply_table_task).collect()
+
+
+if __name__ == "__main__":
+    main(APPLICATION, job)

@@ -1,0 +1,549 @@
+"""The delta-rs adapter of the apply: a collection's Delta table as
+:class:`~airflow_provider_mongocdc.core.apply.run.TableStore` (``deltalake``, no JVM).
+
+Each apply commit is ONE Delta commit: a MERGE of the batch's rows on ``_id`` (insert, update,
+delete or mark deleted; the re-snapshot sweep as its "not matched by source" clause) that also
+records the application transactions (the next offset of each partition, the snapshot generation)
+and the commit's metadata. The first commit creates the table (name ``<db>.<collection>``, a
+description naming the topic). A declared column new to the table is added and filled from ``_doc``
+in one commit before the apply's first. Compaction (``optimize.compact``) and vacuum record when they
+ran as application transactions of their own commits. Every failure of delta-rs or of the storage
+becomes one :class:`~airflow_provider_mongocdc.core.base.errors.TableError` in words; the table then
+stays at its last commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from airflow_provider_mongocdc.core.apply.batch import Commit
+from airflow_provider_mongocdc.core.apply.layout import (
+    APPLIED_AT,
+    DELETED,
+    DOCUMENT,
+    GENERATION,
+    ID,
+    OP,
+    SYSTEM_NAMES,
+    Misfits,
+    TableLayout,
+    column_values,
+    decimal_digits,
+)
+from airflow_provider_mongocdc.core.apply.run import TableApply, TableJob
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.snapshots import read_status
+from airflow_provider_mongocdc.core.apply.state import (
+    TableState,
+    compacted_app_id,
+    vacuumed_app_id,
+)
+from airflow_provider_mongocdc.core.apply.topics import DataTopic, partitions_of
+from airflow_provider_mongocdc.core.base.errors import TableError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+
+log = logging.getLogger("airflow_provider_mongocdc.apply")
+
+_SIMPLE_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "boolean": pa.bool_(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "binary": pa.binary(),
+}
+# Delta's names of the Arrow types a table's schema reports, for comparing with the layout.
+_DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
+
+
+def arrow_type(delta_type: str) -> pa.DataType:
+    """The Arrow type of a layout's Delta type name."""
+    digits = decimal_digits(delta_type)
+    if digits is not None:
+        return pa.decimal128(*digits)
+    return _SIMPLE_TYPES[delta_type]
+
+
+def arrow_schema(layout: TableLayout, with_deleted: bool = False) -> pa.Schema:
+    """The table's Arrow schema (``with_deleted``: the source's ``_deleted`` flag in hard-delete mode too)."""
+    fields = [pa.field(name, arrow_type(kind), nullable) for name, kind, nullable in layout.columns()]
+    if with_deleted and not layout.soft_delete:
+        fields.append(pa.field(DELETED, pa.bool_(), False))
+    return pa.schema(fields)
+
+
+def quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _delta_type_name(field: Any) -> str:
+    """The Delta type name of a field of a deltalake schema."""
+    kind = field.type
+    text = getattr(kind, "type", None) or str(kind)
+    if str(text).startswith("decimal"):
+        precision, scale = getattr(kind, "precision", None), getattr(kind, "scale", None)
+        if precision is not None:
+            return f"decimal({precision},{scale})"
+    return str(text)
+
+
+def _keys(keys: list[str], batch: pa.RecordBatch) -> pa.Array:
+    return pa.array(keys, batch.schema.field(ID).type)
+
+
+def _matching(table: DeltaTable, columns: list[str], condition) -> pa.Table:
+    """The rows of ``columns`` for which ``condition(batch)`` holds. Filtered batch by batch, not by
+    the Arrow dataset's filter: delta-rs writes strings as ``string_view``, which the dataset's
+    statistics pruning cannot compare with the schema's ``string``."""
+    found = []
+    for batch in table.to_pyarrow_dataset().to_batches(columns=columns):
+        if batch.num_rows:
+            found.append(batch.filter(condition(batch)))
+    return pa.Table.from_batches(found) if found else pa.table({name: [] for name in columns})
+
+
+class DeltaTableStore:
+    """One collection's Delta table at ``uri`` (a local path or an object-store URI)."""
+
+    def __init__(
+        self, uri: str, storage_options: Mapping[str, str] | None = None, *, conn_id: str | None = None
+    ):
+        self.uri = uri
+        self.storage_options = dict(storage_options or {}) or None
+        self.conn_id = conn_id
+        self._table: DeltaTable | None = None
+        self._new_columns: list[str] = []
+        self._stale_columns: list[str] = []
+
+    # -- errors ------------------------------------------------------------------------------------------
+    def _failed(self, what: str, error: BaseException) -> TableError:
+        where = (
+            f"the storage options of the connection {self.conn_id!r}"
+            if self.conn_id
+            else "the storage options"
+        )
+        return TableError(
+            f"Could not {what} the Delta table at {self.uri}",
+            cause=f"{type(error).__name__}: {' '.join(str(error).split())[:500]}",
+            fix=f"check that the location exists and can be written, and {where}; the table stays at its "
+            "last commit, and the next run continues from there",
+        )
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def table(self) -> DeltaTable | None:
+        if self._table is None:
+            try:
+                self._table = DeltaTable(self.uri, storage_options=self.storage_options)
+            except TableNotFoundError:
+                return None
+            except (DeltaError, OSError) as error:
+                raise self._failed("read", error) from None
+        return self._table
+
+    def version(self) -> int | None:
+        table = self.table()
+        return None if table is None else table.version()
+
+    def app_version(self, app_id: str) -> int | None:
+        table = self.table()
+        return None if table is None else table.transaction_version(app_id)
+
+    def description(self) -> str:
+        table = self.table()
+        if table is None:
+            return ""
+        metadata = table.metadata()
+        return " ".join(part for part in (metadata.name or "", metadata.description or "") if part)
+
+    def check_layout(self, layout: TableLayout) -> list[str]:
+        """Refuse a column whose type changed; note the new and the no longer declared ones."""
+        table = self.table()
+        if table is None:
+            return []
+        existing = {field.name: _delta_type_name(field) for field in table.schema().fields}
+        missing = [name for name, _, _ in layout.columns() if name in SYSTEM_NAMES and name not in existing]
+        if missing:
+            raise TableError(
+                f"The Delta table at {self.uri} lacks the apply's column(s) {', '.join(missing)}",
+                cause="it was written by something else, or with soft_delete off and now on"
+                if missing == [DELETED]
+                else "it was written by something else",
+                fix="keep soft_delete as the table was created, or apply to a new location",
+            )
+        notes = []
+        for name, kind, _ in layout.columns():
+            have = existing.get(name)
+            if have is not None and have != kind and _DELTA_NAMES.get(have) != kind:
+                raise TableError(
+                    f"The column {name} of the Delta table at {self.uri} is {have}, but it is declared {kind}",
+                    cause="a declared column's type cannot change in place",
+                    fix=f"declare the field as a new column name, or keep {have}",
+                )
+        declared = {column.name for column in layout.declared}
+        self._new_columns = [column.name for column in layout.declared if column.name not in existing]
+        self._stale_columns = [name for name in existing if name not in SYSTEM_NAMES and name not in declared]
+        if self._new_columns:
+            notes.append(f"new declared column(s) {', '.join(self._new_columns)}: added and filled from _doc")
+        if self._stale_columns:
+            notes.append(
+                f"column(s) {', '.join(self._stale_columns)} are no longer declared: rows written from now on "
+                "have null there"
+            )
+        return notes
+
+    def documents(self, keys: list[str]) -> dict[str, str]:
+        table = self.table()
+        if table is None or not keys:
+            return {}
+        try:
+            found = _matching(
+                table, [ID, DOCUMENT], lambda batch: pc.is_in(batch.column(ID), _keys(keys, batch))
+            )
+        except (DeltaError, OSError) as error:
+            raise self._failed("read", error) from None
+        return {
+            key: doc
+            for key, doc in zip(found.column(ID).to_pylist(), found.column(DOCUMENT).to_pylist())
+            if doc
+        }
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def _properties(self, commit: Commit) -> CommitProperties:
+        return CommitProperties(
+            custom_metadata=commit.metadata,
+            app_transactions=[
+                Transaction(app_id, version) for app_id, version in sorted(commit.versions.items())
+            ],
+        )
+
+    def _data(self, commit: Commit, layout: TableLayout) -> pa.Table:
+        schema = arrow_schema(layout, with_deleted=True)
+        return pa.table({name: commit.columns[name] for name in schema.names}, schema=schema)
+
+    def commit(self, commit: Commit, layout: TableLayout, name: str, description: str) -> dict[str, Any]:
+        table = self.table()
+        try:
+            if table is None:
+                return self._create(commit, layout, name, description)
+            return self._merge(table, commit, layout)
+        except DeltaError as error:
+            raise self._failed("write", error) from None
+        except OSError as error:
+            raise self._failed("write", error) from None
+        finally:
+            self._table = None  # read again: the version moved
+
+    def _create(self, commit: Commit, layout: TableLayout, name: str, description: str) -> dict[str, Any]:
+        data = self._data(commit, layout)
+        if not layout.soft_delete:
+            data = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
+        if self.uri_is_local():
+            Path(self.uri).mkdir(parents=True, exist_ok=True)
+        write_deltalake(
+            self.uri,
+            data,
+            mode="error",
+            name=name,
+            description=description,
+            storage_options=self.storage_options,
+            commit_properties=self._properties(commit),
+        )
+        return {"version": 0, "inserted": data.num_rows, "deleted": 0, "swept": 0, "created": True}
+
+    def uri_is_local(self) -> bool:
+        return "://" not in self.uri or self.uri.startswith("file://")
+
+    def evolve(self, layout: TableLayout) -> list[str]:
+        """The declared columns :meth:`check_layout` found missing, added and filled from ``_doc``."""
+        table = self.table()
+        if table is None or not self._new_columns:
+            return []
+        added = list(self._new_columns)
+        try:
+            self._add_columns(table, layout)
+        except (DeltaError, OSError) as error:
+            raise self._failed("add columns to", error) from None
+        return [f"added the column(s) {', '.join(added)}"]
+
+    def _add_columns(self, table: DeltaTable, layout: TableLayout) -> None:
+        """New declared columns: added and filled from ``_doc`` in one commit (a MERGE that updates
+        only them, with the schema merged)."""
+        columns = [column for column in layout.declared if column.name in self._new_columns]
+        rows = table.to_pyarrow_dataset().to_table(columns=[ID, DOCUMENT])
+        only = TableLayout(tuple(columns))
+        misfits = Misfits()
+        keys, documents = rows.column(ID).to_pylist(), rows.column(DOCUMENT).to_pylist()
+        values = [column_values(only, key, document, misfits) for key, document in zip(keys, documents)]
+        source = pa.table(
+            {
+                ID: pa.array(keys, pa.string()),
+                **{
+                    column.name: pa.array([row[index] for row in values], arrow_type(column.type))
+                    for index, column in enumerate(columns)
+                },
+            }
+        )
+        if source.num_rows == 0:
+            table.alter.add_columns(
+                [pa.field(column.name, arrow_type(column.type), True) for column in columns]
+            )
+        else:
+            table.merge(
+                source,
+                f"t.{quoted(ID)} = s.{quoted(ID)}",
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+                commit_properties=CommitProperties(
+                    custom_metadata={"mongocdc.added_columns": [column.name for column in columns]}
+                ),
+            ).when_matched_update(
+                updates={quoted(column.name): f"s.{quoted(column.name)}" for column in columns}
+            ).execute()
+        for line in misfits.describe(only.declared):
+            log.warning("%s: %s", self.uri, line)
+        log.info("%s: added the column(s) %s, filled from _doc", self.uri, ", ".join(self._new_columns))
+        self._new_columns = []
+        self._table = None
+
+    def _merge(self, table: DeltaTable, commit: Commit, layout: TableLayout) -> dict[str, Any]:
+        properties = self._properties(commit)
+        soft = layout.soft_delete
+        names = layout.names()
+        nulls = {quoted(name): "NULL" for name in self._stale_columns}
+        if commit.rows == 0:
+            return self._state_only(table, commit, layout, properties)
+        swept = (
+            self._count_swept(table, commit.sweep, soft, commit.columns[ID])
+            if commit.sweep is not None
+            else 0
+        )
+        everything = {quoted(name): f"s.{quoted(name)}" for name in names} | nulls
+        merger = table.merge(
+            self._data(commit, layout),
+            f"t.{quoted(ID)} = s.{quoted(ID)}",
+            source_alias="s",
+            target_alias="t",
+            commit_properties=properties,
+        )
+        deleted = f"s.{quoted(DELETED)}"
+        if soft:
+            kept = {
+                quoted(name): f"s.{quoted(name)}"
+                for name in names
+                if name not in (DOCUMENT, *(column.name for column in layout.declared))
+            }
+            merger = merger.when_matched_update(updates=kept, predicate=deleted)
+            merger = merger.when_matched_update(updates=everything, predicate=f"NOT {deleted}")
+        else:
+            merger = merger.when_matched_delete(predicate=deleted)
+            merger = merger.when_matched_update(updates=everything)
+        merger = merger.when_not_matched_insert(updates=everything, predicate=f"NOT {deleted}")
+        if commit.sweep is not None:
+            old = f"t.{quoted(GENERATION)} < {int(commit.sweep)}"
+            if soft:
+                merger = merger.when_not_matched_by_source_update(
+                    updates=self._swept_updates(commit), predicate=f"{old} AND NOT t.{quoted(DELETED)}"
+                )
+            else:
+                merger = merger.when_not_matched_by_source_delete(predicate=old)
+        metrics = merger.execute()
+        return {
+            "version": table.version(),
+            "inserted": metrics.get("num_target_rows_inserted", 0),
+            "updated": metrics.get("num_target_rows_updated", 0),
+            "deleted": metrics.get("num_target_rows_deleted", 0),
+            "swept": swept,
+        }
+
+    @staticmethod
+    def _swept_updates(commit: Commit) -> dict[str, str]:
+        applied = commit.columns[APPLIED_AT][0] if commit.columns[APPLIED_AT] else None
+        updates = {quoted(DELETED): "true", quoted(OP): "'d'"}
+        if applied is not None:
+            updates[quoted(APPLIED_AT)] = (
+                f"arrow_cast({int(applied)}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+            )
+        return updates
+
+    def _count_swept(self, table: DeltaTable, sweep: int, soft: bool, keys: list[str] | None = None) -> int:
+        """The table's rows a sweep removes: older than its generation and not in the batch."""
+
+        def condition(batch: pa.RecordBatch):
+            old = pc.less(batch.column(GENERATION), sweep)
+            if keys:
+                old = pc.and_(old, pc.invert(pc.is_in(batch.column(ID), _keys(keys, batch))))
+            if soft:
+                old = pc.and_(old, pc.invert(batch.column(DELETED)))
+            return old
+
+        columns = [ID, GENERATION, *([DELETED] if soft else [])]
+        return _matching(table, columns, condition).num_rows
+
+    def _state_only(
+        self, table: DeltaTable, commit: Commit, layout: TableLayout, properties: CommitProperties
+    ) -> dict[str, Any]:
+        """A commit without rows: the sweep alone, or only the positions and snapshot state."""
+        swept = self._count_swept(table, commit.sweep, layout.soft_delete) if commit.sweep is not None else 0
+        if swept:  # delta-rs writes no commit for a delete or update that matches nothing
+            old = f"{quoted(GENERATION)} < {int(commit.sweep)}"
+            if layout.soft_delete:
+                updates = self._swept_updates(commit)
+                if APPLIED_AT not in commit.columns or not commit.columns[APPLIED_AT]:
+                    updates.pop(quoted(APPLIED_AT), None)
+                table.update(
+                    predicate=f"{old} AND NOT {quoted(DELETED)}",
+                    updates=updates,
+                    commit_properties=properties,
+                )
+            else:
+                table.delete(predicate=old, commit_properties=properties)
+            return {"version": table.version(), "deleted": swept, "swept": swept}
+        empty = pa.Table.from_pylist([], schema=arrow_schema(layout))
+        write_deltalake(table, empty, mode="append", commit_properties=properties)
+        return {
+            "version": DeltaTable(self.uri, storage_options=self.storage_options).version(),
+            "deleted": 0,
+            "swept": 0,
+        }
+
+    # -- maintenance -------------------------------------------------------------------------------------
+    def maintain(
+        self, state: TableState, compact: bool, vacuum_retention_s: float | None, now_s: int
+    ) -> dict[str, Any]:
+        table = self.table()
+        done: dict[str, Any] = {}
+        if table is None:
+            return done
+        try:
+            if compact:
+                metrics = table.optimize.compact()
+                done["compacted"] = {
+                    "files_removed": metrics.get("numFilesRemoved", 0),
+                    "files_added": metrics.get("numFilesAdded", 0),
+                }
+                self._table = None
+                table = self.table()
+                if done["compacted"]["files_removed"]:
+                    # delta-rs's OPTIMIZE records no application transaction: when it ran goes in a
+                    # commit of its own (no data), so that the schedule holds across runs.
+                    empty = pa.Table.from_batches([], schema=pa.schema(table.schema()))
+                    write_deltalake(
+                        table,
+                        empty,
+                        mode="append",
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(compacted_app_id(state.topic), now_s)]
+                        ),
+                    )
+                    self._table = None
+                    table = self.table()
+            if vacuum_retention_s is not None:
+                removed = table.vacuum(
+                    retention_hours=int(vacuum_retention_s // 3600),
+                    dry_run=False,
+                    enforce_retention_duration=False,
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(vacuumed_app_id(state.topic), now_s)]
+                    ),
+                )
+                done["vacuumed"] = {"files_removed": len(removed)}
+        except (DeltaError, OSError) as error:
+            raise self._failed("compact or vacuum", error) from None
+        finally:
+            self._table = None
+        if any(sum(part.values()) for part in done.values()):
+            log.info("%s: maintenance %s", self.uri, done)
+        return done
+
+
+def check_writable(location: str, conn_id: str | None) -> None:
+    """A local location must exist or be creatable, and be writable (before any table changes)."""
+    if "://" in location and not location.startswith("file://"):
+        return  # an object store: its first write says (TableError in words)
+    path = Path(location.removeprefix("file://"))
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise TableError(
+            f"The Delta tables' location {location} cannot be written",
+            cause=f"{probe} is not a directory this process (user id {os.getuid()}) may write"
+            if probe.exists()
+            else f"no part of {location} exists",
+            fix="create the directory and give the Airflow worker's user write access, or choose another "
+            "'location'",
+        )
+
+
+# -- one table's apply, in the driver or in a Spark task -----------------------------------------------
+def _table_apply(task: Mapping[str, Any]) -> tuple[TableApply, list[int]]:
+    config = ConnectorConfig.from_properties(task["connector"])
+    settings = DeltaSettings.from_mapping(task["delta"])
+    topic = DataTopic(task["topic"], task["database"], task["collection"])
+    store = DeltaTableStore(
+        settings.table_uri(topic.database, topic.collection),
+        task.get("storage_options"),
+        conn_id=settings.conn_id,
+    )
+    kafka = dict(task["kafka"])
+    job = TableJob(
+        topic=topic.topic,
+        namespace=topic.namespace,
+        layout=settings.layout(topic.namespace),
+        max_batch_events=settings.max_batch_events,
+        json_mode=config.extended_json_mode,
+        compact_every_s=settings.compact_every_s,
+        vacuum_every_s=settings.vacuum_every_s,
+        vacuum_retention_s=settings.vacuum_retention_s,
+    )
+    return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
+        "partitions"
+    ) or []
+
+
+def apply_table_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply one topic to its table (``task``: what :func:`table_task` wrote); returns its summary.
+    Runs in the application's driver or in a Spark task (importable from the shipped code)."""
+    apply, _ = _table_apply(task)
+    return apply.run()
+
+
+def table_task(
+    connector: Mapping[str, Any],
+    kafka: Mapping[str, Any],
+    delta: Mapping[str, Any],
+    storage_options: Mapping[str, str] | None,
+    topic: DataTopic,
+) -> dict[str, Any]:
+    """What a table's task needs (it travels inside the task, never in Spark's configuration)."""
+    return {
+        "connector": dict(connector),
+        "kafka": dict(kafka),
+        "delta": dict(delta),
+        "storage_options": dict(storage_options or {}),
+        "topic": topic.topic,
+        "database": topic.database,
+        "collection": topic.collection,
+    }
+
+
+def check_table(task: Mapping[str, Any]) -> None:
+    """A table's checks before any table changes: who wrote it, its columns, the first record it
+    would apply of each partition."""
+    apply, _ = _table_apply(task)
+    apply.check(partitions_of(task["kafka"], task["topic"]), records=True)

@@ -1,0 +1,367 @@
+"""The Delta apply's logic (core/apply) without servers: what a record of a topic says, the rows a
+batch folds it into (last event per key in Kafka order, deletes, updates without a document,
+transactions), the re-snapshot sweep's generations, the declared columns, and the settings."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from decimal import Decimal
+
+import pytest
+from bson import Decimal128, Int64, ObjectId, Timestamp, json_util
+
+from airflow_provider_mongocdc.core.apply.batch import Batch
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, EventReader
+from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, Misfits, TableLayout, column_values
+from airflow_provider_mongocdc.core.apply.patch import Patcher
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.snapshots import (
+    BLOCKING,
+    INC_CANCELLED,
+    INC_DONE,
+    INC_RUNNING,
+    INCREMENTAL,
+    NONE,
+    SnapshotStatus,
+    SnapshotTracker,
+)
+from airflow_provider_mongocdc.core.apply.state import TableState, check_owner, generation_app_id
+from airflow_provider_mongocdc.core.base.errors import ConfigError, EventFormatError, TableError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.events.builder import EventBuilder
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position, SnapshotState
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "shop.inventory.customers"
+NS = {"db": "inventory", "coll": "customers"}
+
+
+def builder(**props) -> EventBuilder:
+    config = ConnectorConfig.from_properties({"topic.prefix": "shop", **props})
+    return EventBuilder(config, replica_set="rs0", clock=lambda: 1_700_000_000_000)
+
+
+def change(operation: str, _id, txn: int | None = None, **extra) -> dict:
+    base = {
+        "_id": {"_data": "82650000000000000001"},
+        "operationType": operation,
+        "clusterTime": Timestamp(1_700_000_000, 7),
+        "wallTime": datetime.datetime(2023, 11, 14, 22, 13, 20, 42000),
+        "ns": NS,
+        "documentKey": {"_id": _id},
+    }
+    if txn is not None:
+        base.update(lsid={"id": ObjectId("65500000000000000000000a")}, txnNumber=Int64(txn))
+    base.update(extra)
+    return base
+
+
+class Topic:
+    """The records of one topic partition, as the connector's event builder writes them."""
+
+    def __init__(self, **props):
+        self.builder = builder(**props)
+        self.records: list[tuple[bytes | None, bytes | None]] = []
+
+    def add(self, records) -> None:
+        for record in records:
+            if record.topic == TOPIC:
+                self.records.append((record.key, record.value))
+
+    def insert(self, document, txn=None):
+        self.add(self.builder.build_change(change("insert", document["_id"], txn, fullDocument=document)))
+
+    def update(self, document, txn=None, **description):
+        extra = {"fullDocument": document} if document is not None else {}
+        description = {"updatedFields": {}, "removedFields": [], "truncatedArrays": [], **description}
+        _id = document["_id"] if document is not None else description.pop("_id")
+        self.add(
+            self.builder.build_change(change("update", _id, txn, updateDescription=description, **extra))
+        )
+
+    def delete(self, _id, txn=None):
+        self.add(self.builder.build_change(change("delete", _id, txn)))
+
+    def read(self, document, last=False, incremental=False):
+        self.add(
+            self.builder.build_snapshot(
+                document, "inventory", "customers", last=last, position=Timestamp(1_700_000_000, 1),
+                incremental=incremental,
+            )
+        )  # fmt: skip
+
+    def events(self) -> list[ChangeEvent]:
+        reader = EventReader(TOPIC)
+        return [reader.read(0, offset, key, value) for offset, (key, value) in enumerate(self.records)]
+
+
+def fold(events, state=None, bases=None, tracker=None) -> Batch:
+    state = state or TableState(TOPIC)
+    batch = Batch(state, tracker or SnapshotTracker(state.generation, state.pending), Patcher(), lambda keys: {
+        key: doc for key, doc in (bases or {}).items() if key in keys
+    })  # fmt: skip
+    batch.prepare(events)
+    for event in events:
+        batch.add(event)
+    return batch
+
+
+def live(batch: Batch) -> dict:
+    return {key: json.loads(row.document) for key, row in batch.rows.items() if not row.deleted}
+
+
+# -- records --------------------------------------------------------------------------------------------
+def test_snapshot_reads_say_which_snapshot_they_belong_to():
+    topic = Topic()
+    topic.read({"_id": 1})
+    topic.read({"_id": 2}, last=True)
+    topic.read({"_id": 3}, incremental=True)
+    assert [(e.op, e.snapshot, e.key) for e in topic.events()] == [
+        ("r", "true", "1"),
+        ("r", "last", "2"),
+        ("r", "incremental", "3"),
+    ]
+
+
+def test_an_event_of_the_connector_is_read_with_and_without_schemas():
+    for schemas in (True, False):
+        topic = Topic(**{"value.converter.schemas.enable": schemas, "key.converter.schemas.enable": schemas})
+        topic.insert({"_id": 7, "name": "Anne"})
+        (event,) = topic.events()
+        assert (event.key, event.op, json.loads(event.document)) == ("7", "c", {"_id": 7, "name": "Anne"})
+        assert event.ts_us == 1_700_000_000_042_000 and event.ord == 7 and event.txn is None
+
+
+def test_a_delete_and_its_tombstone_both_delete_the_key():
+    topic = Topic()
+    topic.delete(ObjectId("596e275826f08b2730779e1f"))
+    events = topic.events()
+    assert [(e.op, e.document) for e in events] == [("d", None), ("d", None)]
+    assert {e.key for e in events} == {'{"$oid": "596e275826f08b2730779e1f"}'}
+
+
+def test_a_record_that_is_no_change_event_is_an_error_naming_where_it_is():
+    reader = EventReader("shop.x.y")
+    with pytest.raises(EventFormatError) as raised:
+        reader.read(2, 41, b'{"id": "1"}', b'{"status": "BEGIN", "id": "x"}')
+    text = str(raised.value)
+    assert "offset 41 of partition 2 of the topic 'shop.x.y'" in text and "op None" in text
+    assert "Fix: apply only the topics of a MongoDB connector" in text
+    with pytest.raises(EventFormatError, match="has no 'id'"):
+        reader.read(0, 0, b'{"serverName": "shop"}', b'{"ts_ms": 1}')
+    with pytest.raises(EventFormatError, match="not JSON"):
+        reader.read(0, 0, b'{"id": "1"}', b"\x00\x01avro")
+    with pytest.raises(EventFormatError, match="Debezium 1.x"):
+        reader.read(0, 0, b'{"id": "1"}', b'{"op": "u", "source": {}, "patch": "{}", "filter": "{}"}')
+
+
+# -- batches ------------------------------------------------------------------------------------------
+def test_the_last_event_per_key_wins_in_kafka_order_and_deletes_remove_rows():
+    topic = Topic()
+    topic.insert({"_id": 1, "v": 1})
+    topic.insert({"_id": 2, "v": 1})
+    topic.update({"_id": 1, "v": 2})
+    topic.delete(2)
+    topic.insert({"_id": 3, "v": 1})
+    topic.update({"_id": 3, "w": 9})  # a replace: the whole document
+    batch = fold(topic.events())
+    assert live(batch) == {"1": {"_id": 1, "v": 2}, "3": {"_id": 3, "w": 9}}
+    assert batch.rows["2"].deleted and batch.events == 7 and batch.positions == {0: 7}
+    commit = batch.commit(TableLayout(), 5, Misfits())
+    assert commit.rows == 3 and commit.deletes == 1
+    assert commit.versions == {"mongocdc:shop.inventory.customers:0": 7, generation_app_id(TOPIC): 0,
+                               "mongocdc:shop.inventory.customers:snapshot-pending": 0}  # fmt: skip
+
+
+def test_an_update_without_a_document_is_applied_to_the_one_the_table_holds():
+    topic = Topic(**{"capture.mode": "change_streams"})
+    topic.update(None, _id=1, updatedFields={"a.b": 5, "tags.1": "z"}, removedFields=["gone"])
+    topic.update(None, _id=1, truncatedArrays=[{"field": "tags", "newSize": 1}])
+    topic.update(None, _id=9, updatedFields={"x": 1})  # a document the table does not hold
+    held = {"1": '{"_id": 1,"a": {"b": 1,"c": 2},"tags": ["x", "y"],"gone": true}'}
+    batch = fold(topic.events(), bases=held)
+    assert live(batch) == {"1": {"_id": 1, "a": {"b": 5, "c": 2}, "tags": ["x"]}}
+    assert batch.unknown_updates == 1
+
+
+def test_a_batch_ends_only_between_mongodb_transactions():
+    topic = Topic()
+    topic.insert({"_id": 1}, txn=5)
+    topic.insert({"_id": 2}, txn=5)
+    topic.insert({"_id": 3})
+    first, second, third = topic.events()
+    batch = fold([first])
+    assert first.txn and first.txn == second.txn
+    assert not batch.at_boundary(second)  # inside transaction 5
+    batch.add(second)
+    assert batch.at_boundary(third)
+
+
+# -- the re-snapshot sweep ------------------------------------------------------------------------------
+def read(key, offset, snapshot="true") -> ChangeEvent:
+    return ChangeEvent(str(key), "r", json.dumps({"_id": key}), 0, offset, snapshot=snapshot)
+
+
+def insert(key, offset) -> ChangeEvent:
+    return ChangeEvent(str(key), "c", json.dumps({"_id": key}), 0, offset)
+
+
+def test_a_completed_snapshot_sweeps_rows_it_did_not_read_that_did_not_change_since():
+    # Rows 1..3 exist (generation 1); a gap: 2 is deleted without an event; a re-snapshot reads 1 and
+    # 3, then a change follows (the snapshot completed).
+    state = TableState(TOPIC, version=4, positions={0: 10}, generation=1)
+    tracker = SnapshotTracker(state.generation, state.pending)
+    batch = fold([read(1, 10), read(3, 11), insert(4, 12)], state=state, tracker=tracker)
+    assert tracker.generation == 2 and tracker.pending == NONE and tracker.sweep == 2
+    assert {key: row.generation for key, row in batch.rows.items()} == {"1": 2, "3": 2, "4": 2}
+    assert batch.commit(TableLayout(), 1, Misfits()).sweep == 2  # the table's row 2 (generation 1) goes
+
+
+def test_rows_of_a_batch_written_before_a_snapshot_began_are_swept_with_it():
+    tracker = SnapshotTracker()
+    batch = fold([insert(1, 0), insert(2, 1), read(1, 2), read(3, 3, "last")], tracker=tracker)
+    assert tracker.sweep == 1 and tracker.completed == 1
+    assert sorted(live(batch)) == ["1", "3"] and batch.rows["2"].deleted
+
+
+def test_a_snapshot_spread_over_runs_completes_by_the_offsets_topic_only_when_it_stood_still():
+    tracker = SnapshotTracker()
+    fold([read(1, 0), read(2, 1)], tracker=tracker)
+    assert tracker.pending == BLOCKING and tracker.sweep is None
+    running = SnapshotStatus(True, "unknown", ("a",))
+    done = SnapshotStatus(False, "unknown", ("b",))
+    tracker.at_range_end(running, done)  # a snapshot moved while the topic was read
+    assert tracker.pending == BLOCKING and tracker.sweep is None
+    tracker.at_range_end(running, running)
+    assert tracker.pending == BLOCKING
+    tracker.at_range_end(done, done)
+    assert tracker.pending == NONE and tracker.sweep == 1
+    tracker = SnapshotTracker()
+    fold([read(1, 0)], tracker=tracker)
+    tracker.at_range_end(None, None)  # no offsets topic (Debezium's topics): it waits for a change
+    assert tracker.pending == BLOCKING
+
+
+def test_an_incremental_snapshot_completes_when_the_offsets_topic_says_its_collection_is_done():
+    tracker = SnapshotTracker()
+    fold([insert(1, 0), read(1, 1, "incremental"), insert(5, 2), read(2, 3, "incremental")], tracker=tracker)
+    assert tracker.pending == INCREMENTAL and tracker.sweep is None  # changes interleave
+    tracker.at_range_end(SnapshotStatus(False, INC_RUNNING, (1,)), SnapshotStatus(False, INC_RUNNING, (1,)))
+    assert tracker.pending == INCREMENTAL
+    tracker.at_range_end(SnapshotStatus(False, INC_DONE, (2,)), SnapshotStatus(False, INC_DONE, (2,)))
+    assert tracker.sweep == 1 and tracker.pending == NONE
+    tracker = SnapshotTracker()
+    fold([read(1, 0, "incremental")], tracker=tracker)
+    tracker.at_range_end(
+        SnapshotStatus(False, INC_CANCELLED, (3,)), SnapshotStatus(False, INC_CANCELLED, (3,))
+    )
+    assert tracker.pending == NONE and tracker.sweep is None  # filtered or stopped: nothing swept
+
+
+def test_the_offsets_topic_status_of_a_collection():
+    partition = OffsetPartition("shop", "rs0")
+    start = Position(cluster_time=Timestamp(1, 1))
+
+    def status(**incremental):
+        state = OffsetState(snapshot=SnapshotState("completed", "s1", start), incremental=incremental or None)
+        return SnapshotStatus.of({partition: state}, lambda ns: "shop." + ns, TOPIC)
+
+    assert status().blocking_running is False and status().incremental == "unknown"
+    assert status(id="i", status="running", current="inventory.customers").incremental == INC_RUNNING
+    assert status(id="i", status="running", done=["inventory.customers"]).incremental == INC_DONE
+    filtered = status(
+        id="i", status="completed", done=["inventory.customers"], filters={"inventory.customers": "{}"}
+    )
+    assert filtered.incremental == INC_CANCELLED
+    assert status(id="i", status="stopped", pending=["inventory.customers"]).incremental == INC_CANCELLED
+    running = OffsetState(snapshot=SnapshotState("in_progress", "s2", start))
+    assert SnapshotStatus.of({partition: running}, lambda ns: ns, TOPIC).blocking_running
+
+
+# -- the layout ----------------------------------------------------------------------------------------------
+def test_declared_columns_take_fitting_values_and_count_the_others():
+    settings = DeltaSettings.from_mapping(
+        {
+            "location": "/data",
+            "columns": {
+                "inventory.customers": {
+                    "total": "double",
+                    "customer.name": "string",
+                    "n": "integer",
+                    "price": "decimal(6,2)",
+                    "when": "timestamp",
+                    "big": "bigint",
+                    "first_tag": {"field": "tags.0", "type": "string"},
+                }
+            },
+        }
+    )
+    layout = settings.layout("inventory.customers")
+    assert [c.name for c in layout.declared] == [
+        "total",
+        "customer_name",
+        "n",
+        "price",
+        "when",
+        "big",
+        "first_tag",
+    ]
+    document = {
+        "_id": 1,
+        "total": 3,
+        "customer": {"name": "Anne"},
+        "n": Int64(2**40),
+        "price": Decimal128("12.345"),
+        "when": datetime.datetime(2024, 1, 2, 3, 4, 5),
+        "big": Int64(7),
+        "tags": ["a"],
+    }
+    text = json_util.dumps(document)
+    misfits = Misfits()
+    values = column_values(layout, "1", text, misfits)
+    assert values[:2] == [3.0, "Anne"] and values[2] is None and values[3] is None
+    assert values[4] == datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    assert values[5:] == [7, "a"]
+    assert misfits.counts == {"n": 1, "price": 1}
+    (line_n, line_price) = misfits.describe(layout.declared)
+    assert line_n.startswith("1 value(s) of n did not fit the column n (integer) and stay in _doc only")
+    fits = DeclaredColumn("p", "p", "decimal(6,2)").convert(Decimal128("1234.5"))
+    assert fits == (True, Decimal("1234.50"))
+    assert DeclaredColumn("p", "p", "decimal(6,2)").convert(Decimal128("12345.5"))[0] is False
+
+
+def test_bad_settings_are_one_error_in_words():
+    with pytest.raises(ConfigError, match="the type 'varchar' is unknown.*Fix: declare e.g."):
+        DeltaSettings.from_mapping({"location": "/d", "columns": {"a.b": {"x": "varchar"}}})
+    with pytest.raises(ConfigError, match="'_op' cannot be a column name"):
+        DeltaSettings.from_mapping({"location": "/d", "columns": {"a.b": {"_op": "string"}}})
+    with pytest.raises(ConfigError, match="'location' is missing"):
+        DeltaSettings.from_mapping({"columns": {}})
+    with pytest.raises(ConfigError, match="holds credentials"):
+        DeltaSettings.from_mapping({"location": "s3://key:secret@bucket/x"})
+    with pytest.raises(ConfigError, match="unknown key"):
+        DeltaSettings.from_mapping({"location": "/d", "vacuum": True})
+    with pytest.raises(ConfigError, match="compact_every must be a duration"):
+        DeltaSettings.from_mapping({"location": "/d", "compact_every": "soon"})
+    settings = DeltaSettings.from_mapping(
+        {"location": "abfss://container@account.dfs.core.windows.net/cdc/", "compact_every": None}
+    )
+    assert (
+        settings.table_uri("shop", "orders")
+        == "abfss://container@account.dfs.core.windows.net/cdc/shop/orders"
+    )
+    assert settings.compact_every_s is None and settings.vacuum_every_s == 86400.0
+    assert DeltaSettings.from_mapping(settings.to_json()) == settings
+
+
+def test_a_table_written_by_something_else_is_refused():
+    with pytest.raises(TableError) as raised:
+        check_owner("/d/shop/orders", TOPIC, 3, lambda app_id: None, "sales orders")
+    assert "was not written by the apply of the topic" in str(raised.value)
+    assert "sales orders" in str(raised.value)
+    check_owner("/d/shop/orders", TOPIC, None, lambda app_id: None, "")  # no table yet
+    check_owner(
+        "/d/shop/orders", TOPIC, 3, lambda app_id: 1 if app_id == generation_app_id(TOPIC) else None, ""
+    )
