@@ -40,6 +40,17 @@ os.environ.update(
 pytest_plugins = ["devtools.mongosim.pytest_plugin"]
 
 
+# The markers of the suite's parts (pyproject's [tool.pytest.ini_options] markers): each test's are
+# recorded in the JUnit XML (its "markers" property), so that .ci/durations.py can count per marker.
+SUITE_MARKERS = ("unit", "integration", "e2e", "fidelity", "driver_suite", "faults", "interop", "slow")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        names = sorted({marker.name for marker in item.iter_markers()} & set(SUITE_MARKERS))
+        item.user_properties.append(("markers", ",".join(names)))
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
