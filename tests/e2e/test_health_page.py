@@ -37,6 +37,7 @@ from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.base.timefmt import parse_iso
 from airflow_provider_mongocdc.core.health.record import TOKEN_SHOWN
+from airflow_provider_mongocdc.plugins.health_page import COLUMNS
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
     HTTP_TIMEOUT_S,
@@ -349,7 +350,7 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
                 action: action.getBoundingClientRect().right};
         """
     )
-    assert fit["cells"] == 10 and fit["scroll"] <= fit["width"], fit
+    assert fit["cells"] == len(COLUMNS) and fit["scroll"] <= fit["width"], fit
     assert fit["right"] <= fit["width"] and fit["action"] <= fit["width"], fit
     # Each cell under its column's title (the narrow layout's labels).
     labels = browser.execute_script(
