@@ -10,7 +10,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Worker processes of make test (pytest-xdist; each test file runs whole in one worker, so a
-# module's servers are started once). 0 runs the suite in one process.
+# module's servers are started once; files go to the workers in the suite's order, tests/e2e and
+# tests/faults first and the many short unit tests last, so that the workers end together).
+# 0 runs the suite in one process.
 PYTEST_WORKERS ?= 2
 
 .PHONY: test lint demo install kafka-jars interop-jars pymongo-tests fidelity-driver browser bench clean
@@ -56,7 +58,7 @@ pymongo-tests: install
 	$(BIN)/python -m devtools.mongosim.driver_suite fetch
 
 test: install lint kafka-jars interop-jars pymongo-tests browser
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The eight pymongo test files against fresh simulator replica sets of 3 members and 1; prints
 # passed/failed per file and per cause, fails when a failure is no documented non-goal.
