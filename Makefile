@@ -9,11 +9,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Worker processes of make test (pytest-xdist; each test file runs whole in one worker, so a
+# Worker processes of make test (pytest-xdist, three on two cores: much of a test is waiting on
+# Airflow, Spark or Kafka; each test file runs whole in one worker, so a
 # module's servers are started once; files go to the workers in the suite's order, tests/e2e and
 # tests/faults first and the many short unit tests last, so that the workers end together).
 # 0 runs the suite in one process.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 
 .PHONY: test lint demo install kafka-jars interop-jars pymongo-tests fidelity-driver browser bench clean
 

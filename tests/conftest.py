@@ -55,6 +55,30 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``make test`` runs three workers) one broker serves every worker: the
+    controller starts it before the workers exist, and they inherit its address as
+    ``MONGOCDC_TEST_KAFKA_BOOTSTRAP`` (each test uses names of its own). Tests that stop or kill a
+    broker start a dedicated one."""
+    if hasattr(config, "workerinput") or os.environ.get("MONGOCDC_TEST_KAFKA_BOOTSTRAP"):
+        return
+    if not getattr(config.option, "numprocesses", None) or config.option.collectonly:
+        return
+    from devtools.kafka import KafkaBroker
+
+    broker = KafkaBroker()
+    broker.__enter__()
+    config._mongocdc_shared_broker = broker
+    os.environ["MONGOCDC_TEST_KAFKA_BOOTSTRAP"] = broker.bootstrap_servers
+
+
+def pytest_unconfigure(config):
+    broker = getattr(config, "_mongocdc_shared_broker", None)
+    if broker is not None:
+        os.environ.pop("MONGOCDC_TEST_KAFKA_BOOTSTRAP", None)
+        broker.__exit__(None, None, None)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker():
     """The real Apache Kafka broker for this test session (None when an external one is used)."""
