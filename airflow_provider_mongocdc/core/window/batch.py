@@ -133,6 +133,7 @@ class WindowBatch:
         """Open the window: commit its marker at once (the change watcher and the MongoDB CDC page
         learn that it is open), at the start position."""
         self.opened_at, self.is_open = self.now(), True
+        self._open_logged = time.monotonic()  # the line below says it
         self.commit(start)
         params = self.scope.params
         log.info(
