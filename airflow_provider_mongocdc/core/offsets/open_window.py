@@ -60,6 +60,11 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
+def _count(value: Any) -> int:
+    """A count of a stored marker; 0 for anything else (a marker is a hint)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def live_marker(marker: Mapping[str, Any] | None, now: datetime) -> bool:
     """Whether a stored marker still counts by its own bound (``until`` ahead of ``now``)."""
     if not isinstance(marker, Mapping):
@@ -84,15 +89,15 @@ def open_window_of(
     }
     if not markers:
         return None
-    lags = [item["lag_ms"] for item in markers.values() if isinstance(item.get("lag_ms"), int)]
+    lags = [item["lag_ms"] for item in markers.values() if _count(item.get("lag_ms")) == item.get("lag_ms")]
     openings = [moment for moment in (_moment(item.get("since")) for item in markers.values()) if moment]
     commits = [
         moment for moment in (_moment(item.get("committed_at")) for item in markers.values()) if moment
     ]
     return {
         "since": iso_z(min(openings)) if openings else None,
-        "events": sum(int(item.get("events") or 0) for item in markers.values()),
-        "commits": sum(int(item.get("commits") or 0) for item in markers.values()),
+        "events": sum(_count(item.get("events")) for item in markers.values()),
+        "commits": sum(_count(item.get("commits")) for item in markers.values()),
         "last_commit_at": iso_z(max(commits)) if commits else None,
         "lag_seconds": round(max(lags) / 1000, 1) if lags else None,
         "held_by": lease.owner,
