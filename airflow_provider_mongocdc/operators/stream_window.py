@@ -11,7 +11,7 @@ from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.offsets.lease import WINDOW
 from airflow_provider_mongocdc.core.window.params import OpenSettings, WindowParams, parse_time
-from airflow_provider_mongocdc.core.window.summary import describe_incremental, describe_open_window
+from airflow_provider_mongocdc.core.window.summary import describe_incremental, describe_open_span
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -142,7 +142,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         incremental = describe_incremental(summary.get("incremental_snapshot"))
         if incremental:
             self.log.info("%s", incremental)
-        opened = describe_open_window(summary.get("open_window"))
+        opened = describe_open_span(summary.get("open_window"))
         if opened:
             self.log.info("%s", opened)
         for partition in summary.get("partitions", []):

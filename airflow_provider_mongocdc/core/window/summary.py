@@ -303,7 +303,7 @@ def merge_open_windows(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def describe_open_window(part: Mapping[str, Any] | None) -> str | None:
+def describe_open_span(part: Mapping[str, Any] | None) -> str | None:
     """The task log's line about an open window (a summary's ``open_window``), None without one."""
     if not part:
         return None
