@@ -112,7 +112,9 @@ class WindowBatch:
         self._new_builder()
         self.opened_at: datetime | None = None  # an open window: when it opened
         self.is_open = False  # until its last commit
-        self.last_lag_ms: int | None = None  # the committed position's lag at the last commit
+        self.last_lag_ms: int | None = (
+            None  # the committed position's lag at the last commit but the final one
+        )
         self._open_logged = 0.0
 
     def _new_builder(self) -> None:
@@ -287,7 +289,8 @@ class WindowBatch:
     ) -> OffsetState:
         base = self.state or OffsetState()
         events = self.tally.pending.events
-        self.last_lag_ms = self._lag_ms(position or base.position)
+        if not last:  # (at a close, the lag is the idle time's: the commits while open tell the latency)
+            self.last_lag_ms = self._lag_ms(position or base.position)
         if last:
             window_end = self.scope.params.window_end
             if self.opened_at is not None:  # an open window ends where it closed
