@@ -5,7 +5,8 @@ meanwhile make one next event after the commit), a restart watching again from t
 position, a purged position said once, per-shard and whole-cluster streams of a sharded cluster, a
 connection repointed to another deployment with other streams, and windows asked for while an
 incremental snapshot is requested or running on quiet collections (with the watcher's status in
-the offsets topic).
+the offsets topic), and no event while a window is open (a real open window, with the lease its
+task would hold) but again once it closed.
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
