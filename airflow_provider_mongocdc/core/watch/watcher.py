@@ -18,9 +18,8 @@ offsets set``) is counted from again. While an incremental snapshot is requested
 ``incremental_snapshot``) until it completes or is stopped: it moves on only in windows. While a
 window is open (:meth:`ChangeWatch.window_open`: its marker in the offsets topic, see
 :mod:`airflow_provider_mongocdc.core.offsets.open_window`) no event is sent: the open window carries
-the changes as they come. The watcher
-only reads: it never commits an offset and never takes the connector's lease. Rules and reasons:
-docs/design.md, "Change-driven windows".
+the changes as they come. The watcher only reads: it never commits an offset and never takes the
+connector's lease. Rules and reasons: docs/design.md, "Change-driven windows".
 """
 
 from __future__ import annotations
