@@ -171,6 +171,8 @@ class StreamWindow:
             - phases["send"]
             - (phases["commit"] - commit_before)
         )
+        if reason == StopReason.CLUSTER_TIME_STALLED:
+            self.batch.is_open = False  # it fails now: no longer open (its commit removes the marker)
         self.batch.commit(final, last=reason != StopReason.CLUSTER_TIME_STALLED)
         if self.scope.params.open:
             log.info(
