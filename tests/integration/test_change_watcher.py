@@ -395,6 +395,13 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
         thread = threading.Thread(target=window, daemon=True)
         with Writer(sim.uri, db_name) as writer:
             thread.start()
+            # The watcher starts once the window is open (before, it would rightly ask for one).
+            deadline = time.monotonic() + WAIT_S
+            while (state := store.read(partition)) is None or state.open_window is None:
+                assert thread.is_alive() and time.monotonic() < deadline, (
+                    f"the window did not open: {outcome}"
+                )
+                await asyncio.sleep(0.1)
             watching = Watching(watcher(props, ids, max_delay_s=1), capsys)
             await watching.until(
                 "the open window noticed", lambda: "a window is open since" in watching.log()
