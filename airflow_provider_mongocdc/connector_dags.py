@@ -57,6 +57,9 @@ ENTRY_KEYS = {
 # third of it while the task runs: a killed task's lease frees itself after this time at most.
 WINDOW_TIMEOUT = timedelta(minutes=55)
 SNAPSHOT_TIMEOUT = timedelta(hours=6)
+# How long a window task reads at most (it stops between transactions and the next run continues),
+# and an open window's longest max_open: its execution_timeout less 5 minutes.
+WINDOW_MAX_DURATION_S = WINDOW_TIMEOUT.total_seconds() - 300
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 # Airflow's longest DAG id (airflow.sdk.definitions._internal.node.validate_key).
@@ -106,19 +109,23 @@ def entry_label(entry: Any, index: int) -> str:
     return f"connector entry #{index + 1}"
 
 
-def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
-    """``(clock, changes)`` of an entry's ``window_schedule``: ``{"clock": <cron or preset, or
-    seconds>, "changes": {<thresholds>}}``, either or both. The clock is None without one; the
-    changes are a :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings`, or None.
+def window_schedule(value: Any, label: str) -> tuple[Any, Any, Any]:
+    """``(clock, changes, open)`` of an entry's ``window_schedule``: ``{"clock": <cron or preset, or
+    seconds>, "changes": {<thresholds>}, "open": {<durations>}}``, a clock or changes or both, and
+    optionally open windows. The clock is None without one; the changes are a
+    :class:`~airflow_provider_mongocdc.core.watch.settings.WatchSettings`, or None; open is a
+    :class:`~airflow_provider_mongocdc.core.window.params.OpenSettings`, or None (bounded windows).
     Every bad value is named at once."""
     from airflow_provider_mongocdc.core.base.errors import MongoCdcError
     from airflow_provider_mongocdc.core.watch.settings import WatchSettings
+    from airflow_provider_mongocdc.core.window.params import OpenSettings
 
     example = '{"clock": "@hourly", "changes": {"min_changes": 1000, "max_delay": "60s"}}'
-    if not isinstance(value, Mapping) or not value or set(value) - {"clock", "changes"}:
+    if not isinstance(value, Mapping) or not value or set(value) - {"clock", "changes", "open"}:
         raise ConnectorEntryError(
             f"{label}: 'window_schedule' must be an object with 'clock' (a cron expression or "
-            f"preset, or seconds), 'changes' (thresholds) or both, e.g. {example}; got {value!r}"
+            f"preset, or seconds), 'changes' (thresholds) or both, and optionally 'open' (open "
+            f"windows), e.g. {example}; got {value!r}"
         )
     problems: list[str] = []
     clock = value.get("clock")
@@ -136,13 +143,30 @@ def window_schedule(value: Any, label: str) -> tuple[Any, Any]:
                 f"{label}: 'window_schedule' 'changes' is not valid: {each}"
                 for each in getattr(error, "problems", (error,))
             )
+    opened = None
+    if "open" in value:
+        try:
+            opened = OpenSettings.from_entry(value["open"])
+        except MongoCdcError as error:
+            problems.extend(
+                f"{label}: 'window_schedule' 'open' is not valid: {each}"
+                for each in getattr(error, "problems", (error,))
+            )
+        if opened is not None and opened.max_open_s > WINDOW_MAX_DURATION_S:
+            problems.append(
+                f"{label}: 'window_schedule' 'open' is not valid: max_open ({opened.max_open_s:g} s) is "
+                f"longer than the window task may read ({WINDOW_MAX_DURATION_S:g} s, its "
+                f"execution_timeout of {WINDOW_TIMEOUT.total_seconds():g} s less 5 minutes). Fix: give "
+                f'max_open at most "{WINDOW_MAX_DURATION_S / 60:g}min", or leave it out'
+            )
+            opened = None
     if problems:
         raise ConnectorEntryError.of(problems)
     if clock is None and changes is None:
         raise ConnectorEntryError(
             f"{label}: 'window_schedule' has neither a clock nor changes, e.g. {example}"
         )
-    return clock, changes
+    return clock, changes, opened
 
 
 # The longest time between two runs a schedule may give in seconds (Airflow adds it to dates).
@@ -288,18 +312,18 @@ def _entry_pool(entry: Mapping[str, Any], name: str, label: str) -> str:
     return pool
 
 
-def _entry_schedules(entry: Mapping[str, Any], label: str) -> tuple[Any, Any, Any]:
-    """``(schedule, changes, watchdog_schedule)``: the window DAG's schedule by the clock, by
-    changes (a change watcher), or both; the watchdog's. Schedules are checked by one function
+def _entry_schedules(entry: Mapping[str, Any], label: str) -> tuple[Any, Any, Any, Any]:
+    """``(schedule, changes, open, watchdog_schedule)``: the window DAG's schedule by the clock, by
+    changes (a change watcher), or both; open windows or None; the watchdog's. Schedules are checked by one function
     (:func:`schedule_value`): seconds or a cron expression or preset; ``schedule`` may be null."""
     problems: list[str] = []
     schedule = entry.get("schedule", "@hourly")
-    changes = None
+    changes = opened = None
     if "window_schedule" in entry:
         if "schedule" in entry:
             raise ConnectorEntryError(f"{label}: give either 'schedule' or 'window_schedule', not both")
         try:
-            schedule, changes = window_schedule(entry["window_schedule"], label)
+            schedule, changes, opened = window_schedule(entry["window_schedule"], label)
         except ConnectorEntryError as error:
             problems.extend(error.problems)
     elif schedule is not None:
@@ -314,7 +338,7 @@ def _entry_schedules(entry: Mapping[str, Any], label: str) -> tuple[Any, Any, An
         watchdog = None
     if problems:
         raise ConnectorEntryError.of(problems)
-    return schedule, changes, watchdog
+    return schedule, changes, opened, watchdog
 
 
 def _entry_start_date(entry: Mapping[str, Any], label: str):
@@ -399,11 +423,9 @@ class Connector:
         self.config, self.config_variable = checked(_entry_config, entry, name, label) or (None, None)
         self.conn_ids = checked(_entry_conn_ids, entry, label)
         self.pool = checked(_entry_pool, entry, name, label)
-        self.schedule, self.changes, self.watchdog_schedule = checked(_entry_schedules, entry, label) or (
-            None,
-            None,
-            None,
-        )
+        self.schedule, self.changes, self.open, self.watchdog_schedule = checked(
+            _entry_schedules, entry, label
+        ) or (None, None, None, None)
         self.start_date = checked(_entry_start_date, entry, label)
         self.tags = checked(_entry_tags, entry, name, label)
         self.delta = checked(_entry_delta, entry, label)
@@ -638,6 +660,7 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
         schedule=window_dag_schedule(connector),
         doc_md=HOURLY_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"])
         + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else "")
+        + (OPEN_DOC.format(settings=connector.open.describe()) if connector.open else "")
         + (DELTA_DOC.format(location=connector.delta.location) if connector.delta else ""),
         **common,
         default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
@@ -651,7 +674,8 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
             task_id="window",
             execution_timeout=WINDOW_TIMEOUT,
             # Stops at a point between transactions before the task's timeout; the next run continues.
-            max_duration=WINDOW_TIMEOUT.total_seconds() - 300,
+            max_duration=WINDOW_MAX_DURATION_S,
+            open_window=connector.open.to_entry() if connector.open else None,
             **connector.arguments(MongoStreamWindowOperator),
         )
         snapshot >> window
@@ -782,6 +806,12 @@ window runs make at most one next run, asked for once they reach a threshold. Wh
 snapshot is requested or running, the watcher asks for windows one after the other until it is
 done. Before the first snapshot the watcher stays quiet: press
 **Trigger** once (or keep a clock in the schedule) to take it.
+"""
+
+OPEN_DOC = """
+**Open windows.** Each window stays open while changes keep coming ({settings}): a change is in
+Kafka about a commit interval after it was written, and the change watcher asks for no window
+while one is open. The window task (and its Spark driver) runs as long as the window is open.
 """
 
 DELTA_DOC = """

@@ -98,6 +98,8 @@ def asset_extra(config: ConnectorConfig, application: str, summary: Mapping[str,
     }
     if window:
         extra["window_end"] = summary.get("window_end")
+        if summary.get("open_window"):  # an open window: since when, events, committed lag
+            extra["open_window"] = dict(summary["open_window"])
     else:
         extra["snapshot_id"] = summary.get("snapshot_id")
     # A snapshot ends where the stream goes on: its start position.

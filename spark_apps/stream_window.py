@@ -10,7 +10,8 @@ stream on a local master), a window of one stream runs it in this driver process
 without starting the SparkContext. A cluster time that stalled before a window end in the past fails the run
 with ``WindowEndNotReachedError`` once every stream has committed what it read. The job spec's
 ``params``: ``window_end`` (ISO-8601, required), ``idle_timeout_s``, ``max_duration_s``,
-``poll_ms``, ``stream_in_driver`` (:class:`~airflow_provider_mongocdc.core.window.params.WindowParams`). Connection
+``poll_ms``, ``commit_interval_s``, ``stream_in_driver``, and for an open window ``open_idle_s`` and
+``max_open_s`` (:class:`~airflow_provider_mongocdc.core.window.params.WindowParams`). Connection
 details travel to the tasks inside the task closure, never through Spark's configuration or
 environment. Reasons: docs/design.md, "Stream windows".
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -10,8 +10,8 @@ from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.offsets.lease import WINDOW
-from airflow_provider_mongocdc.core.window.params import WindowParams, parse_time
-from airflow_provider_mongocdc.core.window.summary import describe_incremental
+from airflow_provider_mongocdc.core.window.params import OpenSettings, WindowParams, parse_time
+from airflow_provider_mongocdc.core.window.summary import describe_incremental, describe_open_span
 from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
 
 
@@ -53,6 +53,11 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         in a Spark task. In the driver the window starts no SparkContext and no Python worker
         (seconds and CPU-seconds less per window). Windows of several streams (one per shard)
         always run one Spark task per stream.
+    :param open_window: make the window an open one: it reads on past its end while changes keep
+        coming, commits at least every ``commit_interval`` (default 1 s) and closes when no change
+        came for ``idle`` (default 30 s) or after ``max_open`` (default 50 min). A mapping of these
+        keys (durations as seconds or texts like ``"30s"``, ``"50min"``; each optional), ``True``
+        for the defaults, or None (default): a bounded window, which ends at its window end.
     Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
     ``mongo_conn_id``, ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's).
     """
@@ -72,6 +77,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         max_duration: float | None = None,
         lease_ttl: timedelta | None = None,
         stream_in_driver: bool | str = "auto",
+        open_window: Mapping[str, Any] | bool | None = None,
         **kwargs: Any,
     ) -> None:
         if stream_in_driver not in (True, False, "auto"):
@@ -79,6 +85,8 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
                 f"stream_in_driver {stream_in_driver!r} is not one of True, False, 'auto'",
                 fix="leave the default 'auto' (in the driver on a local Spark master), or pass True or False",
             )
+        # Checked here, when the DAG is parsed: every bad value at once.
+        self.open_window = OpenSettings.from_entry(open_window).to_entry() if open_window else None
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
@@ -92,6 +100,8 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         if self.max_duration is not None:
             params["max_duration_s"] = float(self.max_duration)
         params["stream_in_driver"] = self._stream_in_driver()
+        if self.open_window is not None:
+            params.update(OpenSettings.from_entry(self.open_window).to_params())
         # Validate here, before anything is submitted.
         WindowParams.from_params(params, config)
         return params
@@ -132,6 +142,9 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         incremental = describe_incremental(summary.get("incremental_snapshot"))
         if incremental:
             self.log.info("%s", incremental)
+        opened = describe_open_span(summary.get("open_window"))
+        if opened:
+            self.log.info("%s", opened)
         for partition in summary.get("partitions", []):
             if not partition.get("reached_end"):
                 self.log.warning(

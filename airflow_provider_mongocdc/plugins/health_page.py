@@ -56,6 +56,7 @@ a { color: #2b6cb0; }
 .errors { background: #fff5f5; border: 1px solid #feb2b2; padding: 8px; margin-bottom: 12px; }
 svg .bar { fill: #4299e1; } svg .bar.failed { fill: #e53e3e; }
 .watcher-behind { color: #744210; font-weight: 600; }
+.open-window { color: #22543d; font-weight: 600; }
 """
 
 SCRIPT = """

@@ -11,6 +11,10 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 ``{"connector", "reason", "reasons", "message", "pending", "pending_since", "newest_change",
 "headroom_seconds", "partitions", "at"}``.
 
+While a window is open (its marker in the offsets topic, and the connector's lease held by a
+window: :mod:`~airflow_provider_mongocdc.core.offsets.open_window`) the watcher reads the offsets
+every poll and sends no event; the status it writes for the MongoDB CDC page shows the open window.
+
 The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
 the window it starts reads from the committed offset as every window does. Its serialized arguments
 hold no secret (they are stored in Airflow's metadata database): the connector's name, its inline
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow.sdk import Asset, AssetWatcher, BaseHook
@@ -42,8 +47,10 @@ from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
 from airflow_provider_mongocdc.core.offsets.keys import watch_key
+from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
 from airflow_provider_mongocdc.core.offsets.model import Position, compact
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.open_window import open_window_of
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalStanding, incremental_standing
 from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK, WatchSettings
 from airflow_provider_mongocdc.core.watch.stream import (
@@ -219,8 +226,10 @@ class _WatchSession:
             )
             if check_due and self.checked_at is not None:
                 await self.refresh_config()  # a Variable set again since the last check
-            if check_due or self.watch.outstanding is not None:
-                await self.read_offsets()  # while an event waits for its window: notice its commit at once
+            if check_due or self.watch.outstanding is not None or self.watch.open_window is not None:
+                # While an event waits for its window: notice its commit at once; while a window is
+                # open: notice when it closes.
+                await self.read_offsets()
             if check_due or (self.watch.recheck and self.settings.min_headroom_s):
                 await self.check()  # a moved position's headroom, at once
             await self.open_streams()
@@ -352,7 +361,7 @@ class _WatchSession:
     async def read_offsets(self) -> None:
         """The committed starting position of every stream, as a window would find it."""
         config, store = self.config, self.store
-        contents = await asyncio.to_thread(store.read_everything)  # confluent-kafka is synchronous
+        contents, lease = await asyncio.to_thread(self._read_topic)  # confluent-kafka is synchronous
         states = contents.states
         if contents.open_transactions:
             self.say(
@@ -383,8 +392,19 @@ class _WatchSession:
             notes += self.watch.incremental(standing.marker(), describe_standing(standing), now)
         else:
             notes += self.watch.incremental(None, "", now)
+        mine = [(partition, states[partition]) for partition in partitions if partition in states]
+        notes += self.watch.window_open(open_window_of(mine, lease, datetime.now(timezone.utc)))
         for note in notes:
             self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)
+
+    def _read_topic(self) -> tuple[OffsetTopicContents, Any]:
+        """Everything committed in the offsets topic and the connector's lease, from one read."""
+        store = self.store
+        read = store.read_records()
+        contents = store.read_everything(read.records)
+        contents.open_transactions = read.open_transactions
+        lease = ConnectorLease(self.kafka, self.config.topic_prefix, store.topic).current(read.records)
+        return contents, lease
 
     async def check(self) -> None:
         """Whether the stored positions are still in the oplog, and their headroom."""

@@ -5,7 +5,8 @@ meanwhile make one next event after the commit), a restart watching again from t
 position, a purged position said once, per-shard and whole-cluster streams of a sharded cluster, a
 connection repointed to another deployment with other streams, and windows asked for while an
 incremental snapshot is requested or running on quiet collections (with the watcher's status in
-the offsets topic).
+the offsets topic), and no event while a window is open (a real open window, with the lease its
+task would hold) but again once it closed.
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
@@ -349,3 +350,88 @@ def test_windows_are_asked_for_while_an_incremental_snapshot_is_requested_on_qui
         await watching.stop()
 
     asyncio.run(scenario())
+
+
+def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    import threading
+    from datetime import datetime, timezone
+
+    from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+    from airflow_provider_mongocdc.core.mongo.connection import connection_details
+    from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+    from airflow_provider_mongocdc.core.window.params import WindowParams
+    from airflow_provider_mongocdc.core.window.stream_window import run_window
+    from airflow_provider_mongocdc.core.window.streams import plan_streams
+    from tests.integration.test_open_window import Writer
+
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    db_name = f"{unique_name[:30]}_db"
+    props = {"topic.prefix": unique_name, "collection.include.list": f"{db_name}\\.items"}
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(sim.uri)
+    store = OffsetStore(kafka, f"{unique_name}.offsets")
+    partition = OffsetPartition(unique_name, "rs0")
+    store.set_position(partition, Position(cluster_time=operation_time(client)))
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": sim.uri}), config)
+    # The window task's lease, as the operator holds it while its window is open.
+    lease = ConnectorLease(kafka, unique_name).acquire(f"{unique_name}/run/window", WINDOW, 600)
+    # Commits 3 s apart: between two, pending changes grow older than max_delay (1 s).
+    params = WindowParams(
+        datetime.now(timezone.utc), idle_timeout_s=60, commit_interval_s=3, open_idle_s=4, max_open_s=300
+    )
+    outcome: dict = {}
+
+    def window() -> None:
+        try:
+            outcome["summary"] = run_window(target, config, kafka, params)
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    async def scenario():
+        thread = threading.Thread(target=window, daemon=True)
+        with Writer(sim.uri, db_name) as writer:
+            thread.start()
+            # The watcher starts once the window is open (before, it would rightly ask for one).
+            deadline = time.monotonic() + WAIT_S
+            while (state := store.read(partition)) is None or state.open_window is None:
+                assert thread.is_alive() and time.monotonic() < deadline, (
+                    f"the window did not open: {outcome}"
+                )
+                await asyncio.sleep(0.1)
+            watching = Watching(watcher(props, ids, max_delay_s=1), capsys)
+            await watching.until(
+                "the open window noticed", lambda: "a window is open since" in watching.log()
+            )
+            # Changes keep coming for longer than max_delay: the open window carries them, no event.
+            for line in await watching.statuses(2):
+                assert "a window is open since" in line
+            status = await watching.until(
+                "the status with the open window",
+                lambda: (
+                    (s := store.read_everything().watchers.get((unique_name, unique_name)))
+                    and s.get("open_window")
+                    and s
+                ),
+            )
+            assert status["open_window"]["since"] and status["open_window"]["events"] >= 0
+            assert watching.events == []
+        # The writes stopped: the window closes after its idle time, having carried every one.
+        await watching.until("the window closed", lambda: "the open window closed" in watching.log())
+        thread.join(timeout=WAIT_S)
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["summary"]["events"] == len(writer.written)
+        assert watching.events == []
+        # A change after the close: asked for as before.
+        client[db_name].items.insert_one({"_id": "after"})
+        event = await watching.event(1)
+        assert (event["reason"], event["pending"]) == ("max_delay", 1)
+        await watching.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        ConnectorLease(kafka, unique_name).release(lease=lease)

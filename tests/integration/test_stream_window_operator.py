@@ -128,3 +128,61 @@ def test_operator_runs_one_spark_task_per_shard_and_returns_the_summary(
     mongos_summary = run_window(target, through_mongos, kafka, WindowParams(end, idle_timeout_s=60))
     assert mongos_summary["events"] == expected_events and mongos_summary["transactions"] == 1
     assert store.read(cluster).cluster_time == end
+
+
+def test_operator_open_window_holds_the_lease_while_open_and_logs_and_reports_it(
+    mongodb_uri, kafka_bootstrap, unique_name, operator_connections, capsys
+):
+    import threading
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+    from tests.integration.test_open_window import Writer, open_marker, wait_for
+    from tests.integration.window_helpers import seed_offset
+
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    _, partition = seed_offset(mongodb_uri, kafka, props)
+    operator = MongoStreamWindowOperator(
+        task_id="window",
+        connector_config=props,
+        **operator_connections("openwin", mongodb_uri, kafka),
+        open_window={"idle": "3s", "commit_interval": "0.5s"},
+    )
+    outlet_events: dict = defaultdict(lambda: SimpleNamespace(extra=None))
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = operator.execute({"outlet_events": outlet_events})
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    reader = OffsetStore(kafka, f"{unique_name}.offsets")
+    wait_for(lambda: open_marker(reader, partition) or "error" in outcome, "the window did not open", 240)
+    assert "error" not in outcome, outcome.get("error")
+    with Writer(mongodb_uri, db_name) as writer:
+        wait_for(lambda: (m := open_marker(reader, partition)) and m["events"] >= 5, "no commit while open")
+        # The task holds the connector's lease while its window is open.
+        lease = ConnectorLease(kafka, unique_name).current()
+        assert lease is not None and lease.kind == WINDOW and lease.live()
+    thread.join(timeout=240)
+    assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+    summary = outcome["summary"]
+    assert summary["events"] == len(writer.written) and summary["open_window"]["stop_reasons"] == ["idle"]
+    assert set(summary["phases_s"]) == {"driver_checks", "in_driver"}  # one stream, local master
+    # The task log: the window opening, its close, the summary's line.
+    log = capsys.readouterr().out
+    assert "open from" in log and "closes after 3 s without a change" in log
+    assert "closed (no change for 3 s)" in log
+    assert f"{len(writer.written)} events in {summary['open_window']['commits']} commits" in log
+    # The connector's Asset event carries the open window.
+    (event,) = outlet_events.values()
+    assert event.extra["open_window"]["events"] == len(writer.written)
+    assert event.extra["open_window"]["opened_at"] and event.extra["open_window"]["committed_lag_ms"] >= 0
+    assert ConnectorLease(kafka, unique_name).current() is None  # released at the end

@@ -275,6 +275,27 @@ def test_stream_in_driver_takes_true_false_or_auto():
         )
 
 
+def test_stream_window_operator_makes_an_open_window_with_its_settings():
+    operator = MongoStreamWindowOperator(
+        task_id="window",
+        connector_config={"topic.prefix": "shop"},
+        stream_in_driver=True,
+        open_window={"idle": "20s", "commit_interval": 0.5},
+    )
+    params = operator.job_params(context(), parse_connector_config(operator.connector_config))
+    assert (params["open_idle_s"], params["max_open_s"], params["commit_interval_s"]) == (20.0, 3000.0, 0.5)
+    bounded = MongoStreamWindowOperator(task_id="window", connector_config={"topic.prefix": "shop"})
+    assert "open_idle_s" not in bounded.job_params(
+        context(), parse_connector_config(bounded.connector_config)
+    )
+    with pytest.raises(ConfigError, match="2 values are not valid: 1\\) idle must be a duration"):
+        MongoStreamWindowOperator(
+            task_id="window",
+            connector_config={"topic.prefix": "shop"},
+            open_window={"idle": "x", "max_open": 0},
+        )
+
+
 def test_resnapshot_operator_renders_like_the_example_dag():
     # The example DAG mongocdc_resnapshot renders natively so that the trigger form's list and the
     # watchdog's gap report stay a list and an object.

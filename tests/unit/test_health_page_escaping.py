@@ -51,6 +51,7 @@ ATTRIBUTES = {
     "lang", "charset", "class", "id", "href", "title", "colspan", "width", "height", "x", "y", "role",
     "aria-label", "data-top", "data-action", "data-connector", "data-lag-seconds", "data-partition",
     "data-cluster-time", "data-generated-at", "data-watcher-state", "data-pending", "viewbox",
+    "data-open-since", "data-events",
 }  # fmt: skip
 
 
@@ -104,6 +105,15 @@ def full_record(text: str = "x") -> dict[str, Any]:
     state = OffsetState(
         position=Position(resume_token={"_data": "82" + "0" * 40}, cluster_time=Timestamp(1764150000, 3)),
         incremental=progress.to_json(),
+        # An open window (its marker as the offsets topic holds it: anyone who writes the topic may
+        # change it).
+        open_window={
+            "since": text,
+            "events": 3,
+            "commits": 2,
+            "lag_ms": 900,
+            "until": "2026-11-26T12:05:00Z",
+        },
     )
     lease = Lease("mongocdc_hourly/run1/window", "window", NOW, NOW + timedelta(minutes=55), "w1")
     identity = ConnectorIdentity(

@@ -381,3 +381,44 @@ def test_before_the_first_snapshot_a_silent_watcher_is_no_problem():
     offsets = Reading(OffsetsView({PARTITION: state_at(60)}, None, None), NOW)
     shown = record(Sources(offsets=offsets), change_driven=True)
     assert any("the change watcher has not reported yet" in problem for problem in shown["problems"])
+
+
+def test_an_open_window_shows_since_when_its_events_so_far_and_its_committed_lag():
+    from airflow_provider_mongocdc.core.offsets.open_window import open_marker
+
+    opened = open_marker(
+        since=NOW - timedelta(minutes=12),
+        now=NOW - timedelta(seconds=1),
+        events=4321,
+        commits=700,
+        lag_ms=1400,
+        next_commit_within_s=32,
+        closes_by=NOW + timedelta(minutes=38),
+    )
+    holder = Lease(
+        "mongocdc_hourly/asset_run/window", "window", NOW - timedelta(minutes=12), NOW + timedelta(minutes=43)
+    )
+    row = record(Sources(offsets=view(state_at(2, open_window=opened), holder)))
+    window = row["offsets"]["open_window"]
+    assert window["since"] == iso(NOW - timedelta(minutes=12))
+    assert (window["events"], window["commits"], window["lag_seconds"]) == (4321, 700, 1.4)
+    assert window["held_by"] == "mongocdc_hourly/asset_run/window"
+    json.dumps(row)  # the page's JSON API returns the record
+    html = render_page(
+        [row], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+    )
+    assert f'data-open-since="{window["since"]}" data-events="4321"' in html
+    assert "4321 events so far, committed lag 1 s" in html
+
+    # Closed (no marker), or killed and its lease expired: no open window.
+    assert record(Sources(offsets=view(state_at(2), holder)))["offsets"]["open_window"] is None
+    expired = Lease(holder.owner, "window", holder.acquired_at, NOW - timedelta(seconds=1))
+    killed = record(Sources(offsets=view(state_at(2, open_window=opened), expired)))
+    assert killed["offsets"]["open_window"] is None
+    assert "window open since" not in render_page(
+        [killed], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+    )
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

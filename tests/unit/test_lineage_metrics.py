@@ -75,7 +75,28 @@ def test_lineage_and_asset_extra_name_the_collections_and_their_topics():
     ]
     extra = asset_extra(config, "stream_window", summary)
     assert extra["topics"] == {"shop.inv.items": 2, "shop.inv.orders": 1} and extra["events"] == 3
+    assert "open_window" not in extra
     json.dumps(extra)  # an asset event's extra must be JSON
+
+
+def test_the_asset_event_of_an_open_window_says_since_when_its_events_and_committed_lag():
+    config = ConnectorConfig.from_properties({"topic.prefix": "shop"})
+    opened = {
+        "opened_at": "2026-11-28T10:00:00Z",
+        "closed_at": "2026-11-28T10:05:00Z",
+        "open_s": 300.0,
+        "events": 1200,
+        "commits": 290,
+        "committed_lag_ms": 850,
+        "stop_reasons": ["idle"],
+        "idle_s": 30.0,
+        "max_open_s": 3000.0,
+        "commit_interval_s": 1.0,
+    }
+    summary = {"events": 1200, "events_by_collection": {"inv.items": 1200}, "open_window": opened}
+    extra = asset_extra(config, "stream_window", summary)
+    assert extra["open_window"] == opened
+    json.dumps(extra)
 
 
 @pytest.mark.parametrize("run", ["stream_window", "snapshot"])

@@ -146,3 +146,74 @@ def test_the_watcher_refuses_credential_properties_its_serialized_arguments_woul
             MongoChangeWatcher("orders", connector_config={"topic.prefix": "orders", name: "user:secret"})
         assert name in str(raised.value) and "user:secret" not in str(raised.value)
         assert "stored in clear" in str(raised.value)
+
+
+def test_open_windows_from_the_connector_list(tmp_path, monkeypatch):
+    connectors = [
+        {
+            "name": "default",
+            "window_schedule": {
+                "changes": {},
+                "open": {"idle": "20s", "max_open": "40min", "commit_interval": "2s"},
+            },
+        },
+        {
+            "name": "orders",
+            "config": {"topic.prefix": "orders"},
+            "window_schedule": {"clock": "@hourly", "open": {}},
+        },
+        {"name": "users", "config": {"topic.prefix": "users"}, "window_schedule": {"clock": "@hourly"}},
+    ]
+    bag = load(tmp_path, monkeypatch, connectors)
+    assert not bag.import_errors, bag.import_errors
+    window = bag.dags["mongocdc_hourly"].get_task("window")
+    assert window.open_window == {"idle": 20.0, "max_open": 2400.0, "commit_interval": 2.0}
+    assert "Open windows" in bag.dags["mongocdc_hourly"].doc_md
+    # {} gives the defaults: below the hourly clock and the window task's execution_timeout.
+    defaults = bag.dags["mongocdc_orders_hourly"].get_task("window").open_window
+    assert defaults == {"idle": 30.0, "max_open": 3000.0, "commit_interval": 1.0}
+    assert (
+        defaults["max_open"]
+        < bag.dags["mongocdc_orders_hourly"].get_task("window").execution_timeout.total_seconds()
+    )
+    # With the clock alone, bounded windows as before.
+    assert bag.dags["mongocdc_users_hourly"].get_task("window").open_window is None
+
+
+def test_every_bad_open_value_is_named_at_once(tmp_path, monkeypatch):
+    entry = {
+        "name": "users",
+        "config": {"topic.prefix": "users"},
+        "window_schedule": {
+            "changes": {"max_delay": "soon"},
+            "open": {"idle": "never", "max_open": -5, "commit_interval": "2m"},
+        },
+    }
+    bag = load(tmp_path, monkeypatch, [entry])
+    assert not bag.import_errors, bag.import_errors
+    error = bag.dags["mongocdc_invalid_users"].description
+    assert "connector entry #1 ('users')" in error and "4 problems" in error
+    assert "'changes' is not valid: max_delay must be a duration, got 'soon'" in error
+    assert "'open' is not valid: idle must be a duration, got 'never'" in error
+    assert "'open' is not valid: max_open must be a duration, got -5" in error
+    assert "'open' is not valid: commit_interval must lie between 0.1 s and 60 s, got 120 s" in error
+
+
+@pytest.mark.parametrize(
+    "opened, message",
+    [
+        ({"max_open": "2h"}, "max_open (7200 s) is longer than the window task may read (3000 s"),
+        ({"idle": "10min", "max_open": "5min"}, "idle (600 s) is longer than max_open (300 s)"),
+        ({"idle_after": "5s"}, "unknown key(s) idle_after in 'open'"),
+        ("30s", "'open' must be a JSON object of durations"),
+    ],
+)
+def test_an_invalid_open_setting_is_refused(tmp_path, monkeypatch, opened, message):
+    entry = {
+        "name": "users",
+        "config": {"topic.prefix": "users"},
+        "window_schedule": {"changes": {}, "open": opened},
+    }
+    bag = load(tmp_path, monkeypatch, [entry])
+    error = bag.dags["mongocdc_invalid_users"].description
+    assert message in error, error

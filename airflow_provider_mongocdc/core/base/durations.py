@@ -1,5 +1,5 @@
 """Durations as users write them in settings: seconds (a number) or a number with a unit,
-``"90s"``, ``"5m"``, ``"2h"``, ``"1d"``."""
+``"90s"``, ``"5m"`` (or ``"5min"``), ``"2h"``, ``"1d"``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(min|[smhd])\s*$")
 
 
 def parse_duration(value: Any, what: str) -> float:

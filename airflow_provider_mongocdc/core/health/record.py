@@ -2,7 +2,7 @@
 
 Built without I/O from what was read elsewhere (:mod:`airflow_provider_mongocdc.core.health.probes`
 reads Kafka and MongoDB, the Airflow plugin reads runs and pools): the committed positions and the
-lag behind now, the oplog headroom of each position (low below the watchdog's threshold), the last
+lag behind now, an open window (since when, events so far, committed lag), the oplog headroom of each position (low below the watchdog's threshold), the last
 window and snapshot, a running incremental snapshot, the lease, the pool, the events per window of
 the last day. Each value read elsewhere comes as a :class:`Reading` (value or error, and when it
 was read), so the record says how old it is, and an unreachable MongoDB or Kafka becomes words in
@@ -36,6 +36,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
     position_time,
     timestamp_datetime,
 )
+from airflow_provider_mongocdc.core.offsets.open_window import open_window_of
 from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
 from airflow_provider_mongocdc.core.snapshot.incremental import (
     REQUESTED,
@@ -462,6 +463,8 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
         offsets["partitions"] = rows
         lags = [row["lag_seconds"] for row in rows if row["lag_seconds"] is not None]
         offsets["lag_seconds"] = max(lags) if lags else None
+        # A window open now (core/offsets/open_window.py): since when, events so far, committed lag.
+        offsets["open_window"] = open_window_of(view.states.items(), view.lease, now)
         if view.open_transactions:
             offsets["open_transactions"] = [open_one.to_json(now) for open_one in view.open_transactions]
             found.add(

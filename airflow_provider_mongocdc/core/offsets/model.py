@@ -215,6 +215,9 @@ class OffsetState:
     # The name of the connector that wrote it (the connector property ``name``: the entry's name in
     # the connector list); None: a connector without a name, or an offset written before names.
     connector: str | None = None
+    # While an open window of the partition runs: its marker (core/offsets/open_window.py), as
+    # stored JSON, written with each of its commits and removed by its last; None otherwise.
+    open_window: Mapping[str, Any] | None = None
 
     # -- convenience --
     @property
@@ -234,6 +237,7 @@ class OffsetState:
             last_window_end=window_end,
             events=self.events + events,
             windows=self.windows + 1,
+            open_window=None,
         )
 
     def snapshot_started(self, snapshot_id: str, start: Position, plan_size: int) -> OffsetState:
@@ -279,6 +283,8 @@ class OffsetState:
             data["incremental_snapshot"] = dict(self.incremental)
         if self.connector is not None:
             data["connector"] = self.connector
+        if self.open_window is not None:
+            data["open_window"] = dict(self.open_window)
         data["format"] = FORMAT_VERSION
         return data
 
@@ -295,6 +301,7 @@ class OffsetState:
             updated_at=parse_iso(data.get("updated_at")),
             incremental=data.get("incremental_snapshot"),
             connector=data.get("connector") if isinstance(data.get("connector"), str) else None,
+            open_window=data.get("open_window") if isinstance(data.get("open_window"), Mapping) else None,
         )
 
     def to_bytes(self) -> bytes:

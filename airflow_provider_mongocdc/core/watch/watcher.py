@@ -15,9 +15,11 @@ while a window runs make at most one next run, asked for once they reach a thres
 the oldest of them is already ``max_delay`` old). A committed position that moved back (``mongocdc
 offsets set``) is counted from again. While an incremental snapshot is requested or running
 (:meth:`ChangeWatch.incremental`), windows are asked for one after the other (reason
-``incremental_snapshot``) until it completes or is stopped: it moves on only in windows. The watcher
-only reads: it never commits an offset and never takes the connector's lease. Rules and reasons:
-docs/design.md, "Change-driven windows".
+``incremental_snapshot``) until it completes or is stopped: it moves on only in windows. While a
+window is open (:meth:`ChangeWatch.window_open`: its marker in the offsets topic, see
+:mod:`airflow_provider_mongocdc.core.offsets.open_window`) no event is sent: the open window carries
+the changes as they come. The watcher only reads: it never commits an offset and never takes the
+connector's lease. Rules and reasons: docs/design.md, "Change-driven windows".
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bson.timestamp import Timestamp
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.gap.report import GAP, OK, GapReport
 from airflow_provider_mongocdc.core.offsets.model import Position, describe_position, position_time
+from airflow_provider_mongocdc.core.offsets.open_window import describe_open_window
 from airflow_provider_mongocdc.core.watch.settings import WatchSettings, describe_seconds
 from airflow_provider_mongocdc.core.watch.stream import position_order
 
@@ -110,6 +113,8 @@ class ChangeWatch:
     # on), None without one; and its words for the event.
     incremental_work: str | None = None
     incremental_note: str = ""
+    # The connector's open window (core/offsets/open_window.py: open_window_of), None while none is.
+    open_window: dict | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
     def committed(self, starts: Mapping[str, Position | str | None], now: float) -> list[str]:
@@ -180,6 +185,19 @@ class ChangeWatch:
             )
         self.incremental_work, self.incremental_note = marker, note
         notes.extend(self._settle(now))
+        return notes
+
+    def window_open(self, window: Mapping | None) -> list[str]:
+        """The connector's open window as the offsets topic shows it (None: none is open). Returns
+        the lines to log: when one opens and when it closes."""
+        notes: list[str] = []
+        if (window is None) != (self.open_window is None):
+            notes.append(
+                f"{describe_open_window(window)}; no event while it is open"
+                if window is not None
+                else "the open window closed: counting changes for the next window"
+            )
+        self.open_window = dict(window) if window is not None else None
         return notes
 
     def checked(self, report: GapReport) -> list[str]:
@@ -266,9 +284,10 @@ class ChangeWatch:
 
     def due(self, now: float) -> list[str]:
         """The thresholds reached (empty: no window is due). Nothing is due while the last event
-        waits for its window, or while a stream is waiting or blocked (a window would fail)."""
+        waits for its window, while a window is open (it carries the changes as they come), or
+        while a stream is waiting or blocked (a window would fail)."""
         self._settle(now)
-        if self.outstanding is not None or not self.partitions:
+        if self.outstanding is not None or self.open_window is not None or not self.partitions:
             return []
         if any(p.state in (WAITING, BLOCKED) for p in self.partitions.values()):
             return []
@@ -333,7 +352,17 @@ class ChangeWatch:
             if self.last_event_at is not None
             else None,
             "incremental_snapshot": self.incremental_note if self.incremental_work is not None else None,
+            "open_window": self._open_window_status(),
         }
+
+    def _open_window_status(self) -> dict | None:
+        """The open window as the status and the page show it: since when, events so far, the
+        committed lag at its last commit (seconds), who holds it."""
+        window = self.open_window
+        if window is None:
+            return None
+        keys = ("since", "events", "commits", "last_commit_at", "lag_seconds", "held_by")
+        return {key: window.get(key) for key in keys}
 
     def status(self, now: float, polls: int) -> str:
         """One line for the log: what is pending, what is watched, the last event."""
@@ -347,6 +376,8 @@ class ChangeWatch:
                 parts.append(f"{p.name} counted after {_time(position_time(p.counting_from))}{headroom}")
             else:
                 parts.append(f"{p.name} not watched ({p.state})")
+        if self.open_window is not None:
+            parts.append(describe_open_window(self.open_window))
         if self.outstanding is not None:
             parts.append(
                 f"waiting {describe_seconds(now - self.outstanding.at)} for a window to commit past the last event"

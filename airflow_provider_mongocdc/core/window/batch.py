@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bson.timestamp import Timestamp
@@ -25,7 +26,14 @@ from airflow_provider_mongocdc.core.events.headers import new_run_id
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-from airflow_provider_mongocdc.core.offsets.model import OffsetState, Position, moves_back, position_time
+from airflow_provider_mongocdc.core.offsets.model import (
+    OffsetState,
+    Position,
+    moves_back,
+    position_time,
+    timestamp_datetime,
+)
+from airflow_provider_mongocdc.core.offsets.open_window import open_marker
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 from airflow_provider_mongocdc.core.window.incremental import IncrementalChunk
@@ -33,6 +41,8 @@ from airflow_provider_mongocdc.core.window.scope import StreamScope
 from airflow_provider_mongocdc.core.window.summary import WindowTally
 
 log = logging.getLogger("airflow_provider_mongocdc.core.window.stream_window")  # logged as the window's lines
+# An open window logs its progress (events so far, committed lag) at most this often.
+OPEN_LOG_EVERY_S = 30.0
 
 
 class BatchSender:
@@ -84,7 +94,9 @@ class WindowBatch:
     the offset; :meth:`recover` keeps or drops the batch after a stream failure.
     ``open_transaction`` is the transaction id (lsid, txnNumber) of the last change added, None
     when it was outside a transaction: the next change continues that transaction when it has
-    the same id, and no commit goes between the two.
+    the same id, and no commit goes between the two. An open window (:meth:`open`) commits its
+    marker (:mod:`airflow_provider_mongocdc.core.offsets.open_window`) with each commit until its
+    last.
     """
 
     def __init__(self, scope: StreamScope, sender: BatchSender, store: OffsetStore):
@@ -98,6 +110,12 @@ class WindowBatch:
         # One run id for every builder of the window (a rolled-back batch gets a new builder).
         self.run_id = scope.params.run_id or new_run_id()
         self._new_builder()
+        self.opened_at: datetime | None = None  # an open window: when it opened
+        self.is_open = False  # until its last commit
+        self.last_lag_ms: int | None = (
+            None  # the committed position's lag at the last commit but the final one
+        )
+        self._open_logged = 0.0
 
     def _new_builder(self) -> None:
         scope = self.scope
@@ -109,6 +127,26 @@ class WindowBatch:
     def begin(self, state: OffsetState | None, start: Position) -> None:
         self.state = state
         self.committed_position = start
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.scope.clock_ms() / 1000, timezone.utc)
+
+    def open(self, start: Position) -> None:
+        """Open the window: commit its marker at once (the change watcher and the MongoDB CDC page
+        learn that it is open), at the start position."""
+        self.opened_at, self.is_open = self.now(), True
+        self._open_logged = time.monotonic()  # the line below says it
+        self.commit(start)
+        params = self.scope.params
+        log.info(
+            "Window of %s open from %s: closes after %g s without a change or %g s open, commits "
+            "every %g s while changes come",
+            self.scope.partition.describe(),
+            start.describe(),
+            params.open_idle_s,
+            params.max_open_s,
+            params.commit_interval_s,
+        )
 
     # -- the changes of the batch --
     def add_change(
@@ -221,19 +259,68 @@ class WindowBatch:
         self.tally.committed(written, begun - self._begun_counted)
         self._begun_counted = begun
         self.tally.phases["commit"] += time.monotonic() - began
+        if self.is_open:
+            self.is_open = not last
+            self._log_open(new_state, last)
+
+    def _lag_ms(self, position: Position | None) -> int | None:
+        """How far ``position`` is behind the clock (ms), None without a cluster time."""
+        ts = position_time(position)
+        return None if ts is None else max(0, self.scope.clock_ms() - ts.time * 1000)
+
+    def _log_open(self, state: OffsetState, last: bool) -> None:
+        """The task log's line of an open window's progress, at most every :data:`OPEN_LOG_EVERY_S`."""
+        now = time.monotonic()
+        if last or now - self._open_logged < OPEN_LOG_EVERY_S:
+            return
+        self._open_logged = now
+        marker = state.open_window or {}
+        log.info(
+            "Window of %s open since %s: %d events so far in %d commits, committed lag %s ms",
+            self.scope.partition.describe(),
+            marker.get("since"),
+            marker.get("events", 0),
+            marker.get("commits", 0),
+            marker.get("lag_ms"),
+        )
 
     def _next_state(
         self, position: Position | None, last: bool, incremental: IncrementalProgress | None
     ) -> OffsetState:
         base = self.state or OffsetState()
         events = self.tally.pending.events
+        if not last:  # (at a close, the lag is the idle time's: the commits while open tell the latency)
+            self.last_lag_ms = self._lag_ms(position or base.position)
         if last:
-            state = base.after_window(position, self.scope.params.window_end, events)
+            window_end = self.scope.params.window_end
+            if self.opened_at is not None:  # an open window ends where it closed
+                ts = position_time(position or base.position)
+                window_end = timestamp_datetime(ts) if ts is not None else window_end
+            state = base.after_window(position, window_end, events)
         else:
-            state = dataclasses.replace(base, position=position or base.position, events=base.events + events)
+            state = dataclasses.replace(
+                base,
+                position=position or base.position,
+                events=base.events + events,
+                open_window=self._marker(events) if self.is_open else None,
+            )
         if incremental is not None:
             state = dataclasses.replace(state, incremental=incremental.to_json())
         return state
+
+    def _marker(self, pending_events: int) -> dict[str, Any]:
+        """The open window's marker of the commit under way."""
+        params = self.scope.params
+        poll_s = params.poll_ms / 1000
+        return open_marker(
+            since=self.opened_at,
+            now=self.now(),
+            events=self.tally.totals.events + pending_events,
+            commits=self.tally.batches_committed + 1,
+            lag_ms=self.last_lag_ms,
+            next_commit_within_s=params.open_idle_s + params.commit_interval_s + poll_s,
+            closes_by=self.opened_at + timedelta(seconds=params.max_open_s),
+        )
 
     def recover(self, position: Position) -> Position:
         """After a stream failure at ``position``: keep what was read when the last change read was

@@ -2,7 +2,9 @@
 
 A window ends at the cluster time ``Timestamp(<whole seconds of window_end>, 0)``
 (:func:`end_timestamp`); the idle timeout is at least :data:`MIN_IDLE_TIMEOUT_S`, twice MongoDB's
-longest periodic no-op interval (docs/design.md, "Stream windows").
+longest periodic no-op interval (docs/design.md, "Stream windows"). An open window
+(:class:`OpenSettings`) reads on past its end while changes keep coming (docs/design.md, "Open
+windows").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from bson.timestamp import Timestamp
 
+from airflow_provider_mongocdc.core.base.durations import parse_duration
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
@@ -31,6 +34,19 @@ DEFAULT_POLL_MS = 1000
 # Kafka Connect's offset.flush.interval.ms default: a batch is committed at least this often, so
 # that no Kafka transaction stays open near the broker's transaction timeout.
 DEFAULT_COMMIT_INTERVAL_S = 60.0
+# Open windows: closed after this long without a change, at the latest after this long open (below
+# the hourly clock and the window task's 55 min execution_timeout of the example DAGs), and
+# committed at least this often while changes come.
+DEFAULT_OPEN_IDLE_S = 30.0
+DEFAULT_MAX_OPEN_S = 50 * 60.0
+DEFAULT_OPEN_COMMIT_INTERVAL_S = 1.0
+# The commit interval an open window accepts: shorter costs a Kafka transaction per change burst
+# for nothing, longer than Kafka Connect's offset flush interval (the bounded windows' interval).
+MIN_OPEN_COMMIT_INTERVAL_S = 0.1
+MAX_OPEN_COMMIT_INTERVAL_S = DEFAULT_COMMIT_INTERVAL_S
+# The keys of the "open" object of a connector list entry's window_schedule (and of the operator's
+# open_window), and the settings' fields they set.
+OPEN_KEYS = {"idle": "idle_s", "max_open": "max_open_s", "commit_interval": "commit_interval_s"}
 
 
 def parse_time(value: Any) -> datetime:
@@ -61,6 +77,118 @@ def end_timestamp(window_end: datetime) -> Timestamp:
     return Timestamp(int(math.floor(window_end.timestamp())), 0)
 
 
+def _open_settings_error(problems: list[ConfigError]) -> ConfigError:
+    """One error naming every bad value (one alone as it is); ``problems`` keeps each."""
+    if len(problems) == 1:
+        error = problems[0]
+    else:
+        listed = "; ".join(f"{number}) {problem}" for number, problem in enumerate(problems, 1))
+        error = ConfigError(
+            f"{len(problems)} values are not valid: {listed}", fix="correct each value listed"
+        )
+    error.problems = tuple(problems)  # type: ignore[attr-defined]
+    return error
+
+
+@dataclass(frozen=True)
+class OpenSettings:
+    """How an open window stays open (durations in seconds, or texts like ``"30s"``, ``"50min"``).
+
+    ``idle_s``: it closes when no change came for this long; ``max_open_s``: it closes (at the next
+    point between MongoDB transactions) after this long open; ``commit_interval_s``: it commits
+    what it read at least this often while changes come (events and offset in one Kafka
+    transaction), which is about its latency."""
+
+    idle_s: float = DEFAULT_OPEN_IDLE_S
+    max_open_s: float = DEFAULT_MAX_OPEN_S
+    commit_interval_s: float = DEFAULT_OPEN_COMMIT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        """Checks every value; one ConfigError names each bad one (``problems``: their errors)."""
+        problems: list[ConfigError] = []
+        labels = {field: key for key, field in OPEN_KEYS.items()}
+        parsed: dict[str, float] = {}
+        for name in ("idle_s", "max_open_s", "commit_interval_s"):
+            try:
+                seconds = parse_duration(getattr(self, name), labels[name])
+            except ConfigError as error:
+                problems.append(error)
+                continue
+            object.__setattr__(self, name, seconds)
+            if name == "commit_interval_s" and not (
+                MIN_OPEN_COMMIT_INTERVAL_S <= seconds <= MAX_OPEN_COMMIT_INTERVAL_S
+            ):
+                problems.append(
+                    ConfigError(
+                        f"commit_interval must lie between {MIN_OPEN_COMMIT_INTERVAL_S:g} s and "
+                        f"{MAX_OPEN_COMMIT_INTERVAL_S:g} s, got {seconds:g} s",
+                        cause="an open window commits at least this often while changes come: it is "
+                        "about the latency of a change",
+                        fix=f'leave it out (default {DEFAULT_OPEN_COMMIT_INTERVAL_S:g} s) or give e.g. "1s"',
+                    )
+                )
+            elif seconds <= 0:
+                example = {"idle_s": '"30s"', "max_open_s": '"50min"'}[name]
+                problems.append(
+                    ConfigError(
+                        f"{labels[name]} must be longer than 0",
+                        fix=f"leave {labels[name]} out for its default, or give e.g. {example}",
+                    )
+                )
+            else:
+                parsed[name] = seconds
+        if "idle_s" in parsed and "max_open_s" in parsed and self.idle_s > self.max_open_s:
+            problems.append(
+                ConfigError(
+                    f"idle ({self.idle_s:g} s) is longer than max_open ({self.max_open_s:g} s)",
+                    fix='give an idle time shorter than the maximum open time, e.g. {"idle": "30s", '
+                    '"max_open": "50min"}',
+                )
+            )
+        if problems:
+            raise _open_settings_error(problems)
+
+    @classmethod
+    def from_entry(cls, value: Any) -> OpenSettings:
+        """From the ``"open"`` object of a connector list entry's ``window_schedule`` or the
+        operator's ``open_window`` (every key optional; ``{}`` or ``true``: the defaults)."""
+        if value is None or value is True:
+            value = {}
+        if isinstance(value, OpenSettings):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"'open' must be a JSON object of durations, got {value!r}",
+                fix='give e.g. {"idle": "30s", "max_open": "50min", "commit_interval": "1s"}, or {} for '
+                "the defaults",
+            )
+        unknown = sorted(set(value) - set(OPEN_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown key(s) {', '.join(unknown)} in 'open'",
+                fix=f"use only {', '.join(OPEN_KEYS)}",
+            )
+        return cls(**{OPEN_KEYS[key]: item for key, item in value.items()})
+
+    def to_entry(self) -> dict[str, float]:
+        """As the ``"open"`` object (seconds)."""
+        return {key: getattr(self, field) for key, field in OPEN_KEYS.items()}
+
+    def to_params(self) -> dict[str, float]:
+        """The window parameters (:class:`WindowParams`) of an open window with these settings."""
+        return {
+            "open_idle_s": self.idle_s,
+            "max_open_s": self.max_open_s,
+            "commit_interval_s": self.commit_interval_s,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"closed after {self.idle_s:g} s without a change or {self.max_open_s:g} s open, "
+            f"committed every {self.commit_interval_s:g} s"
+        )
+
+
 @dataclass(frozen=True)
 class WindowParams:
     """How far and how long a window reads.
@@ -71,7 +199,9 @@ class WindowParams:
     stop (at the next point between transactions) after this long; ``poll_ms``: the server's
     wait for new changes per request (``max_await_time_ms``; ``cursor.max.await.time.ms`` when
     set); ``commit_interval_s``: commit the batch at least this often (at a point between
-    transactions), even when it holds fewer than ``max.batch.size`` events.
+    transactions), even when it holds fewer than ``max.batch.size`` events. ``open_idle_s``: an
+    open window (None: a bounded one), which reads on past ``window_end`` and closes when no change
+    came for this long, or at the latest after ``max_open_s`` (:class:`OpenSettings`).
     """
 
     window_end: datetime
@@ -88,9 +218,15 @@ class WindowParams:
     # The run's id in the events' __debezium.context.runId header (core/events/headers.py): the
     # application sets one for all its streams; None: each stream's window makes its own.
     run_id: str | None = None
+    # An open window: closed after this long without a change (None: a bounded window) or after
+    # max_open_s open.
+    open_idle_s: float | None = None
+    max_open_s: float = DEFAULT_MAX_OPEN_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window_end", parse_time(self.window_end))
+        if self.open_idle_s is not None:
+            OpenSettings(self.open_idle_s, self.max_open_s, self.commit_interval_s)  # the same checks
         for name in ("idle_timeout_s", "max_duration_s", "commit_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -122,6 +258,11 @@ class WindowParams:
     def end(self) -> Timestamp:
         return end_timestamp(self.window_end)
 
+    @property
+    def open(self) -> bool:
+        """Whether this is an open window."""
+        return self.open_idle_s is not None
+
     @classmethod
     def from_params(cls, params: Mapping[str, Any], config: ConnectorConfig | None = None) -> WindowParams:
         """From a job spec's ``params`` (``window_end`` required)."""
@@ -148,6 +289,8 @@ class WindowParams:
             incremental_snapshots=bool(params.get("incremental_snapshots", True)),
             stream_in_driver=params.get("stream_in_driver", False),
             run_id=params.get("run_id") or None,
+            open_idle_s=float(params["open_idle_s"]) if params.get("open_idle_s") is not None else None,
+            max_open_s=float(params.get("max_open_s") or DEFAULT_MAX_OPEN_S),
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -160,4 +303,6 @@ class WindowParams:
             "incremental_snapshots": self.incremental_snapshots,
             "stream_in_driver": self.stream_in_driver,
             "run_id": self.run_id,
+            "open_idle_s": self.open_idle_s,
+            "max_open_s": self.max_open_s,
         }

@@ -5,9 +5,11 @@ with the position to store.
 
 The loop stops at the first change at or past the end's cluster time, when the server's
 ``postBatchResumeToken`` (PBRT) passes it, at an invalidate, after ``max_duration_s`` (between
-MongoDB transactions only), or when nothing moved for ``idle_timeout_s``. It re-opens the stream
-after transient errors and raises the connector's error for the others. The end, idle servers,
-the stored position and faults: docs/design.md, "Stream windows".
+MongoDB transactions only), or when nothing moved for ``idle_timeout_s``. An open window reads on
+past its end: it stops when no change came for ``open_idle_s`` or after ``max_open_s`` (between
+transactions). It re-opens the stream after transient errors and raises the connector's error for
+the others. The end, idle servers, the stored position and faults: docs/design.md, "Stream
+windows" and "Open windows".
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from airflow_provider_mongocdc.core.window.scope import StreamScope
 from airflow_provider_mongocdc.core.window.summary import StopReason
 
 log = logging.getLogger("airflow_provider_mongocdc.core.window.stream_window")  # logged as the window's lines
+# An open window has no end: the largest cluster time.
+OPEN_END = Timestamp(0xFFFFFFFF, 0)
 
 
 class ReadLoop:
@@ -75,23 +79,31 @@ class ReadLoop:
         self.policy = policy
         self.sleep = sleep
         self.position: Position | None = None
-        self.end = self.pbrt_end = scope.params.end
+        self.open = scope.params.open  # an open window (not while streaming to a chunk's watermark)
+        self.end = self.pbrt_end = OPEN_END if self.open else scope.params.end
         self.chunk: IncrementalChunk | None = None  # the incremental snapshot chunk awaiting its watermark
         self.invalidated_at: Position | None = None
         self.reconnects = 0
         self._idle_since = 0.0  # when the stream last moved (a change or a newer PBRT)
+        self._changed_at = 0.0  # an open window's last change (or its opening)
 
     def read(self) -> tuple[StopReason, Position]:
         """Read until a stop; returns the reason and the position to store."""
         config, params = self.scope.config, self.scope.params
-        deadline = time.monotonic() + params.max_duration_s
+        longest = min(params.max_duration_s, params.max_open_s) if self.open else params.max_duration_s
+        deadline = time.monotonic() + longest
+        # An open window polls at least every commit interval, so that a batch is committed on time.
+        poll_ms = (
+            min(params.poll_ms, max(100, int(params.commit_interval_s * 1000)))
+            if self.open
+            else params.poll_ms
+        )
+        self._changed_at = time.monotonic()  # an open window's last change (or its opening)
         failures = 0
         while True:
             opened_at = self.position
             try:
-                with open_stream(
-                    self.client, config, self.position, max_await_time_ms=params.poll_ms
-                ) as stream:
+                with open_stream(self.client, config, self.position, max_await_time_ms=poll_ms) as stream:
                     reason = self._read(stream, deadline)
             except PyMongoError as error:
                 # Failures in a row: a stream that moved since it opened (a change or a newer
@@ -106,6 +118,7 @@ class ReadLoop:
         high = chunk.high_watermark
         self.end, self.pbrt_end, self.chunk = Timestamp(high.time, high.inc + 1), high, chunk
         self.batch.open_transaction = None  # the stream so far is committed: between transactions
+        self.open = False  # up to the watermark, as a bounded window
         try:
             return self.read()
         finally:
@@ -138,14 +151,14 @@ class ReadLoop:
             transaction = transaction_id(change, event_format)
             if transaction is None or transaction != batch.open_transaction:
                 if now >= deadline:
-                    return StopReason.MAX_DURATION
+                    return StopReason.MAX_OPEN if self.open else StopReason.MAX_DURATION
                 if tally.pending_changes >= max_batch or batch.due(now):
                     batch.commit(self.position)
             if self.chunk is not None:
                 self.chunk.apply(change, batch.builder.omits_document(change))
             batch.add_change(change, cluster_time, transaction)
             self.position = Position(dict(change["_id"]), cluster_time or position_time(self.position))
-            self._idle_since = now
+            self._idle_since = self._changed_at = now
             if not stream.alive:
                 return self._invalidated(self._invalidate_token(stream.resume_token))
 
@@ -176,8 +189,17 @@ class ReadLoop:
             self.batch.heartbeat(cluster_time)
             self._idle_since = now
         if now >= deadline:
-            return StopReason.MAX_DURATION
-        if now - self._idle_since >= self.scope.params.idle_timeout_s:
+            return StopReason.MAX_OPEN if self.open else StopReason.MAX_DURATION
+        stalled = now - self._idle_since >= self.scope.params.idle_timeout_s
+        if self.open:
+            # Stalled before the window end (the run's time) lies in the past: as a bounded window.
+            # Else it closes when no change came for its idle time.
+            read_to = position_time(self.position)
+            if stalled and self._end_passed() and (read_to is None or read_to < self.scope.params.end):
+                return StopReason.CLUSTER_TIME_STALLED
+            if now - self._changed_at >= self.scope.params.open_idle_s:
+                return StopReason.IDLE
+        elif stalled:
             return StopReason.CLUSTER_TIME_STALLED if self._end_passed() else StopReason.IDLE_TIMEOUT
         if self.batch.due(now):  # no change pending: any transaction read is complete
             self.batch.commit(self.position)
@@ -242,7 +264,7 @@ class ReadLoop:
     def _final_position(self, reason: StopReason) -> Position:
         if reason == StopReason.END_REACHED:
             return Position(cluster_time=self.end)
-        if reason == StopReason.INVALIDATED and self.invalidated_at is None:
+        if reason == StopReason.INVALIDATED and self.invalidated_at is None and self.end != OPEN_END:
             # The invalidate lies at or past the end: everything before the end was read.
             return Position(cluster_time=self.end)
         return self.position

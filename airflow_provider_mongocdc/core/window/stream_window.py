@@ -6,7 +6,7 @@ commit the events and the new offset together, exactly once.
 lease, stored offset), its read loop (:mod:`airflow_provider_mongocdc.core.window.read_loop`:
 the change stream up to the end, and why it stopped), its batches and commits
 (:mod:`airflow_provider_mongocdc.core.window.batch`) and, after streaming to its end (or finding
-its stored position already past it), a requested incremental snapshot
+its stored position already past it, or an open window's idle close), a requested incremental snapshot
 (:mod:`airflow_provider_mongocdc.core.window.incremental_phase`). A stall before an end in the
 past fails with :class:`~airflow_provider_mongocdc.core.window.errors.WindowEndNotReachedError`
 after committing what was read. The streams: :mod:`airflow_provider_mongocdc.core.window.streams`;
@@ -102,7 +102,8 @@ class StreamWindow:
             log.info("Window of %s: streaming disabled by snapshot.mode=initial_only", partition.describe())
             return self._summary(StopReason.INITIAL_ONLY, started)
         start_time = position_time(self.start)
-        if start_time is not None and start_time >= self.scope.params.end:
+        params = self.scope.params
+        if not params.open and start_time is not None and start_time >= params.end:
             # The window ends where (or before) the stored offset stands: nothing to stream, and
             # the offset must not move back. A retried window whose first run committed an
             # incremental snapshot chunk (its high watermark lies past the end) stands here too:
@@ -114,14 +115,20 @@ class StreamWindow:
                 iso_z(window_end),
             )
             return self._summary(StopReason.ALREADY_PAST_END, started, self._incremental(request, started))
-        log.info("Window of %s from %s to %s", partition.describe(), self.start.describe(), iso_z(window_end))
+        if params.open:
+            self.batch.open(self.start)
+        else:
+            log.info(
+                "Window of %s from %s to %s", partition.describe(), self.start.describe(), iso_z(window_end)
+            )
         self.batch.tally.phases["setup"] = time.monotonic() - started
         try:
             reason = self._stream()
         except BaseException:
             self.batch.abort_quietly()
             raise
-        incremental = self._incremental(request, started) if reason == StopReason.END_REACHED else None
+        streamed_all = reason == StopReason.END_REACHED or (params.open and reason == StopReason.IDLE)
+        incremental = self._incremental(request, started) if streamed_all else None
         return self._summary(reason, started, incremental)
 
     def _setup(self) -> IncrementalRequest | None:
@@ -164,7 +171,20 @@ class StreamWindow:
             - phases["send"]
             - (phases["commit"] - commit_before)
         )
+        if reason == StopReason.CLUSTER_TIME_STALLED:
+            self.batch.is_open = False  # it fails now: no longer open (its commit removes the marker)
         self.batch.commit(final, last=reason != StopReason.CLUSTER_TIME_STALLED)
+        if self.scope.params.open:
+            log.info(
+                "Window of %s closed (%s) at %s: %d events in %d commits",
+                self.scope.partition.describe(),
+                f"no change for {self.scope.params.open_idle_s:g} s"
+                if reason == StopReason.IDLE
+                else str(reason),
+                final.describe(),
+                self.batch.tally.totals.events,
+                self.batch.tally.batches_committed,
+            )
         return reason
 
     def _incremental(self, request: IncrementalRequest | None, started: float) -> dict[str, Any] | None:
@@ -204,17 +224,38 @@ class StreamWindow:
     def _summary(
         self, reason: StopReason, started: float, incremental: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        return {
+        summary = {
             "partition": self.scope.partition.rs,
             "replica_set": self.scope.replica_set,
             "stop_reason": str(reason),
-            "reached_end": reason in (StopReason.END_REACHED, StopReason.ALREADY_PAST_END)
+            "reached_end": reason
+            in (StopReason.END_REACHED, StopReason.ALREADY_PAST_END, StopReason.IDLE, StopReason.MAX_OPEN)
             or (reason == StopReason.INVALIDATED and self.reader.invalidated_at is None),
             "window_end": iso_z(self.scope.params.window_end),
             "start_position": describe_position(self.start),
             "end_position": describe_position(self.batch.committed_position or self.start),
             **self.batch.tally.summary(time.monotonic() - started, reconnects=self.reader.reconnects),
             "incremental_snapshot": incremental,
+        }
+        if self.batch.opened_at is not None:
+            summary["open_window"] = self._open_summary(reason)
+        return summary
+
+    def _open_summary(self, reason: StopReason) -> dict[str, Any]:
+        """An open window's part of its summary: when it opened and closed, why, what it committed."""
+        batch, params = self.batch, self.scope.params
+        closed = batch.now()
+        return {
+            "opened_at": iso_z(batch.opened_at),
+            "closed_at": iso_z(closed),
+            "open_s": round((closed - batch.opened_at).total_seconds(), 3),
+            "stop_reason": str(reason),
+            "events": batch.tally.totals.events,
+            "commits": batch.tally.batches_committed,
+            "committed_lag_ms": batch.last_lag_ms,
+            "idle_s": params.open_idle_s,
+            "max_open_s": params.max_open_s,
+            "commit_interval_s": params.commit_interval_s,
         }
 
 

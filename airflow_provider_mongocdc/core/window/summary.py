@@ -30,6 +30,9 @@ class StopReason(str, Enum):
     MAX_DURATION = "max_duration"
     INVALIDATED = "invalidated"
     INITIAL_ONLY = "initial_only"
+    # Open windows: no change came for their idle time, or they were open their maximum time.
+    IDLE = "idle"
+    MAX_OPEN = "max_open"
 
     def __str__(self) -> str:
         return self.value
@@ -248,7 +251,7 @@ def merge_summaries(
     incremental = next(
         (item["incremental_snapshot"] for item in partitions if item.get("incremental_snapshot")), None
     )
-    return {
+    summary = {
         "status": "skipped" if skipped else "completed",
         "message": (
             "streaming disabled by snapshot.mode=initial_only: the snapshot completed and "
@@ -276,3 +279,38 @@ def merge_summaries(
         "incremental_snapshot": incremental,
         "partitions": partitions,
     }
+    opened = [item["open_window"] for item in partitions if item.get("open_window")]
+    if opened:
+        summary["open_window"] = merge_open_windows(opened)
+    return summary
+
+
+def merge_open_windows(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """An open window over all of its streams: opened at the first opening, closed at the last
+    close, the events and commits of all, the largest committed lag, each stream's stop reason."""
+    lags = [part["committed_lag_ms"] for part in parts if part.get("committed_lag_ms") is not None]
+    return {
+        "opened_at": min(part["opened_at"] for part in parts),
+        "closed_at": max(part["closed_at"] for part in parts),
+        "open_s": max(part["open_s"] for part in parts),
+        "events": sum(part["events"] for part in parts),
+        "commits": sum(part["commits"] for part in parts),
+        "committed_lag_ms": max(lags) if lags else None,
+        "stop_reasons": sorted({part["stop_reason"] for part in parts}),
+        "idle_s": parts[0]["idle_s"],
+        "max_open_s": parts[0]["max_open_s"],
+        "commit_interval_s": parts[0]["commit_interval_s"],
+    }
+
+
+def describe_open_span(part: Mapping[str, Any] | None) -> str | None:
+    """The task log's line about an open window (a summary's ``open_window``), None without one."""
+    if not part:
+        return None
+    lag = part.get("committed_lag_ms")
+    return (
+        f"Open window from {part.get('opened_at')} to {part.get('closed_at')} "
+        f"({part.get('open_s')} s, closed by {', '.join(part.get('stop_reasons') or [])}): "
+        f"{part.get('events')} events in {part.get('commits')} commits, last committed lag "
+        f"{'unknown' if lag is None else f'{lag} ms'}"
+    )

@@ -1,0 +1,115 @@
+"""The marker of an open window in the offsets topic: who else learns that a window is open, since
+when, how many events it committed so far and how far behind its committed position is.
+
+An open window (docs/design.md, "Open windows") writes the marker into its partition's offset
+state with every commit (:func:`open_marker`, the state's ``open_window``) and removes it with its
+last commit. A marker is only a hint, and it must not outlive a killed window for long: it counts
+(:func:`open_window_of`) while its ``until`` lies ahead (the latest time the window's next commit
+is due: its idle time and commit interval from the commit, plus :data:`OPEN_GRACE_S`, never past
+its maximum open time) and while the connector's lease is held by a window, so a window killed
+with SIGKILL stops counting as open at its marker's ``until`` or when its lease expires, whichever
+comes first (a failed window releases its lease at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
+from airflow_provider_mongocdc.core.offsets.lease import WINDOW, Lease
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState
+
+# How much later than its next commit is due a marker still counts (a slow machine, a commit that
+# waits for the end of a MongoDB transaction, clocks of two machines).
+OPEN_GRACE_S = 30.0
+
+
+def open_marker(
+    *,
+    since: datetime,
+    now: datetime,
+    events: int,
+    commits: int,
+    lag_ms: int | None,
+    next_commit_within_s: float,
+    closes_by: datetime,
+) -> dict[str, Any]:
+    """The marker an open window commits with its offset: open ``since``, ``events`` committed in
+    it so far over ``commits`` commits (this one included), its committed position ``lag_ms``
+    behind the clock at ``now``; it counts ``until`` its next commit is overdue (``now`` +
+    ``next_commit_within_s`` + :data:`OPEN_GRACE_S`), at most until ``closes_by`` (its maximum
+    open time) + :data:`OPEN_GRACE_S`."""
+    grace = timedelta(seconds=OPEN_GRACE_S)
+    until = min(now + timedelta(seconds=next_commit_within_s) + grace, closes_by + grace)
+    return {
+        "since": iso_z(since),
+        "events": int(events),
+        "commits": int(commits),
+        "committed_at": iso_z(now),
+        "lag_ms": lag_ms,
+        "until": iso_z(until),
+    }
+
+
+def _moment(value: Any) -> datetime | None:
+    try:
+        return parse_iso(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _count(value: Any) -> int:
+    """A count of a stored marker; 0 for anything else (a marker is a hint)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def live_marker(marker: Mapping[str, Any] | None, now: datetime) -> bool:
+    """Whether a stored marker still counts by its own bound (``until`` ahead of ``now``)."""
+    if not isinstance(marker, Mapping):
+        return False
+    until = _moment(marker.get("until"))
+    return until is not None and now < until
+
+
+def open_window_of(
+    states: Iterable[tuple[OffsetPartition, OffsetState]], lease: Lease | None, now: datetime
+) -> dict[str, Any] | None:
+    """The open window of a connector, from its partitions' committed states and its lease; None
+    when no window is open (no live marker, or no live window lease). ``since`` is the earliest
+    opening, ``events`` and ``commits`` add up over the streams, ``lag_seconds`` is the largest
+    committed lag at its commit, ``partitions`` each stream's marker."""
+    if lease is None or lease.kind != WINDOW or not lease.live(now):
+        return None
+    markers = {
+        partition.rs: dict(state.open_window)
+        for partition, state in states
+        if live_marker(state.open_window, now)
+    }
+    if not markers:
+        return None
+    lags = [item["lag_ms"] for item in markers.values() if _count(item.get("lag_ms")) == item.get("lag_ms")]
+    openings = [moment for moment in (_moment(item.get("since")) for item in markers.values()) if moment]
+    commits = [
+        moment for moment in (_moment(item.get("committed_at")) for item in markers.values()) if moment
+    ]
+    return {
+        "since": iso_z(min(openings)) if openings else None,
+        "events": sum(_count(item.get("events")) for item in markers.values()),
+        "commits": sum(_count(item.get("commits")) for item in markers.values()),
+        "last_commit_at": iso_z(max(commits)) if commits else None,
+        "lag_seconds": round(max(lags) / 1000, 1) if lags else None,
+        "held_by": lease.owner,
+        "partitions": markers,
+    }
+
+
+def describe_open_window(window: Mapping[str, Any]) -> str:
+    """An open window in words, for logs: since when, events so far, committed lag."""
+    lag = window.get("lag_seconds")
+    lag_text = f"{lag:g} s" if isinstance(lag, (int, float)) else "unknown"
+    return (
+        f"a window is open since {window.get('since')}: {window.get('events', 0)} events so far in "
+        f"{window.get('commits', 0)} commits, committed lag {lag_text}"
+    )

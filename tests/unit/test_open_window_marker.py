@@ -1,0 +1,89 @@
+"""The open window's marker in the offsets topic (core/offsets/open_window.py) and what the change
+watcher makes of it, without servers: who counts it as open, and for how long after a kill."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from bson.timestamp import Timestamp
+
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, Lease
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
+from airflow_provider_mongocdc.core.offsets.open_window import OPEN_GRACE_S, open_marker, open_window_of
+from airflow_provider_mongocdc.core.watch.settings import WatchSettings
+from airflow_provider_mongocdc.core.watch.watcher import MAX_DELAY, ChangeWatch
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2027, 1, 15, 10, 0, tzinfo=timezone.utc)
+PARTITION = OffsetPartition("shop", "rs0")
+
+
+def marker(**changes) -> dict:
+    values = dict(
+        since=NOW - timedelta(minutes=5),
+        now=NOW,
+        events=120,
+        commits=40,
+        lag_ms=900,
+        next_commit_within_s=32,
+        closes_by=NOW + timedelta(minutes=45),
+    )
+    return open_marker(**{**values, **changes})
+
+
+def lease(kind: str = WINDOW, left_s: float = 600) -> Lease:
+    return Lease("dag/run/window", kind, NOW - timedelta(minutes=5), NOW + timedelta(seconds=left_s))
+
+
+def state(open_window) -> OffsetState:
+    return OffsetState(position=Position(cluster_time=Timestamp(1_800_000_000, 1)), open_window=open_window)
+
+
+def test_the_marker_counts_until_the_next_commit_is_overdue_and_never_past_its_maximum_open_time():
+    stored = marker()
+    assert stored["until"] == "2027-01-15T10:01:02Z"  # 32 s + the grace of 30 s
+    assert stored["since"] == "2027-01-15T09:55:00Z" and stored["events"] == 120 and stored["lag_ms"] == 900
+    near_the_end = marker(closes_by=NOW + timedelta(seconds=5))
+    assert near_the_end["until"] == f"2027-01-15T10:00:{5 + int(OPEN_GRACE_S):02d}Z"
+    # It survives the offset state's JSON (what a reader of the offsets topic gets).
+    assert OffsetState.from_bytes(state(stored).to_bytes()).open_window == stored
+    assert "open_window" not in state(None).to_json()
+
+
+def test_an_open_window_counts_with_a_live_window_lease_and_its_marker_before_until():
+    states = [(PARTITION, state(marker()))]
+    window = open_window_of(states, lease(), NOW)
+    assert window["since"] == "2027-01-15T09:55:00Z" and window["events"] == 120
+    assert window["commits"] == 40 and window["lag_seconds"] == 0.9
+    assert window["held_by"] == "dag/run/window" and set(window["partitions"]) == {"rs0"}
+    # A killed window: its marker stays, but counts no longer once its lease expired ...
+    assert open_window_of(states, lease(left_s=-1), NOW) is None
+    # ... or once its next commit is overdue (before the lease expires) ...
+    assert open_window_of(states, lease(), NOW + timedelta(seconds=63)) is None
+    # ... and a failed window released its lease at once; a snapshot's lease is no open window.
+    assert open_window_of(states, None, NOW) is None
+    assert open_window_of(states, lease(SNAPSHOT), NOW) is None
+    # A closed window removed its marker.
+    assert open_window_of([(PARTITION, state(None))], lease(), NOW) is None
+
+
+def test_the_watcher_asks_for_no_window_while_one_is_open_and_says_when_it_opens_and_closes():
+    w = ChangeWatch("shop", WatchSettings(min_changes=5, max_delay_s=30, min_headroom_s=0, poll_interval_s=1))
+    t0 = 1_800_000_000
+    w.committed({"rs0": Position(cluster_time=Timestamp(t0, 1))}, t0)
+    w.counted("rs0", 10, Timestamp(t0 + 1, 1), Timestamp(t0 + 2, 1), None)
+    window = open_window_of([(PARTITION, state(marker()))], lease(), NOW)
+    notes = w.window_open(window)
+    assert notes == [
+        "a window is open since 2027-01-15T09:55:00Z: 120 events so far in 40 commits, committed lag "
+        "0.9 s; no event while it is open"
+    ]
+    assert w.window_open(window) == []  # said once
+    assert w.due(t0 + 60) == []
+    assert w.report(t0 + 60)["open_window"]["since"] == "2027-01-15T09:55:00Z"
+    assert "a window is open since" in w.status(t0 + 60, 12)
+    assert w.window_open(None) == ["the open window closed: counting changes for the next window"]
+    assert w.report(t0 + 60)["open_window"] is None
+    assert w.due(t0 + 60) == ["min_changes", MAX_DELAY]
