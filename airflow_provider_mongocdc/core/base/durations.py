@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.errors import ConfigError
@@ -28,3 +29,24 @@ def parse_duration(value: Any, what: str) -> float:
             fix=f'give {what} as seconds (e.g. 90) or with a unit: "90s", "5m", "2h" or "1d"',
         )
     return seconds
+
+
+def settings_fields(
+    value: Any, name: str, keys: Mapping[str, str], kind: str, example: str
+) -> dict[str, Any]:
+    """The fields of a settings object of a connector list entry (``"changes"``, ``"open"``): its
+    keys (every one optional, ``None`` for all defaults) renamed by ``keys``; anything but a JSON
+    object, or an unknown key, is a :class:`ConfigError` naming ``name``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"'{name}' must be a JSON object of {kind}, got {value!r}",
+            fix=f"give e.g. {example}, or {{}} for the defaults",
+        )
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(unknown)} in '{name}'", fix=f"use only {', '.join(keys)}"
+        )
+    return {keys[key]: item for key, item in value.items()}

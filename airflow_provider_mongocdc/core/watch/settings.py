@@ -7,12 +7,11 @@ How the thresholds are used: docs/design.md, "Change-driven windows".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.backoff import format_duration_ms
-from airflow_provider_mongocdc.core.base.durations import parse_duration
+from airflow_provider_mongocdc.core.base.durations import parse_duration, settings_fields
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 
 DEFAULT_MIN_CHANGES = 1000
@@ -115,21 +114,8 @@ class WatchSettings:
     @classmethod
     def from_entry(cls, value: Any) -> WatchSettings:
         """From the ``"changes"`` object of a connector list entry (every key optional)."""
-        if value is None:
-            value = {}
-        if not isinstance(value, Mapping):
-            raise ConfigError(
-                f"'changes' must be a JSON object of thresholds, got {value!r}",
-                fix='give e.g. {"min_changes": 1000, "max_delay": "60s", "min_headroom": "12h"}, or {} '
-                "for the defaults",
-            )
-        unknown = sorted(set(value) - set(ENTRY_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"unknown key(s) {', '.join(unknown)} in 'changes'",
-                fix=f"use only {', '.join(ENTRY_KEYS)}",
-            )
-        return cls(**{ENTRY_KEYS[key]: item for key, item in value.items()})
+        example = '{"min_changes": 1000, "max_delay": "60s", "min_headroom": "12h"}'
+        return cls(**settings_fields(value, "changes", ENTRY_KEYS, "thresholds", example))
 
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger's keyword arguments (JSON numbers)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from bson.timestamp import Timestamp
 
-from airflow_provider_mongocdc.core.base.durations import parse_duration
+from airflow_provider_mongocdc.core.base.durations import parse_duration, settings_fields
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
@@ -152,23 +152,12 @@ class OpenSettings:
     def from_entry(cls, value: Any) -> OpenSettings:
         """From the ``"open"`` object of a connector list entry's ``window_schedule`` or the
         operator's ``open_window`` (every key optional; ``{}`` or ``true``: the defaults)."""
-        if value is None or value is True:
-            value = {}
         if isinstance(value, OpenSettings):
             return value
-        if not isinstance(value, Mapping):
-            raise ConfigError(
-                f"'open' must be a JSON object of durations, got {value!r}",
-                fix='give e.g. {"idle": "30s", "max_open": "50min", "commit_interval": "1s"}, or {} for '
-                "the defaults",
-            )
-        unknown = sorted(set(value) - set(OPEN_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"unknown key(s) {', '.join(unknown)} in 'open'",
-                fix=f"use only {', '.join(OPEN_KEYS)}",
-            )
-        return cls(**{OPEN_KEYS[key]: item for key, item in value.items()})
+        example = '{"idle": "30s", "max_open": "50min", "commit_interval": "1s"}'
+        return cls(
+            **settings_fields(None if value is True else value, "open", OPEN_KEYS, "durations", example)
+        )
 
     def to_entry(self) -> dict[str, float]:
         """As the ``"open"`` object (seconds)."""
