@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 60 minutes on 2 cores; g and h ~8, i ~20, k ~15)
+    python -m bench                       # everything (about 65 minutes on 2 cores; g and h ~8, i ~20, k ~15, m ~4)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import delta, events, machine, produce, spark, submit, watch, window
+from bench import delta, events, machine, produce, spark, submit, task_tree, watch, window
 from bench.services import Services
 
 
@@ -94,6 +94,10 @@ def _submit_snapshot(services: Services, quick: bool) -> dict[str, Any]:
     return submit.run_snapshot(services, sizes=[1000, 5000] if quick else [10000, 100000], threads=[1, 2, 4])
 
 
+def _task_tree(services: Services, quick: bool) -> dict[str, Any]:
+    return task_tree.run_scheduled_window(services, rounds=2 if quick else 4)
+
+
 def _latency(services: Services, quick: bool) -> dict[str, Any]:
     return watch.run_latency(services, rates=[1, 10, 100], seconds=60 if quick else 180)
 
@@ -162,6 +166,13 @@ BENCHES = [
         "spark-submit snapshot: wall, tree CPU, per-document cost at 1, 2 and 4 threads",
         _submit_snapshot,
         submit.report_snapshot,
+    ),
+    Bench(
+        "task-tree",
+        "m",
+        "an empty window's whole task tree run by the scheduler (real Airflow): CPU by process",
+        _task_tree,
+        task_tree.report_scheduled_window,
     ),
     Bench(
         "latency",
