@@ -443,10 +443,11 @@ class DeltaTableStore:
         """The MERGE's result written without a join: the rows of ``files`` whose key is not in the
         batch and the batch's rows that are not deleted, in one new file; one commit removes
         ``files``, adds it and records the positions. Rows are streamed file by file, so memory
-        holds a batch of rows, not the table. None (nothing written) when a file's columns are not
-        the table's, in its order."""
+        holds a batch of rows, not the table; a file none of whose rows has a batch's key stays. None
+        (nothing written) when a file's columns are not the table's, in its order."""
         schema = arrow_schema(layout)
         root = Path(self.uri.removeprefix("file://"))
+        files = list(files)
         readers = [pq.ParquetFile(root / unquote(file["path"])) for file in files]
         if any(reader.schema_arrow.names != schema.names for reader in readers):
             return None
@@ -476,9 +477,12 @@ class DeltaTableStore:
             # Dictionaries for the columns of few values only: the keys and documents are all distinct.
             dictionary = [column for column in schema.names if column not in (ID, DOCUMENT)]
             with pq.ParquetWriter(target, schema, compression="snappy", use_dictionary=dictionary) as writer:
-                for parquet in readers:
+                for file, parquet in zip(list(files), readers):
                     ids = parquet.read(columns=[ID], use_threads=False).column(ID).cast(keys.type)
                     hit = pc.is_in(ids, value_set=keys)
+                    if not pc.any(hit).as_py():  # its bounds hold a key, its rows do not: it stays
+                        files.remove(file)
+                        continue
                     present.append(ids.filter(hit))
                     keep = pc.invert(hit).combine_chunks()
                     at = 0

@@ -130,6 +130,14 @@ def test_the_rewrite_writes_what_the_merge_writes_and_keeps_untouched_files(tmp_
         if path in set(DeltaTable(str(rewritten), version=1).file_uris())
     ]
     assert len(kept) == 1
+    # A new key inside a file's _id bounds ("1500" sorts between "150" and "152") but in none of
+    # its rows: every file stays, the new row goes in a file of its own.
+    before_files = set(DeltaTable(str(rewritten)).file_uris())
+    DeltaTableStore(str(rewritten)).commit(
+        batch([("1500", doc(1500, 0))], 206, layout), layout, "inventory.items", "t"
+    )
+    after_files = set(DeltaTable(str(rewritten)).file_uris())
+    assert before_files < after_files and len(after_files - before_files) == 1
     # Only deletes of keys the table does not hold: the positions move, the rows do not.
     store = DeltaTableStore(str(rewritten))
     before = rows(rewritten)
