@@ -4,7 +4,12 @@
 Each apply commit is ONE Delta commit: a MERGE of the batch's rows on ``_id`` (insert, update,
 delete or mark deleted; the re-snapshot sweep as its "not matched by source" clause) that also
 records the application transactions (the next offset of each partition, the snapshot generation)
-and the commit's metadata. The first commit creates the table (name ``<db>.<collection>``, a
+and the commit's metadata. A hard-delete table that delta-rs's defaults created (no partitions, no
+table features, no column no longer declared) on the local file system takes the same commit without
+the MERGE: the files that may hold a batch's key (by their ``_id`` statistics) are copied without the
+batch's keys into one new file that also holds the batch's rows, and one commit removes them and adds
+it (:meth:`DeltaTableStore._rewrite`; the same rows as the MERGE, with half of its CPU on a table
+whose every file holds a changed key). The first commit creates the table (name ``<db>.<collection>``, a
 description naming the topic). A declared column new to the table is added and filled from ``_doc``
 in one commit before the apply's first. Compaction (``optimize.compact``) and vacuum record when they
 ran as application transactions of their own commits. Every failure of delta-rs or of the storage
@@ -14,16 +19,23 @@ stays at its last commit.
 
 from __future__ import annotations
 
+import bisect
+import json
 import logging
 import os
+import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mongocdc.core.apply.batch import Commit
 from airflow_provider_mongocdc.core.apply.layout import (
@@ -68,6 +80,9 @@ _SIMPLE_TYPES = {
 }
 # Delta's names of the Arrow types a table's schema reports, for comparing with the layout.
 _DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
+# A file's ``_id`` bounds shorter than this are whole values (longer ones may be cut prefixes).
+_EXACT_BOUND_CHARS = 32
+_REWRITE_BATCH_ROWS = 65_536
 
 
 def arrow_type(delta_type: str) -> pa.DataType:
@@ -242,7 +257,7 @@ class DeltaTableStore:
             return self._merge(table, commit, layout)
         except DeltaError as error:
             raise self._failed("write", error) from None
-        except OSError as error:
+        except (OSError, pa.ArrowException) as error:
             raise self._failed("write", error) from None
         finally:
             self._table = None  # read again: the version moved
@@ -327,6 +342,12 @@ class DeltaTableStore:
         nulls = {quoted(name): "NULL" for name in self._stale_columns}
         if commit.rows == 0:
             return self._state_only(table, commit, layout, properties)
+        if self._rewritable(table, commit, layout):
+            files = self._files_with_keys(table, commit.columns[ID])
+            if files is not None:
+                done = self._rewrite(table, commit, layout, properties, files)
+                if done is not None:
+                    return done
         swept = (
             self._count_swept(table, commit.sweep, soft, commit.columns[ID])
             if commit.sweep is not None
@@ -368,6 +389,154 @@ class DeltaTableStore:
             "updated": metrics.get("num_target_rows_updated", 0),
             "deleted": metrics.get("num_target_rows_deleted", 0),
             "swept": swept,
+        }
+
+    def _rewritable(self, table: DeltaTable, commit: Commit, layout: TableLayout) -> bool:
+        """Whether :meth:`_rewrite` writes what the MERGE would: hard deletes, no sweep, every column
+        of the table declared, a local table of delta-rs's default protocol without partitions or
+        settings (no deletion vectors, change data feed, constraints or column mapping to honour)."""
+        if layout.soft_delete or commit.sweep is not None or self._stale_columns or not self.uri_is_local():
+            return False
+        protocol = table.protocol()
+        if (
+            protocol.min_reader_version != 1
+            or protocol.min_writer_version > 2
+            or protocol.reader_features
+            or protocol.writer_features
+        ):
+            return False
+        metadata = table.metadata()
+        if metadata.partition_columns or metadata.configuration:
+            return False
+        return [field.name for field in table.schema().fields] == layout.names()
+
+    def _files_with_keys(self, table: DeltaTable, keys: list[str]) -> list[dict[str, Any]] | None:
+        """The table's files whose ``_id`` bounds may hold one of ``keys`` (all of a file without
+        whole bounds); None when a file lies outside the table's directory."""
+        ordered = sorted(keys)
+        found = []
+        for file in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            path = file["path"]
+            if "://" in path or path.startswith("/") or ".." in path.split("/"):
+                return None
+            low, high = file.get(f"min.{ID}"), file.get(f"max.{ID}")
+            if (
+                isinstance(low, str)
+                and isinstance(high, str)
+                and len(low) < _EXACT_BOUND_CHARS
+                and len(high) < _EXACT_BOUND_CHARS
+            ):
+                at = bisect.bisect_left(ordered, low)
+                if at == len(ordered) or ordered[at] > high:
+                    continue
+            found.append(file)
+        return found
+
+    def _rewrite(
+        self,
+        table: DeltaTable,
+        commit: Commit,
+        layout: TableLayout,
+        properties: CommitProperties,
+        files: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        """The MERGE's result written without a join: the rows of ``files`` whose key is not in the
+        batch and the batch's rows that are not deleted, in one new file; one commit removes
+        ``files``, adds it and records the positions. Rows are streamed file by file, so memory
+        holds a batch of rows, not the table; a file none of whose rows has a batch's key stays. None
+        (nothing written) when a file's columns are not the table's, in its order."""
+        schema = arrow_schema(layout)
+        root = Path(self.uri.removeprefix("file://"))
+        files = list(files)
+        readers = [pq.ParquetFile(root / unquote(file["path"])) for file in files]
+        if any(reader.schema_arrow.names != schema.names for reader in readers):
+            return None
+        source = self._data(commit, layout)
+        keys = source.column(ID)
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        target = root / name
+        present: list[pa.ChunkedArray] = []
+        nulls = dict.fromkeys(schema.names, 0)
+        bounds: list[Any] = []
+        count = 0
+
+        def write(writer: pq.ParquetWriter, rows: pa.Table) -> None:
+            nonlocal count
+            if rows.num_rows == 0:
+                return
+            if rows.schema != schema:
+                rows = rows.cast(schema)
+            writer.write_table(rows)
+            count += rows.num_rows
+            for column in schema.names:
+                nulls[column] += rows.column(column).null_count
+            extremes = pc.min_max(rows.column(ID))
+            bounds.extend((extremes["min"].as_py(), extremes["max"].as_py()))
+
+        try:
+            # Dictionaries for the columns of few values only: the keys and documents are all distinct.
+            dictionary = [column for column in schema.names if column not in (ID, DOCUMENT)]
+            with pq.ParquetWriter(target, schema, compression="snappy", use_dictionary=dictionary) as writer:
+                for file, parquet in zip(list(files), readers):
+                    ids = parquet.read(columns=[ID], use_threads=False).column(ID).cast(keys.type)
+                    hit = pc.is_in(ids, value_set=keys)
+                    if not pc.any(hit).as_py():  # its bounds hold a key, its rows do not: it stays
+                        files.remove(file)
+                        continue
+                    present.append(ids.filter(hit))
+                    keep = pc.invert(hit).combine_chunks()
+                    at = 0
+                    for batch in parquet.iter_batches(batch_size=_REWRITE_BATCH_ROWS, use_threads=False):
+                        rows = pa.Table.from_batches([batch])
+                        if rows.schema != schema:  # delta-rs writes strings as string_view
+                            rows = rows.cast(schema)
+                        write(writer, rows.filter(keep.slice(at, batch.num_rows)))
+                        at += batch.num_rows
+                live = pc.invert(source.column(DELETED))
+                write(writer, source.filter(live).drop_columns([DELETED]))
+            now_ms = int(time.time() * 1000)
+            actions: list[AddAction | RemoveAction] = [
+                RemoveAction(file["path"], True, now_ms, file["size_bytes"], {}) for file in files
+            ]
+            if count:
+                stats = {
+                    "numRecords": count,
+                    "minValues": {ID: min(bounds)},
+                    "maxValues": {ID: max(bounds)},
+                    "nullCount": nulls,
+                }
+                actions.append(
+                    AddAction(
+                        name,
+                        target.stat().st_size,
+                        {},
+                        now_ms,
+                        True,
+                        json.dumps(stats, separators=(",", ":")),
+                    )
+                )
+            if actions:
+                table.create_write_transaction(
+                    actions, "append", table.schema(), commit_properties=properties
+                )
+            else:  # only deletes of keys the table does not hold: the positions alone
+                empty = pa.Table.from_pylist([], schema=schema)
+                write_deltalake(table, empty, mode="append", commit_properties=properties)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        finally:
+            if not count:
+                target.unlink(missing_ok=True)
+        held = pa.chunked_array([chunk for found in present for chunk in found.chunks], keys.type)
+        in_table = pc.is_in(keys, value_set=held)
+        deleted = source.column(DELETED)
+        return {
+            "version": DeltaTable(self.uri, storage_options=self.storage_options).version(),
+            "inserted": pc.sum(pc.and_not(pc.invert(deleted), in_table)).as_py() or 0,
+            "updated": pc.sum(pc.and_(pc.invert(deleted), in_table)).as_py() or 0,
+            "deleted": pc.sum(pc.and_(deleted, in_table)).as_py() or 0,
+            "swept": 0,
         }
 
     @staticmethod

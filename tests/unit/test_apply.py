@@ -157,6 +157,42 @@ def test_a_record_that_is_no_change_event_is_an_error_naming_where_it_is():
         reader.read(0, 0, b'{"id": "1"}', b'{"op": "u", "source": {}, "patch": "{}", "filter": "{}"}')
 
 
+def test_payloads_decoded_by_their_used_fields_read_as_whole_payloads_do(monkeypatch):
+    records = []
+    for schemas in (True, False):
+        topic = Topic(**{"value.converter.schemas.enable": schemas, "key.converter.schemas.enable": schemas})
+        topic.insert({"_id": 1, "name": "Anne"})
+        topic.update({"_id": 1, "name": "Bea"}, txn=3)
+        topic.update(None, _id=1, updatedFields={"name": "Cy"})
+        topic.delete(ObjectId("596e275826f08b2730779e1f"))
+        topic.read({"_id": 2}, last=True)
+        topic.read({"_id": 3}, incremental=True)
+        records += topic.records
+    odd = [  # values outside the used fields' types: read as whole payloads, as before
+        (
+            b'{"id": "1"}',
+            b'{"op": "u", "after": "{}", "source": {"ord": 1.5, "ts_ms": 7, "lsid": {"id": 1}, "txnNumber": 2}}',
+        ),
+        (b'{"id": "2"}', b'{"op": "u", "updateDescription": [1], "source": {"ts_us": true, "snapshot": 0}}'),
+        (
+            b'{"id": "3"}',
+            b'{"op": "r", "after": "{}", "source": {"snapshot": "false"}, "updateDescription": null}',
+        ),
+    ]
+    records += odd
+
+    def read_all():
+        reader = EventReader(TOPIC)
+        return [reader.read(0, offset, key, value) for offset, (key, value) in enumerate(records)]
+
+    typed = read_all()
+    monkeypatch.setattr(EventReader, "_typed", staticmethod(lambda *args: None))
+    assert typed == read_all()
+    assert [e.op for e in typed[:7]] == ["c", "u", "u", "d", "d", "r", "r"]
+    assert typed[2].document is None and isinstance(typed[2].update, dict)
+    assert typed[-3].ord is None and typed[-3].txn == "{'id': 1}:2" and typed[-3].ts_us == 7000
+
+
 # -- batches ------------------------------------------------------------------------------------------
 def test_the_last_event_per_key_wins_in_kafka_order_and_deletes_remove_rows():
     topic = Topic()
