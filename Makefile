@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # 0 runs the suite in one process.
 PYTEST_WORKERS ?= 3
 
-.PHONY: test lint demo install kafka-jars interop-jars pymongo-tests fidelity-driver browser bench clean
+.PHONY: test lint demo install kafka-jars interop-jars debezium-jars pymongo-tests fidelity-driver browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ kafka-jars: install
 # the harness that runs them (javac).
 interop-jars: install
 	$(BIN)/python -m devtools.interop fetch
+
+# Kafka Connect's runtime (ConnectStandalone) and Debezium's MongoDB connector for the side-by-side
+# benchmark (bench l), Maven.
+debezium-jars: install
+	$(BIN)/python -m devtools.debezium fetch
 
 # Debian's chromium and chromium-driver for tests/e2e/test_health_page.py (Selenium); installed with
 # apt-get as root when either is missing.
@@ -69,8 +74,8 @@ fidelity-driver: install pymongo-tests
 demo: install kafka-jars
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m devtools.demo
 
-bench: install kafka-jars
+bench: install kafka-jars debezium-jars
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) devtools/kafka/target devtools/interop/target devtools/mongosim/target .pytest_cache
+	rm -rf $(VENV) devtools/kafka/target devtools/interop/target devtools/debezium/target devtools/mongosim/target .pytest_cache

@@ -1,6 +1,6 @@
 """``python -m bench``: the project's benchmarks, each ratio measured within one run.
 
-    python -m bench                       # everything (about 65 minutes on 2 cores; g and h ~8, i ~20, k ~15, m ~4)
+    python -m bench                       # everything (about 95 minutes on 2 cores; g and h ~8, i ~15, ib ~20, k ~15, l ~15, m ~4)
     python -m bench events produce        # a subset (names or letters, see --list)
     python -m bench --quick               # smaller sizes and fewer rounds (about 3 minutes)
     python -m bench --json results.json   # also write every figure as JSON
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import delta, events, machine, produce, spark, submit, task_tree, watch, window
+from bench import delta, events, machine, produce, sidebyside, spark, submit, task_tree, watch, window
 from bench.services import Services
 
 
@@ -102,6 +102,16 @@ def _latency(services: Services, quick: bool) -> dict[str, Any]:
     return watch.run_latency(services, rates=[1, 10, 100], seconds=60 if quick else 180)
 
 
+def _open_latency(services: Services, quick: bool) -> dict[str, Any]:
+    return sidebyside.run(services, phases=[(10, 120 if quick else 600)], debezium=False)
+
+
+def _debezium(services: Services, quick: bool) -> dict[str, Any]:
+    if quick:
+        return sidebyside.run(services, phases=[(0, 30), (10, 90), (100, 90)], debezium=True)
+    return sidebyside.run(services, phases=[(0, 60), (10, 300), (100, 300)], debezium=True)
+
+
 def _watcher_cpu(services: Services, quick: bool) -> dict[str, Any]:
     if quick:
         return watch.run_watcher_cpu(services, idle_s=60, sizes=[5000, 20000], rounds=1)
@@ -175,9 +185,16 @@ BENCHES = [
         task_tree.report_scheduled_window,
     ),
     Bench(
-        "latency",
+        "open-latency",
         "i",
-        "change-driven windows: write -> Kafka at 1, 10, 100 writes/s (real Airflow, max_delay 30 s)",
+        "open windows: write -> Kafka at 10 writes/s for 10 minutes, window starts per burst (real Airflow)",
+        _open_latency,
+        sidebyside.report_latency,
+    ),
+    Bench(
+        "latency",
+        "ib",
+        "bounded change-driven windows: write -> Kafka at 1, 10, 100 writes/s (real Airflow, max_delay 30 s)",
         _latency,
         watch.report_latency,
     ),
@@ -194,6 +211,13 @@ BENCHES = [
         "Delta apply: changes per CPU-second on a 1 000 000-row table, start, files after 100 applies",
         _delta,
         _delta_report,
+    ),
+    Bench(
+        "debezium",
+        "l",
+        "side by side with Debezium 3.6.1 (Kafka Connect standalone): tree CPU per hour at 10 and 100 writes/s",
+        _debezium,
+        sidebyside.report_sidebyside,
     ),
     Bench(
         "producer", "p", "producer settings and max.batch.size", _producer, produce.report_producer_settings

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -31,7 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.services import VENV_BIN, Services, spark_env
+from bench.services import Services
+from bench.sidebyside import migrated_env
 from bench.submit import SAMPLE_S, _stat
 
 DAG_RUN_TIMEOUT_S = 900
@@ -138,19 +137,6 @@ def _epoch(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def migrated_airflow_home(base: dict[str, str], directory: Path) -> dict[str, str]:
-    """An Airflow home in ``directory`` whose metadata database is migrated (``migrated.db``, which
-    tests/e2e/airflow_stack.py copies for each stack)."""
-    env = {
-        **base,
-        "AIRFLOW_HOME": str(directory),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{directory / 'airflow.db'}",
-    }
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
-    shutil.copyfile(directory / "airflow.db", directory / "migrated.db")
-    return env
-
-
 def run_scheduled_window(services: Services, rounds: int) -> dict[str, Any]:
     from tests.e2e.airflow_stack import (
         Stack,
@@ -174,11 +160,8 @@ def run_scheduled_window(services: Services, rounds: int) -> dict[str, Any]:
             }
         ]
     }
-    base = {**spark_env(), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
     with tempfile.TemporaryDirectory(prefix="mongocdc-bench-airflow-") as tmp:
-        session = Path(tmp) / "session"
-        session.mkdir()
-        base = migrated_airflow_home(base, session)
+        base = migrated_env(Path(tmp) / "session")
         home = Path(tmp) / "home"
         home.mkdir()
         env = own_airflow(base, home, dag_folder(home, connectors))

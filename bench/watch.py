@@ -53,7 +53,7 @@ from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.core.watch.stream import aggregate_target, watch_aggregate, watch_pipeline
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher
-from bench.services import Services, operation_time, spark_env
+from bench.services import Services, operation_time
 
 GOAL_IDLE_PERCENT = 0.5
 GOAL_PER_CHANGE_US = 5.0
@@ -299,10 +299,13 @@ def run_latency(services: Services, rates: list[float], seconds: float) -> dict[
             }
         ]
     }
-    base = {**spark_env(), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
     figures: dict[str, Any] = {"max_delay_s": MAX_DELAY_S, "min_changes": 1000, "seconds_per_rate": seconds}
     with tempfile.TemporaryDirectory(prefix="mongocdc-bench-airflow-") as tmp:
-        home = Path(tmp)
+        from bench.sidebyside import migrated_env
+
+        base = migrated_env(Path(tmp) / "base")
+        home = Path(tmp) / "home"
+        home.mkdir()
         env = own_airflow(base, home, dag_folder(home, connectors))
         env.update(connections_env(services.mongodb_uri, services.bootstrap))
         stack = Stack(types.SimpleNamespace(uri=services.mongodb_uri), prefix, services.bootstrap, env, home)
