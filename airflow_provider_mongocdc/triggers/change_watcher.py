@@ -13,7 +13,9 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 
 While a window is open (its marker in the offsets topic, and the connector's lease held by a
 window: :mod:`~airflow_provider_mongocdc.core.offsets.open_window`) the watcher reads the offsets
-every poll and sends no event; the status it writes for the MongoDB CDC page shows the open window.
+every poll, sends no event and reads no change stream (the open window reads every change as it
+comes); when the window closes it opens the streams again from the window's last commit. The status
+it writes for the MongoDB CDC page shows the open window.
 
 The watcher is a scheduling hint: it never commits an offset and never takes the connector's lease;
 the window it starts reads from the committed offset as every window does. Its serialized arguments
@@ -476,8 +478,9 @@ class _WatchSession:
 
     # -- the streams -------------------------------------------------------------------------------
     async def open_streams(self) -> None:
+        streaming = self.watch.streaming()
         for name in list(self.cursors):
-            if name not in self.watch.watched():
+            if name not in streaming:  # no longer watched, or a window is open (it reads them)
                 await self._close_cursor(name)
         for name, position in self.watch.to_open().items():
             await self._close_cursor(name)

@@ -87,3 +87,42 @@ def test_the_watcher_asks_for_no_window_while_one_is_open_and_says_when_it_opens
     assert w.window_open(None) == ["the open window closed: counting changes for the next window"]
     assert w.report(t0 + 60)["open_window"] is None
     assert w.due(t0 + 60) == ["min_changes", MAX_DELAY]
+
+
+def test_the_watcher_reads_no_stream_while_a_window_is_open_and_reads_on_from_its_last_commit():
+    w = ChangeWatch("shop", WatchSettings(min_changes=5, max_delay_s=30, min_headroom_s=0, poll_interval_s=1))
+    t0 = 1_800_000_000
+    start = Position(cluster_time=Timestamp(t0, 1))
+    w.committed({"rs0": start}, t0)
+    assert w.to_open() == {"rs0": start} and w.streaming() == ["rs0"]
+    w.opened("rs0")
+    read = Position(cluster_time=Timestamp(t0 + 2, 1))
+    w.counted("rs0", 10, Timestamp(t0 + 1, 1), Timestamp(t0 + 2, 1), read)
+    assert w.to_open() == {}  # the stream stays open while it is read
+
+    window = open_window_of([(PARTITION, state(marker()))], lease(), NOW)
+    w.window_open(window)
+    # While the window is open the watcher's stream is closed and not opened again ...
+    assert w.streaming() == [] and w.to_open() == {}
+    # ... also when the window's commits move the committed position on.
+    committed = Position(cluster_time=Timestamp(t0 + 40, 1))
+    w.committed({"rs0": committed}, t0 + 40)
+    assert w.streaming() == [] and w.to_open() == {} and w.pending == 0
+    # Closed: the stream is opened again from the window's last commit, counting from there.
+    last = Position(cluster_time=Timestamp(t0 + 70, 1))
+    w.committed({"rs0": last}, t0 + 70)
+    w.window_open(None)
+    assert w.streaming() == ["rs0"] and w.to_open() == {"rs0": last} and w.pending == 0
+
+
+def test_a_window_open_without_a_commit_lets_the_stream_read_on_from_the_last_change_read():
+    w = ChangeWatch("shop", WatchSettings(min_changes=5, max_delay_s=30, min_headroom_s=0, poll_interval_s=1))
+    t0 = 1_800_000_000
+    w.committed({"rs0": Position(cluster_time=Timestamp(t0, 1))}, t0)
+    w.opened("rs0")
+    read = Position(cluster_time=Timestamp(t0 + 2, 1))
+    w.counted("rs0", 3, Timestamp(t0 + 1, 1), Timestamp(t0 + 2, 1), read)
+    w.window_open(open_window_of([(PARTITION, state(marker()))], lease(), NOW))
+    assert w.to_open() == {}
+    w.window_open(None)  # a killed window: its marker no longer counts, nothing was committed
+    assert w.to_open() == {"rs0": read} and w.pending == 3

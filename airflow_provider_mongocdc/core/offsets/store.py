@@ -67,12 +67,13 @@ from airflow_provider_mongocdc.core.offsets.writers import (
 log = logging.getLogger(__name__)
 
 # The offsets topic: compacted (only the last value per key is needed), one partition (all keys
-# in one ordered log), segments rolled daily so that compaction keeps it small, tombstones kept
-# a week so that readers see deletions.
+# in one ordered log), segments rolled hourly so that compaction keeps it small (an open window
+# commits an offset record every commit interval, ~3 600 an hour, and every run reads the topic
+# from its start), tombstones kept a week so that readers see deletions.
 OFFSETS_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "min.compaction.lag.ms": "0",
-    "segment.ms": str(24 * 3600 * 1000),
+    "segment.ms": str(3600 * 1000),
     "delete.retention.ms": str(7 * 24 * 3600 * 1000),
 }
 

@@ -17,8 +17,9 @@ offsets set``) is counted from again. While an incremental snapshot is requested
 (:meth:`ChangeWatch.incremental`), windows are asked for one after the other (reason
 ``incremental_snapshot``) until it completes or is stopped: it moves on only in windows. While a
 window is open (:meth:`ChangeWatch.window_open`: its marker in the offsets topic, see
-:mod:`airflow_provider_mongocdc.core.offsets.open_window`) no event is sent: the open window carries
-the changes as they come. The watcher only reads: it never commits an offset and never takes the
+:mod:`airflow_provider_mongocdc.core.offsets.open_window`) no event is sent and no stream is read
+(:meth:`ChangeWatch.streaming`): the open window carries the changes as they come; when it closes
+the streams are opened again from its last commit. The watcher only reads: it never commits an offset and never takes the
 connector's lease. Rules and reasons: docs/design.md, "Change-driven windows".
 """
 
@@ -197,6 +198,13 @@ class ChangeWatch:
                 if window is not None
                 else "the open window closed: counting changes for the next window"
             )
+        if window is not None and self.open_window is None:
+            # The open window reads each change as it comes: the streams rest while it is open and
+            # are opened again when it closes, from the position it committed (a commit moves
+            # ``open_at`` with the rebase) or else from the last change read.
+            for partition in self.partitions.values():
+                if partition.state == WATCHED:
+                    partition.open_at = partition.read_to
         self.open_window = dict(window) if window is not None else None
         return notes
 
@@ -264,7 +272,9 @@ class ChangeWatch:
 
     # -- outputs -----------------------------------------------------------------------------------
     def to_open(self) -> dict[str, Position]:
-        """The streams to (re)open, and where."""
+        """The streams to (re)open, and where: none while a window is open."""
+        if self.open_window is not None:
+            return {}
         return {
             name: p.open_at
             for name, p in self.partitions.items()
@@ -273,6 +283,10 @@ class ChangeWatch:
 
     def watched(self) -> list[str]:
         return [name for name, p in self.partitions.items() if p.state == WATCHED]
+
+    def streaming(self) -> list[str]:
+        """The streams to read now: the watched ones, none while a window is open."""
+        return [] if self.open_window is not None else self.watched()
 
     @property
     def pending(self) -> int:
