@@ -67,8 +67,10 @@ def test_first_hourly_run_snapshots_then_windows_stream(stack):
     client.shop.customers.insert_many([{"_id": f"c{i}", "name": f"customer {i}"} for i in range(1, 11)])
     hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
-    # A run whose data interval ends in the future: its window ends now.
-    stack.airflow("dags", "test", "mongocdc_hourly", (hour + timedelta(hours=1)).isoformat())
+    # A run whose data interval ends in the future: its window ends now. (At least an hour ahead,
+    # whenever the clock's hour turns during the test: a run whose interval ended before its
+    # snapshot finished would have no window to run.)
+    stack.airflow("dags", "test", "mongocdc_hourly", (hour + timedelta(hours=2)).isoformat())
     state = stack.offsets()
     assert state.snapshot.status == "completed" and state.windows == 1
     assert read_events(stack, "orders") == 30 and read_events(stack, "customers") == 10
@@ -85,7 +87,7 @@ def test_first_hourly_run_snapshots_then_windows_stream(stack):
     while time.time() < last_change.time + 1:
         assert time.monotonic() < deadline, f"the clock did not pass {last_change} within 120 s"
         time.sleep(0.05)
-    stack.airflow("dags", "test", "mongocdc_hourly", (hour + timedelta(hours=2)).isoformat())
+    stack.airflow("dags", "test", "mongocdc_hourly", (hour + timedelta(hours=3)).isoformat())
 
     after = stack.offsets()
     assert after.windows == 2 and after.events - state.events == 4  # c, u, d (and a tombstone), u

@@ -222,9 +222,11 @@ def test_two_connectors_of_one_list_run_with_their_own_topics_and_offsets(
         client.shop.orders.insert_many([{"_id": i} for i in range(1, 8)])
         client.shop.customers.insert_many([{"_id": i} for i in range(1, 4)])
         # Runs whose data interval ends in the future: each window ends now, after its snapshot.
+        # (At least an hour ahead, whenever the clock's hour turns during the test: a run whose
+        # interval ended before its snapshot finished would have no window to run.)
         hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         for name in ("alpha", "beta"):
-            stack.airflow("dags", "test", f"mongocdc_{name}_hourly", (hour + timedelta(hours=1)).isoformat())
+            stack.airflow("dags", "test", f"mongocdc_{name}_hourly", (hour + timedelta(hours=2)).isoformat())
 
         for name, prefix in prefixes.items():
             store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, f"{prefix}.offsets")
