@@ -183,6 +183,13 @@ def hold_snapshot_reads(uri: str) -> None:
         )
 
 
+def _interruptible_as_from_a_terminal() -> None:
+    """In the demo's process before it starts: SIGINT's default action. A test run started in the
+    background of a shell without job control (a CI job's ``command &``) ignores SIGINT, every process
+    below it inherits that, and Python then leaves Ctrl-C ignored: the demo would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator():
     process = subprocess.Popen(
         [sys.executable, "-m", "devtools.demo"],
@@ -191,6 +198,7 @@ def test_ctrl_c_during_the_snapshot_stops_airflow_spark_kafka_and_the_simulator(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible_as_from_a_terminal,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
