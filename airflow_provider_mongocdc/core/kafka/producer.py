@@ -13,6 +13,7 @@ releasing it. librdkafka's error kinds: docs/design.md, "Writing to Kafka".
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -87,13 +88,21 @@ class TransactionalProducer:
         function: Callable[..., Any],
         *args: Any,
         on_failure: Callable[[KafkaError | None], None] | None = None,
+        within_s: float | None = None,
     ) -> None:
         """Call a transactional operation, again after a retriable error (a bounded number of
-        times); ``on_failure(kafka_error)`` runs before the failure is raised."""
+        times); ``on_failure(kafka_error)`` runs before the failure is raised. With ``within_s``
+        every attempt is given what is left of that time as its timeout (librdkafka's own default
+        for ``commit_transaction`` is no limit: with the brokers gone it would wait for them), and
+        none starts after it."""
         attempts = 0
+        deadline = time.monotonic() + within_s if within_s is not None else None
         while True:
             try:
-                _kafka_call(function, *args)
+                if deadline is None:
+                    _kafka_call(function, *args)
+                else:
+                    _kafka_call(function, *args, max(0.1, deadline - time.monotonic()))
                 return
             except KafkaException as error:
                 kafka_error = _unwrap(error)
@@ -102,6 +111,7 @@ class TransactionalProducer:
                     and kafka_error.retriable()
                     and not kafka_error.fatal()
                     and attempts < OPERATION_RETRIES
+                    and (deadline is None or time.monotonic() < deadline)
                 ):
                     attempts += 1
                     log.warning(

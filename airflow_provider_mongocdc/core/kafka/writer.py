@@ -164,8 +164,12 @@ class TransactionalWriter:
                 self._abort_quietly()
             self._in_transaction = False
 
+        # Bounded by the transaction timeout: past it the broker aborts the transaction itself.
         self._producer.retrying(
-            "commit the transaction", self._producer.producer.commit_transaction, on_failure=failed
+            "commit the transaction",
+            self._producer.producer.commit_transaction,
+            on_failure=failed,
+            within_s=max(1.0, self._producer.transaction_timeout_s),
         )
         self._in_transaction = False
         self._deliveries.raise_on_failed(committed=True)
