@@ -107,6 +107,9 @@ def test_watchdog_finds_the_gap_and_resnapshots_then_rest_api_params_are_used(st
     client.shop.orders.update_one({"_id": 3}, {"$set": {"status": "shipped"}})
     client.shop.customers.insert_one({"_id": "c99", "name": "late customer"})
     stack.sim.set_oplog_retention(max_entries=3)
+    # The purge is done; from now on the oplog keeps what is written, so the server's periodic
+    # no-op writes (one per 10 s idle) cannot purge the re-snapshot's own position later on.
+    stack.sim.set_oplog_retention(max_entries=None)
 
     output = stack.airflow("dags", "test", "mongocdc_watchdog")
     # Found on the first poke: one check, and it saw the gap (no earlier "resumable" poke).
