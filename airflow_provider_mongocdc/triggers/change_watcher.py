@@ -13,7 +13,8 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 
 While a window is open (its marker in the offsets topic, and the connector's lease held by a
 window: :mod:`~airflow_provider_mongocdc.core.offsets.open_window`) the watcher reads the offsets
-every poll, sends no event and reads no change stream (the open window reads every change as it
+every poll (with one kept reader that fetches only what was committed since its last read:
+:meth:`~airflow_provider_mongocdc.core.offsets.store.OffsetStore.follower`), sends no event and reads no change stream (the open window reads every change as it
 comes); when the window closes it opens the streams again from the window's last commit. The status
 it writes for the MongoDB CDC page shows the open window.
 
@@ -47,6 +48,7 @@ from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcErro
 from airflow_provider_mongocdc.core.base.redaction import credential_properties, error_text
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.gap.checker import AsyncGapChecker
+from airflow_provider_mongocdc.core.kafka.committed_records import CommittedFollower
 from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, is_unusable_position
 from airflow_provider_mongocdc.core.offsets.keys import watch_key
 from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
@@ -197,6 +199,7 @@ class _WatchSession:
         self.published_at: float | None = None
         self.details = None
         self.store: OffsetStore | None = None
+        self.follower: CommittedFollower | None = None  # reads the offsets topic on from its last read
         self.targets: dict[str, StreamTarget] = {}
         self.clients: dict[str, Any] = {}
         self.cursors: dict[str, Any] = {}
@@ -343,6 +346,7 @@ class _WatchSession:
         self.config, self.config_text, self.details, self.fingerprint = config, text, details, fingerprint
         self.kafka, self.producer = kafka, None
         self.store = OffsetStore(kafka, config.offsets_topic)
+        self.follower = self.store.follower()
         self.capture = capture_check(config)
         self.targets = {target.partition: target for target in targets}
         for name, target in self.targets.items():
@@ -402,7 +406,7 @@ class _WatchSession:
     def _read_topic(self) -> tuple[OffsetTopicContents, Any]:
         """Everything committed in the offsets topic and the connector's lease, from one read."""
         store = self.store
-        read = store.read_records()
+        read = self.follower.read()
         contents = store.read_everything(read.records)
         contents.open_transactions = read.open_transactions
         lease = ConnectorLease(self.kafka, self.config.topic_prefix, store.topic).current(read.records)
@@ -576,3 +580,6 @@ class _WatchSession:
         clients, self.clients = self.clients, {}
         for client in clients.values():
             await client.close()
+        follower, self.follower = self.follower, None
+        if follower is not None:
+            await asyncio.to_thread(follower.close)

@@ -90,6 +90,86 @@ def read_settled(
         consumer.close()
 
 
+class CommittedFollower:
+    """A kept reader of a topic's committed records: each :meth:`read` goes on from where the last
+    one stopped, so a reader that reads the same topic every few seconds (the change watcher)
+    fetches only what was committed since, from one consumer whose partitions are paused between
+    reads. Returns the last record per key (what a fold of every record gives: tombstones are kept
+    as ``None`` values), with the transactions still open when the read ended, as
+    :func:`read_settled` with ``settling`` does. A topic found shorter than where the reader
+    stands (deleted and created again) is read again from its beginning."""
+
+    def __init__(
+        self, kafka_config: Mapping[str, Any], topic: str, read_timeout_s: float, settling: Settling
+    ):
+        self.kafka_config = dict(kafka_config)
+        self.topic = topic
+        self.read_timeout_s = read_timeout_s
+        self.settling = settling
+        self._consumer: Consumer | None = None
+        self._watermarks: Consumer | None = None  # read_uncommitted: its queries give high watermarks
+        self._reader: _Reader | None = None
+        self._latest: dict[bytes | None, bytes | None] = {}
+
+    def read(self) -> CommittedRead:
+        deadline = time.monotonic() + self.read_timeout_s
+        if self._consumer is None:
+            self._consumer = Consumer(consumer_config(self.kafka_config))
+            self._watermarks = Consumer(
+                {**consumer_config(self.kafka_config), "isolation.level": "read_uncommitted"}
+            )
+        consumer = self._consumer
+        ends = _end_offsets(consumer, self.kafka_config, self.topic, self.read_timeout_s, deadline, True)
+        reader = self._reader
+        if reader is not None and (
+            not ends or any(end < reader.next_offset.get(pid, 0) for pid, end in ends.items())
+        ):
+            self.close()  # the topic is gone, or is a new one: read it again from the start
+            return self.read()
+        if not ends:
+            return CommittedRead()
+        if reader is None:
+            reader = self._reader = _Reader(
+                consumer, self.kafka_config, self.topic, self.read_timeout_s, deadline
+            )
+        reader.deadline = deadline
+        # The paused consumer's cached high watermarks are old: a transaction opened since the
+        # last read is found from the high watermarks as they are now.
+        reader.highs = {pid: self._high(pid, deadline) for pid in ends}
+        assigned = {part.partition for part in consumer.assignment()}
+        new = [TopicPartition(self.topic, pid, -2) for pid in ends if pid not in assigned]  # -2: beginning
+        if new:
+            consumer.incremental_assign(new)
+        partitions = [TopicPartition(self.topic, pid) for pid in sorted(assigned)]
+        if partitions:
+            consumer.resume(partitions)
+        try:
+            read = reader.settled(ends, self.settling)
+        finally:
+            consumer.pause(consumer.assignment())  # no fetching between reads
+        for key, value in reader.records:
+            self._latest.pop(key, None)  # the newest record last, as in the topic
+            self._latest[key] = value
+        reader.records.clear()
+        return CommittedRead(list(self._latest.items()), read.open_transactions)
+
+    def _high(self, pid: int, deadline: float) -> int:
+        try:
+            _low, high = self._watermarks.get_watermark_offsets(
+                TopicPartition(self.topic, pid), timeout=max(1.0, deadline - time.monotonic()), cached=False
+            )
+        except KafkaException as error:
+            raise unreadable_error(self.kafka_config, self.topic, error) from None
+        return high
+
+    def close(self) -> None:
+        for consumer in (self._consumer, self._watermarks):
+            if consumer is not None:
+                consumer.close()
+        self._consumer, self._watermarks, self._reader = None, None, None
+        self._latest.clear()
+
+
 class _Reader:
     """The records of the assigned partitions, and where each partition's end was last seen
     (``eof``: the offset the read stopped at, ``high``: the high watermark then)."""
@@ -110,6 +190,7 @@ class _Reader:
         self.records: list[tuple[bytes | None, bytes | None]] = []
         self.next_offset: dict[int, int] = {}
         self.eof: dict[int, int] = {}
+        self.highs: dict[int, int] = {}  # high watermarks queried for this read (else the cached ones)
 
     def reached(self, ends: Mapping[int, int]) -> bool:
         """Whether every partition was read to at least its offset in ``ends``."""
@@ -118,7 +199,9 @@ class _Reader:
         )
 
     def high(self, pid: int) -> int:
-        """The partition's high watermark at its last fetch."""
+        """The partition's high watermark at its last fetch (or as queried for this read)."""
+        if pid in self.highs:
+            return self.highs[pid]
         _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, pid), cached=True)
         return high
 

@@ -26,6 +26,7 @@ from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
 from airflow_provider_mongocdc.core.kafka.client import consumer_config
 from airflow_provider_mongocdc.core.kafka.committed_records import (
+    CommittedFollower,
     CommittedRead,
     Settling,
     check_settings,
@@ -270,6 +271,12 @@ class OffsetStore:
         """The committed records, oldest first, before folding, and the transactions still open
         after them (read with the store's ``settling``)."""
         return read_settled(self.kafka_config, self.topic, self.read_timeout_s, self.settling)
+
+    def follower(self) -> CommittedFollower:
+        """A kept reader of the topic for a caller that reads it again and again: each of its
+        reads (``follower.read()``, as :meth:`read_records` returns) fetches only what was committed
+        since the last one. Close it when done."""
+        return CommittedFollower(self.kafka_config, self.topic, self.read_timeout_s, self.settling)
 
     def _unreadable(self, error: KafkaException) -> OffsetError:
         return unreadable_error(self.kafka_config, self.topic, error)
