@@ -95,9 +95,10 @@ class CommittedFollower:
     one stopped, so a reader that reads the same topic every few seconds (the change watcher)
     fetches only what was committed since, from one consumer whose partitions are paused between
     reads (an idle consumer would fetch twenty times a second; a resumed one takes most of a second
-    to fetch again, which is the wall time of a read that finds new records). Returns the last record per key (what a fold of every record gives: tombstones are kept
-    as ``None`` values), with the transactions still open when the read ended, as
-    :func:`read_settled` with ``settling`` does. A topic found shorter than where the reader
+    to fetch again, which is the wall time of a read that finds new records). Returns the last
+    record per key (what a fold of every record gives: tombstones are kept as ``None`` values),
+    with the transactions still open when the read ended, as :func:`read_settled` with
+    ``settling`` does. A topic found shorter than where the reader
     stands (deleted and created again) is read again from its beginning."""
 
     def __init__(
