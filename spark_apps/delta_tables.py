@@ -20,9 +20,11 @@ stays at its last commit.
 from __future__ import annotations
 
 import bisect
+import importlib.abc
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -83,6 +85,31 @@ _DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
 # A file's ``_id`` bounds shorter than this are whole values (longer ones may be cut prefixes).
 _EXACT_BOUND_CHARS = 32
 _REWRITE_BATCH_ROWS = 65_536
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import of pandas fails while this finder is first on ``sys.meta_path``."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def keep_pandas_out_of_pyarrow() -> None:
+    """Let pyarrow take pandas as absent, in a process that is the apply's alone (call it nowhere
+    else). pyarrow imports pandas (installed with Airflow) the first time it converts anything, only
+    to ask whether the value is a pandas object: about 0.3 CPU-s of imports, and the apply hands
+    pyarrow no pandas object. pyarrow asks once per process and keeps the answer; it is asked here
+    while an import of pandas fails. pandas stays importable for any other code."""
+    if "pandas" in sys.modules:
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])  # pyarrow's one look for pandas
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def arrow_type(delta_type: str) -> pa.DataType:
@@ -475,8 +502,12 @@ class DeltaTableStore:
 
         try:
             # Dictionaries for the columns of few values only: the keys and documents are all distinct.
+            # No Parquet statistics of the documents (long texts no reader filters on by range).
             dictionary = [column for column in schema.names if column not in (ID, DOCUMENT)]
-            with pq.ParquetWriter(target, schema, compression="snappy", use_dictionary=dictionary) as writer:
+            statistics = [column for column in schema.names if column != DOCUMENT]
+            with pq.ParquetWriter(
+                target, schema, compression="snappy", use_dictionary=dictionary, write_statistics=statistics
+            ) as writer:
                 for file, parquet in zip(list(files), readers):
                     ids = parquet.read(columns=[ID], use_threads=False).column(ID).cast(keys.type)
                     hit = pc.is_in(ids, value_set=keys)

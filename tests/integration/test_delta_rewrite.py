@@ -202,3 +202,24 @@ def test_two_writers_rewriting_the_same_file_conflict_and_the_second_changes_not
     table = {row[ID]: row[DOCUMENT] for row in rows(uri)}
     assert len(table) == 100 and table["5"] == doc(5, 1) and table["6"] == doc(6, 0)
     assert operations(uri) == ["WRITE", "WRITE"]
+
+
+def test_the_apply_process_uses_the_system_allocator_and_leaves_pandas_out_of_pyarrow():
+    """The apply application's own process: Arrow's memory from the C library's allocator, and
+    pyarrow's conversions without importing pandas, which stays importable."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_provider_mongocdc.spark_apps import delta_apply, delta_tables\n"
+        "import pyarrow as pa\n"
+        "delta_tables.keep_pandas_out_of_pyarrow()\n"
+        "table = pa.table({'a': ['x', 'y']}).filter(pa.array([True, False]))\n"
+        "print(pa.default_memory_pool().backend_name, 'pandas' in sys.modules, table.num_rows)\n"
+        "import pandas\n"
+        "print(pa.array(pandas.Series([1, 2])).to_pylist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["system False 1", "[1, 2]"]

@@ -193,6 +193,36 @@ def test_payloads_decoded_by_their_used_fields_read_as_whole_payloads_do(monkeyp
     assert typed[-3].ord is None and typed[-3].txn == "{'id': 1}:2" and typed[-3].ts_us == 7000
 
 
+def test_records_whose_schema_differs_from_the_first_are_read_right():
+    """The payload is cut where the first record's schema ended; a later record of another schema,
+    even one holding a "payload" key just there, gives the event its payload says."""
+
+    def record(schema: str, payload: dict) -> bytes:
+        return (
+            '{"schema":' + schema + ',"payload":' + json.dumps(payload, separators=(",", ":")) + "}"
+        ).encode()
+
+    def value(doc_id: int) -> dict:
+        return {"op": "c", "after": json.dumps({"_id": doc_id}), "source": {"ts_ms": doc_id, "ord": 1}}
+
+    first = '{"type":"struct","name":"a.Envelope"}'
+    at = len('{"schema":') + len(first) + 1  # where the first record's "payload": starts
+    same_size = '{"type":"struct","name":"b.Envelope"}'
+    head = '{"parameters":{"'
+    pad = at - len('{"schema":') - len(head) - len('":0,')
+    trap = head + "p" * pad + '":0,"payload":{"op":"d","source":{}}},"type":"struct"}'
+    assert record(trap, value(3)).find(b'"payload":') == at  # the trap is where the cut is made
+    key = b'{"schema":{"type":"string"},"payload":{"id":"%d"}}'
+    reader = EventReader(TOPIC)
+    events = [
+        reader.read(0, offset, key % doc_id, record(schema, value(doc_id)))
+        for offset, (schema, doc_id) in enumerate([(first, 1), (same_size, 2), (trap, 3), ('{"x":1}', 4)])
+    ]
+    assert [(e.key, e.op, json.loads(e.document), e.ts_us) for e in events] == [
+        (str(n), "c", {"_id": n}, n * 1000) for n in (1, 2, 3, 4)
+    ]
+
+
 # -- batches ------------------------------------------------------------------------------------------
 def test_the_last_event_per_key_wins_in_kafka_order_and_deletes_remove_rows():
     topic = Topic()

@@ -12,7 +12,7 @@ the generation, the snapshot under way).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,46 +106,64 @@ class Batch:
 
     def add(self, event: ChangeEvent) -> None:
         """Fold one event (in Kafka order)."""
+        self.add_all((event,))
+
+    def add_all(self, events: Iterable[ChangeEvent]) -> None:
+        """Fold events (in Kafka order): one loop over many, as the apply reads them."""
         tracker = self.tracker
-        watch = event.op == "r" or tracker.pending  # the snapshot tracker has something to see
-        if watch:
-            swept = tracker.sweep
-            tracker.before(event)
-            if tracker.sweep != swept:
-                self._sweep_rows(tracker.sweep)
-        self.events += 1
-        self.ops[event.op] = self.ops.get(event.op, 0) + 1
-        self.positions[event.partition] = event.offset + 1
-        self.last_txn = event.txn
-        document = event.document
-        if event.op == "d":
-            self.rows[event.key] = Row(
-                "d",
-                None,
+        rows, ops, positions = self.rows, self.ops, self.positions
+        count = 0
+        txn = self.last_txn
+        for event in events:
+            op = event.op
+            watch = op == "r" or tracker.pending  # the snapshot tracker has something to see
+            if watch:
+                swept = tracker.sweep
+                tracker.before(event)
+                if tracker.sweep != swept:
+                    self._sweep_rows(tracker.sweep)
+            count += 1
+            ops[op] = ops.get(op, 0) + 1
+            positions[event.partition] = event.offset + 1
+            txn = event.txn
+            if op == "d":
+                rows[event.key] = Row(
+                    "d",
+                    None,
+                    event.partition,
+                    event.offset,
+                    event.ts_us,
+                    event.ord,
+                    txn,
+                    tracker.generation,
+                    True,
+                )
+                continue
+            document = event.document
+            if document is None:
+                base = self._base(event.key)
+                if base is None or event.update is None:
+                    self.unknown_updates += 1
+                    continue
+                document = self.patcher.apply(base, event.update)
+            rows[event.key] = Row(
+                op,
+                document,
                 event.partition,
                 event.offset,
                 event.ts_us,
                 event.ord,
-                event.txn,
+                txn,
                 tracker.generation,
-                True,
+                False,
             )
-            return
-        if document is None:
-            base = self._base(event.key)
-            if base is None or event.update is None:
-                self.unknown_updates += 1
-                return
-            document = self.patcher.apply(base, event.update)
-        self.rows[event.key] = Row(
-            event.op, document, event.partition, event.offset, event.ts_us, event.ord, event.txn,
-            tracker.generation, False,
-        )  # fmt: skip
-        if watch:
-            swept = tracker.sweep
-            tracker.after(event)
-            if tracker.sweep != swept:
-                self._sweep_rows(tracker.sweep)
+            if watch:
+                swept = tracker.sweep
+                tracker.after(event)
+                if tracker.sweep != swept:
+                    self._sweep_rows(tracker.sweep)
+        self.events += count
+        self.last_txn = txn
 
     def _base(self, key: str) -> str | None:
         row = self.rows.get(key) or self.previous.get(key)

@@ -10,8 +10,8 @@ value) deletes its key. A record that is none of these is an :class:`EventFormat
 topic, partition and offset: the apply stops before it commits anything of its batch.
 
 Speed: with schemas on, most of a record is its schema, the same for every record of a topic. The
-payload is cut out of the value where it starts (``"payload":`` is the envelope's last key, and the
-first place those bytes occur: no schema of a MongoDB envelope or key names a field ``payload``) and
+payload is cut out of the value where it starts (``"payload":`` is the envelope's last key, found in
+the first record; a record with the marker at the same place is cut there, see :class:`_Prefix`) and
 only it is parsed. A payload is decoded by msgspec into the fields above alone (the others are
 skipped, not built, and ``updateDescription`` stays raw text until an update without a document needs
 it); a payload that does not fit those fields' types is read again as a whole by orjson, which says
@@ -119,16 +119,21 @@ def _wrapped(raw: bytes) -> Any:
 
 
 class _Prefix:
-    """The bytes every record of a topic starts with before its payload (its schema, the same for
-    each record of a topic), learnt from the first record: a record that starts with them has only
-    its payload parsed. ``tail`` is what closes the record after the payload."""
+    """Where the payload starts in a topic's records (after its schema, the same for each record of
+    a topic), learnt from the first record. A record that starts with ``{"schema":``, has the
+    payload's marker at the same place and ends with ``tail`` (what closes the record after the
+    payload) has only its payload parsed; its schema bytes are not compared, as the apply uses no
+    schema. A cut in the wrong place cannot be read as a payload (the bytes after a ``"payload":``
+    inside the schema do not end as one JSON value where the record ends): its decoding fails and the
+    record is read as a whole."""
 
-    __slots__ = ("head", "tail", "size", "_marker")
+    __slots__ = ("head", "tail", "size", "at", "_marker")
 
     def __init__(self, marker: bytes, tail: bytes):
         self.head: bytes | None = None
         self.tail = tail
         self.size = 0
+        self.at = 0  # where the marker starts
         self._marker = marker
 
     def learn(self, raw: bytes) -> None:
@@ -137,10 +142,15 @@ class _Prefix:
             if start > 0:
                 self.head = raw[: start + len(self._marker)]
                 self.size = len(self.head)
+                self.at = start
 
     def cut(self, raw: bytes) -> bytes | None:
-        head = self.head
-        if head is not None and raw.startswith(head) and raw.endswith(self.tail):
+        if (
+            self.head is not None
+            and raw.startswith(self._marker, self.at)
+            and raw.startswith(_SCHEMA_START)
+            and raw.endswith(self.tail)
+        ):
             return raw[self.size : len(raw) - len(self.tail)]
         return None
 

@@ -157,20 +157,22 @@ class TableApply:
         else:
             stop = dict(ends.ends)
         tracker = SnapshotTracker(state.generation, state.pending)
-        # The read and the fold make hundreds of thousands of objects that hold no cycles: the
-        # cyclic garbage collector would only walk them again and again (a tenth of their CPU).
+        # The read, the fold and the commits make hundreds of thousands of objects that hold no
+        # cycles: the cyclic garbage collector would only walk them again and again (a tenth of
+        # their CPU). It runs again once they are gone.
         collecting = gc.isenabled()
         gc.disable()
         try:
             state, batch = self._apply_range(state, tracker, starts, stop, partitions)
+            # The last batch is committed once the snapshot status after the read is known: a
+            # snapshot that completed over the read sweeps in that same commit.
+            tracker.at_range_end(before, self.snapshot_status())
+            if batch.events or batch.moved():
+                state = self._commit(batch, state)
+            del batch
         finally:
             if collecting:
                 gc.enable()
-        # The last batch is committed once the snapshot status after the read is known: a snapshot
-        # that completed over the read sweeps in that same commit.
-        tracker.at_range_end(before, self.snapshot_status())
-        if batch.events or batch.moved():
-            state = self._commit(batch, state)
         self.summary["notes"].extend(tracker.notes)
         self.summary["snapshot"] = {
             "generation": tracker.generation,
@@ -228,6 +230,9 @@ class TableApply:
         several = len([p for p in partitions if starts.get(p, 0) < stop.get(p, 0)]) > 1
         for chunk in read_range(self.kafka_config, self.job.topic, starts, stop):
             batch.prepare(chunk)
+            if several or batch.events + len(chunk) < limit:  # no commit inside this chunk
+                batch.add_all(chunk)
+                continue
             for index, event in enumerate(chunk):
                 batch.add(event)
                 if several or batch.events < limit:

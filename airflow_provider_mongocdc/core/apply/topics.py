@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -140,7 +141,7 @@ def first_records(
     for partition, start in sorted(starts.items()):
         if start < ends.get(partition, 0):
             events = _partition_events(
-                kafka_config, EventReader(topic), topic, partition, start, ends[partition]
+                kafka_config, EventReader(topic), topic, partition, start, ends[partition], size=1
             )
             try:
                 found.append(next(events))
@@ -166,12 +167,12 @@ def read_range(
     reader = EventReader(topic)
     if len(wanted) == 1:
         ((partition, start),) = wanted.items()
-        yield from _chunks(
-            _partition_events(kafka_config, reader, topic, partition, start, ends[partition]), chunk
-        )
+        yield from _partition_chunks(kafka_config, reader, topic, partition, start, ends[partition], chunk)
         return
     streams = [
-        _partition_events(kafka_config, reader, topic, partition, start, ends[partition])
+        chain.from_iterable(
+            _partition_chunks(kafka_config, reader, topic, partition, start, ends[partition], chunk)
+        )
         for partition, start in sorted(wanted.items())
     ]
     merged = heapq.merge(*streams, key=lambda event: (event.timestamp, event.partition))
@@ -190,16 +191,42 @@ def _chunks(events: Iterator[ChangeEvent], size: int) -> Iterator[list[ChangeEve
 
 
 def _partition_events(
-    kafka_config: Mapping[str, Any], reader: EventReader, topic: str, partition: int, start: int, end: int
+    kafka_config: Mapping[str, Any],
+    reader: EventReader,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    size: int = POLL_RECORDS,
 ) -> Iterator[ChangeEvent]:
-    """One partition's committed events from ``start`` to ``end``."""
+    """One partition's committed events from ``start`` to ``end``, read ``size`` records at a time."""
+    chunks = _partition_chunks(kafka_config, reader, topic, partition, start, end, size)
+    try:
+        for events in chunks:
+            yield from events
+    finally:
+        chunks.close()
+
+
+def _partition_chunks(
+    kafka_config: Mapping[str, Any],
+    reader: EventReader,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    size: int = POLL_RECORDS,
+) -> Iterator[list[ChangeEvent]]:
+    """One partition's committed events from ``start`` to ``end``, a list per fetch of up to
+    ``size`` records (one loop per fetch, not a generator step per record)."""
     consumer = Consumer(consumer_config(kafka_config))
+    read = reader.read
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
         idle_deadline = time.monotonic() + TIMEOUT_S * 4
         while position < end:
-            messages = consumer.consume(POLL_RECORDS, 0.5)
+            messages = consumer.consume(size, 0.5)
             if not messages:
                 if time.monotonic() > idle_deadline:
                     raise _kafka_error(
@@ -209,6 +236,8 @@ def _partition_events(
                     )
                 continue
             idle_deadline = time.monotonic() + TIMEOUT_S * 4
+            events: list[ChangeEvent] = []
+            append = events.append
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -228,8 +257,9 @@ def _partition_events(
                     position = end
                     break
                 position = offset + 1
-                _type, stamp = message.timestamp()
-                yield reader.read(partition, offset, message.key(), message.value(), stamp)
+                append(read(partition, offset, message.key(), message.value(), message.timestamp()[1]))
+            if events:
+                yield events
             if position < end:
                 # Past aborted records and commit markers, which the consumer skips silently.
                 (current,) = consumer.position([TopicPartition(topic, partition)])
