@@ -157,6 +157,25 @@ def test_a_record_that_is_no_change_event_is_an_error_naming_where_it_is():
         reader.read(0, 0, b'{"id": "1"}', b'{"op": "u", "source": {}, "patch": "{}", "filter": "{}"}')
 
 
+class _Message:
+    """A Kafka record as the apply reads it (offset, key, value, timestamp)."""
+
+    def __init__(self, offset, key, value, stamp=0):
+        self._fields = offset, key, value, stamp
+
+    def offset(self):
+        return self._fields[0]
+
+    def key(self):
+        return self._fields[1]
+
+    def value(self):
+        return self._fields[2]
+
+    def timestamp(self):
+        return 1, self._fields[3]
+
+
 def test_payloads_decoded_by_their_used_fields_read_as_whole_payloads_do(monkeypatch):
     records = []
     for schemas in (True, False):
@@ -186,6 +205,7 @@ def test_payloads_decoded_by_their_used_fields_read_as_whole_payloads_do(monkeyp
         return [reader.read(0, offset, key, value) for offset, (key, value) in enumerate(records)]
 
     typed = read_all()
+    assert EventReader(TOPIC).read_all(0, [_Message(n, *record) for n, record in enumerate(records)]) == typed
     monkeypatch.setattr(EventReader, "_typed", staticmethod(lambda *args: None))
     assert typed == read_all()
     assert [e.op for e in typed[:7]] == ["c", "u", "u", "d", "d", "r", "r"]
@@ -221,6 +241,9 @@ def test_records_whose_schema_differs_from_the_first_are_read_right():
     assert [(e.key, e.op, json.loads(e.document), e.ts_us) for e in events] == [
         (str(n), "c", {"_id": n}, n * 1000) for n in (1, 2, 3, 4)
     ]
+    schemas = [(first, 1), (same_size, 2), (trap, 3), ('{"x":1}', 4)]
+    messages = [_Message(n, key % i, record(schema, value(i))) for n, (schema, i) in enumerate(schemas)]
+    assert EventReader(TOPIC).read_all(0, messages) == events
 
 
 # -- batches ------------------------------------------------------------------------------------------

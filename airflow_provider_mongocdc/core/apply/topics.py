@@ -220,7 +220,6 @@ def _partition_chunks(
     """One partition's committed events from ``start`` to ``end``, a list per fetch of up to
     ``size`` records (one loop per fetch, not a generator step per record)."""
     consumer = Consumer(consumer_config(kafka_config))
-    read = reader.read
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
@@ -236,28 +235,14 @@ def _partition_chunks(
                     )
                 continue
             idle_deadline = time.monotonic() + TIMEOUT_S * 4
-            events: list[ChangeEvent] = []
-            append = events.append
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, message.offset())
-                        continue
-                    if error.fatal() or error.code() in (
-                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                        KafkaError._UNKNOWN_TOPIC,
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    ):
-                        raise _kafka_error(kafka_config, f"read {topic!r}", KafkaException(error))
-                    log.warning("Topic %s: %s", topic, error.str())
-                    continue
-                offset = message.offset()
-                if offset >= end:
-                    position = end
-                    break
-                position = offset + 1
-                append(read(partition, offset, message.key(), message.value(), message.timestamp()[1]))
+            last = messages[-1]
+            if last.offset() < end and not any(message.error() is not None for message in messages):
+                # The common fetch: records only, all before the end.
+                events = reader.read_all(partition, messages)
+                position = last.offset() + 1
+            else:
+                events, reached = _fetched_events(kafka_config, reader, topic, partition, messages, end)
+                position = max(position, reached)
             if events:
                 yield events
             if position < end:
@@ -267,3 +252,38 @@ def _partition_chunks(
                     position = end
     finally:
         consumer.close()
+
+
+def _fetched_events(
+    kafka_config: Mapping[str, Any],
+    reader: EventReader,
+    topic: str,
+    partition: int,
+    messages: list[Any],
+    end: int,
+) -> tuple[list[ChangeEvent], int]:
+    """The events of a fetch that holds errors (the end of the partition among them) or reaches
+    ``end``, one message at a time, and the position they reach."""
+    events: list[ChangeEvent] = []
+    position = 0
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                position = max(position, message.offset())
+                continue
+            if error.fatal() or error.code() in (
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError._UNKNOWN_TOPIC,
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+            ):
+                raise _kafka_error(kafka_config, f"read {topic!r}", KafkaException(error))
+            log.warning("Topic %s: %s", topic, error.str())
+            continue
+        offset = message.offset()
+        if offset >= end:
+            position = end
+            break
+        position = offset + 1
+        events.append(reader.read(partition, offset, message.key(), message.value(), message.timestamp()[1]))
+    return events, position
