@@ -85,6 +85,9 @@ _DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
 # A file's ``_id`` bounds shorter than this are whole values (longer ones may be cut prefixes).
 _EXACT_BOUND_CHARS = 32
 _REWRITE_BATCH_ROWS = 65_536
+# Up to this many files, which of them may hold a batch's keys is found by a pass over the keys per
+# file; beyond, by sorting the keys once.
+_FEW_FILES = 8
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
@@ -369,10 +372,11 @@ class DeltaTableStore:
         nulls = {quoted(name): "NULL" for name in self._stale_columns}
         if commit.rows == 0:
             return self._state_only(table, commit, layout, properties)
+        data = self._data(commit, layout)
         if self._rewritable(table, commit, layout):
-            files = self._files_with_keys(table, commit.columns[ID])
+            files = self._files_with_keys(table, data.column(ID))
             if files is not None:
-                done = self._rewrite(table, commit, layout, properties, files)
+                done = self._rewrite(table, data, layout, properties, files)
                 if done is not None:
                     return done
         swept = (
@@ -382,7 +386,7 @@ class DeltaTableStore:
         )
         everything = {quoted(name): f"s.{quoted(name)}" for name in names} | nulls
         merger = table.merge(
-            self._data(commit, layout),
+            data,
             f"t.{quoted(ID)} = s.{quoted(ID)}",
             source_alias="s",
             target_alias="t",
@@ -437,12 +441,13 @@ class DeltaTableStore:
             return False
         return [field.name for field in table.schema().fields] == layout.names()
 
-    def _files_with_keys(self, table: DeltaTable, keys: list[str]) -> list[dict[str, Any]] | None:
+    def _files_with_keys(self, table: DeltaTable, keys: pa.ChunkedArray) -> list[dict[str, Any]] | None:
         """The table's files whose ``_id`` bounds may hold one of ``keys`` (all of a file without
         whole bounds); None when a file lies outside the table's directory."""
-        ordered = sorted(keys)
+        files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        ordered: list[str] | None = None
         found = []
-        for file in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        for file in files:
             path = file["path"]
             if "://" in path or path.startswith("/") or ".." in path.split("/"):
                 return None
@@ -453,16 +458,22 @@ class DeltaTableStore:
                 and len(low) < _EXACT_BOUND_CHARS
                 and len(high) < _EXACT_BOUND_CHARS
             ):
-                at = bisect.bisect_left(ordered, low)
-                if at == len(ordered) or ordered[at] > high:
-                    continue
+                if len(files) <= _FEW_FILES:  # a pass over the keys costs less than sorting them
+                    inside = pc.and_(pc.greater_equal(keys, low), pc.less_equal(keys, high))
+                    if not pc.any(inside).as_py():
+                        continue
+                else:
+                    ordered = ordered if ordered is not None else sorted(keys.to_pylist())
+                    at = bisect.bisect_left(ordered, low)
+                    if at == len(ordered) or ordered[at] > high:
+                        continue
             found.append(file)
         return found
 
     def _rewrite(
         self,
         table: DeltaTable,
-        commit: Commit,
+        source: pa.Table,
         layout: TableLayout,
         properties: CommitProperties,
         files: list[dict[str, Any]],
@@ -478,7 +489,6 @@ class DeltaTableStore:
         readers = [pq.ParquetFile(root / unquote(file["path"])) for file in files]
         if any(reader.schema_arrow.names != schema.names for reader in readers):
             return None
-        source = self._data(commit, layout)
         keys = source.column(ID)
         name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         target = root / name

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_mongocdc.core.apply.events import ChangeEvent
 from airflow_provider_mongocdc.core.apply.layout import (
@@ -38,9 +38,9 @@ from airflow_provider_mongocdc.core.apply.snapshots import SnapshotTracker
 from airflow_provider_mongocdc.core.apply.state import TableState
 
 
-@dataclass(slots=True)
-class Row:
-    """A key's state after the batch's last event of it."""
+class Row(NamedTuple):
+    """A key's state after the batch's last event of it (a tuple: the fold makes one per event, and
+    the commit turns them into columns in one ``zip``)."""
 
     op: str
     document: str | None
@@ -92,6 +92,8 @@ class Batch:
 
     def prepare(self, events: list[ChangeEvent]) -> None:
         """Load from the table the documents that updates without one need (once per chunk)."""
+        if not [event for event in events if event.update is not None]:
+            return  # the common chunk: every event carries its document (or deletes)
         needed: list[str] = []
         seen: set[str] = set()
         for event in events:
@@ -112,31 +114,25 @@ class Batch:
         """Fold events (in Kafka order): one loop over many, as the apply reads them."""
         tracker = self.tracker
         rows, ops, positions = self.rows, self.ops, self.positions
+        new = tuple.__new__
         count = 0
         txn = self.last_txn
+        # What the snapshot tracker holds moves only when it sees an event.
+        generation, pending = tracker.generation, tracker.pending
         for event in events:
             op = event.op
-            watch = op == "r" or tracker.pending  # the snapshot tracker has something to see
+            watch = pending or op == "r"  # the snapshot tracker has something to see
             if watch:
-                swept = tracker.sweep
-                tracker.before(event)
-                if tracker.sweep != swept:
-                    self._sweep_rows(tracker.sweep)
+                self._watch(tracker.before, event)
+                generation, pending = tracker.generation, tracker.pending
             count += 1
             ops[op] = ops.get(op, 0) + 1
             positions[event.partition] = event.offset + 1
             txn = event.txn
             if op == "d":
-                rows[event.key] = Row(
-                    "d",
-                    None,
-                    event.partition,
-                    event.offset,
-                    event.ts_us,
-                    event.ord,
-                    txn,
-                    tracker.generation,
-                    True,
+                rows[event.key] = new(
+                    Row,
+                    ("d", None, event.partition, event.offset, event.ts_us, event.ord, txn, generation, True),
                 )
                 continue
             document = event.document
@@ -146,24 +142,22 @@ class Batch:
                     self.unknown_updates += 1
                     continue
                 document = self.patcher.apply(base, event.update)
-            rows[event.key] = Row(
-                op,
-                document,
-                event.partition,
-                event.offset,
-                event.ts_us,
-                event.ord,
-                txn,
-                tracker.generation,
-                False,
+            rows[event.key] = new(
+                Row,
+                (op, document, event.partition, event.offset, event.ts_us, event.ord, txn, generation, False),
             )
             if watch:
-                swept = tracker.sweep
-                tracker.after(event)
-                if tracker.sweep != swept:
-                    self._sweep_rows(tracker.sweep)
+                self._watch(tracker.after, event)
+                generation, pending = tracker.generation, tracker.pending
         self.events += count
         self.last_txn = txn
+
+    def _watch(self, step: Callable[[ChangeEvent], None], event: ChangeEvent) -> None:
+        """The snapshot tracker sees ``event``; a snapshot it sees complete sweeps the batch's rows."""
+        swept = self.tracker.sweep
+        step(event)
+        if self.tracker.sweep != swept:
+            self._sweep_rows(self.tracker.sweep)
 
     def _base(self, key: str) -> str | None:
         row = self.rows.get(key) or self.previous.get(key)
@@ -175,10 +169,10 @@ class Batch:
         """A snapshot completed: the batch's rows written before it began are deleted too."""
         if generation is None:
             return
-        for row in self.rows.values():
+        rows = self.rows
+        for key, row in rows.items():
             if row.generation < generation and not row.deleted:
-                row.deleted = True
-                row.op = "d"
+                rows[key] = row._replace(op="d", deleted=True)
 
     def at_boundary(self, following: ChangeEvent | None) -> bool:
         """Whether a commit may end after the last event added: not inside a MongoDB transaction."""
@@ -196,19 +190,21 @@ class Batch:
     def commit(self, layout: TableLayout, applied_us: int, misfits: Misfits) -> Commit:
         """The commit of this batch: its rows as columns and the state it reaches."""
         keys = list(self.rows)
-        rows = [self.rows[key] for key in keys]
-        deleted = [row.deleted for row in rows]
+        rows = list(self.rows.values())
+        # The rows' fields as columns, in Row's order, in one pass.
+        fields: list[list[Any]] = [list(values) for values in zip(*rows)] or [[] for _ in Row._fields]
+        ops, documents, partitions, offsets, ts_us, ords, txns, generations, deleted = fields
         columns: dict[str, list[Any]] = {
             ID: keys,
-            DOCUMENT: [row.document for row in rows],
-            OP: [row.op for row in rows],
-            SOURCE_TS: [row.ts_us for row in rows],
-            SOURCE_ORD: [row.ord for row in rows],
-            TXN: [row.txn for row in rows],
-            KAFKA_PARTITION: [row.partition for row in rows],
-            KAFKA_OFFSET: [row.offset for row in rows],
+            DOCUMENT: documents,
+            OP: ops,
+            SOURCE_TS: ts_us,
+            SOURCE_ORD: ords,
+            TXN: txns,
+            KAFKA_PARTITION: partitions,
+            KAFKA_OFFSET: offsets,
             APPLIED_AT: [applied_us] * len(rows),
-            GENERATION: [row.generation for row in rows],
+            GENERATION: generations,
             DELETED: deleted,
         }
         if layout.declared:
