@@ -12,7 +12,7 @@ import pytest
 from bson import Decimal128, Int64, ObjectId, Timestamp, json_util
 
 from airflow_provider_mongocdc.core.apply.batch import Batch
-from airflow_provider_mongocdc.core.apply.events import ChangeEvent, EventReader
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes, EventReader
 from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, Misfits, TableLayout, column_values
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
@@ -244,6 +244,104 @@ def test_records_whose_schema_differs_from_the_first_are_read_right():
     schemas = [(first, 1), (same_size, 2), (trap, 3), ('{"x":1}', 4)]
     messages = [_Message(n, key % i, record(schema, value(i))) for n, (schema, i) in enumerate(schemas)]
     assert EventReader(TOPIC).read_all(0, messages) == events
+
+
+def messages(records, first=0) -> list[_Message]:
+    return [_Message(first + n, key, value) for n, (key, value) in enumerate(records)]
+
+
+@pytest.mark.parametrize("schemas", [True, False])
+def test_a_fetch_of_plain_changes_reads_as_columns_holding_what_its_events_hold(schemas):
+    topic = Topic(**{"value.converter.schemas.enable": schemas, "key.converter.schemas.enable": schemas})
+    topic.insert({"_id": 1, "name": "Anne"})
+    topic.update({"_id": 1, "name": "Bea"}, txn=3)  # a change in a transaction
+    topic.delete(ObjectId("596e275826f08b2730779e1f"))  # its delete and its tombstone
+    topic.insert({"_id": "x", "tags": ["a", "b"]})
+    plain = topic.records + [  # read whole (ord not an integer), still a plain update
+        (b'{"id": "1"}', b'{"op": "u", "after": "{}", "source": {"ord": 1.5, "ts_ms": 7}}'),
+    ]
+    changes = EventReader(TOPIC).read_changes(0, messages(plain))
+    assert isinstance(changes, Changes) and len(changes) == len(plain)
+    assert changes.events() == EventReader(TOPIC).read_all(0, messages(plain))
+    assert changes.ops == ["c", "u", "d", "d", "c", "u"] and changes.txns[1] is not None
+    assert changes.documents[2:4] == [None, None] and changes.ts_us[-1] == 7000
+
+    # A fetch with anything else (a snapshot read, an update without its document) reads as events.
+    for other in ("read", "bare update"):
+        mixed = Topic(**{"value.converter.schemas.enable": schemas, "key.converter.schemas.enable": schemas})
+        mixed.insert({"_id": 1})
+        if other == "read":
+            mixed.read({"_id": 2}, last=True)
+        else:
+            mixed.update(None, _id=1, updatedFields={"name": "Cy"})
+        mixed.insert({"_id": 3})
+        read = EventReader(TOPIC).read_changes(0, messages(mixed.records))
+        assert isinstance(read, list) and read == EventReader(TOPIC).read_all(0, messages(mixed.records))
+
+    # A record that is no change event is the same error either way, wherever it is in the fetch.
+    bad = topic.records[:2] + [(b'{"id": "9"}', b'{"op": "x", "source": {}}')]
+    with pytest.raises(EventFormatError, match="offset 2 of partition 0") as columns:
+        EventReader(TOPIC).read_changes(0, messages(bad))
+    with pytest.raises(EventFormatError) as events:
+        EventReader(TOPIC).read_all(0, messages(bad))
+    assert str(columns.value) == str(events.value)
+
+
+def test_runs_of_changes_fold_as_their_events_do():
+    """Runs of plain changes kept as columns, between events folded one by one (an update without
+    a document needs the row a run folded), commit what the events alone commit."""
+    topic = Topic()
+    topic.insert({"_id": 1, "v": 1})
+    topic.insert({"_id": 2, "v": 1})
+    topic.update({"_id": 1, "v": 2}, txn=4)
+    topic.delete(2)  # and its tombstone
+    first_run = len(topic.records)
+    topic.update(None, _id=1, updatedFields={"w": 1})  # applied to the document the run folded
+    topic.insert({"_id": 5, "v": 1})
+    middle = len(topic.records)
+    topic.insert({"_id": 2, "v": 3})  # a deleted key back
+    topic.update({"_id": 5, "v": 2})
+    topic.insert({"_id": 6, "v": 1})
+    topic.delete(6)
+    records = topic.records
+    everything = fold(topic.events())
+
+    reader = EventReader(TOPIC)
+    runs = fold([])
+    run = reader.read_changes(0, messages(records[:first_run]))
+    assert isinstance(run, Changes)
+    runs.add_changes(run)
+    assert runs.runs and not runs.rows  # kept as columns
+    events = reader.read_changes(0, messages(records[first_run:middle], first_run))
+    assert isinstance(events, list)  # the update without a document
+    runs.prepare(events)
+    runs.add_all(events)
+    assert not runs.runs and set(runs.rows) == {"1", "2", "5"}  # the run's rows were folded first
+    last = reader.read_changes(0, messages(records[middle:], middle))
+    assert isinstance(last, Changes)
+    runs.add_changes(last)
+
+    def table(batch: Batch) -> dict:
+        commit = batch.commit(TableLayout(), 5, Misfits())
+        names = list(commit.columns)
+        rows = {row[0]: row[1:] for row in zip(*(commit.columns[name] for name in names))}
+        assert len(rows) == commit.rows
+        return {"rows": rows, "deletes": commit.deletes, "versions": commit.versions}
+
+    assert table(runs) == table(everything)
+    assert live(everything) == {
+        "1": {"_id": 1, "v": 2, "w": 1},
+        "2": {"_id": 2, "v": 3},
+        "5": {"_id": 5, "v": 2},
+    }
+    assert json.loads(table(runs)["rows"]["1"][0]) == {"_id": 1, "v": 2, "w": 1}
+    assert (runs.events, runs.ops, runs.positions, runs.last_txn) == (
+        everything.events,
+        everything.ops,
+        everything.positions,
+        everything.last_txn,
+    )
+    assert runs.all_rows() == everything.rows
 
 
 # -- batches ------------------------------------------------------------------------------------------

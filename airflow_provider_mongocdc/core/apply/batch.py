@@ -12,11 +12,12 @@ the generation, the snapshot under way).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from airflow_provider_mongocdc.core.apply.events import ChangeEvent
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes
 from airflow_provider_mongocdc.core.apply.layout import (
     APPLIED_AT,
     DELETED,
@@ -85,13 +86,58 @@ class Batch:
     unknown_updates: int = 0
     last_txn: str | None = None
     positions: dict[int, int] = field(default_factory=dict)
+    # Runs of plain changes folded after ``rows`` (each with the snapshot generation it was folded
+    # in), kept as columns until the commit or until an event must be folded one by one.
+    runs: list[tuple[Changes, int]] = field(default_factory=list)
     _loaded: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.positions = dict(self.state.positions)
 
+    def takes_changes(self) -> bool:
+        """Whether :meth:`add_changes` may fold a run: no snapshot under way (the tracker sees only
+        snapshot reads then, and a run holds none)."""
+        return not self.tracker.pending
+
+    def add_changes(self, changes: Changes) -> None:
+        """Fold a run of plain changes (in Kafka order, after everything folded so far)."""
+        if not len(changes):
+            return
+        self.runs.append((changes, self.tracker.generation))
+        self.events += len(changes)
+        ops = self.ops
+        for op, count in Counter(changes.ops).items():
+            ops[op] = ops.get(op, 0) + count
+        self.positions[changes.partition] = changes.offsets[-1] + 1
+        self.last_txn = changes.txns[-1]
+
+    def all_rows(self) -> dict[str, Row]:
+        """Every key's row after the events folded so far."""
+        self._unfold_runs()
+        return self.rows
+
+    def _unfold_runs(self) -> None:
+        """The runs' rows into ``rows``, in order (before an event is folded one by one)."""
+        rows, new = self.rows, tuple.__new__
+        for changes, generation in self.runs:
+            partition = changes.partition
+            for key, op, document, ts_us, ord_, txn, offset in zip(
+                changes.keys,
+                changes.ops,
+                changes.documents,
+                changes.ts_us,
+                changes.ords,
+                changes.txns,
+                changes.offsets,
+            ):
+                rows[key] = new(
+                    Row, (op, document, partition, offset, ts_us, ord_, txn, generation, op == "d")
+                )
+        self.runs.clear()
+
     def prepare(self, events: list[ChangeEvent]) -> None:
         """Load from the table the documents that updates without one need (once per chunk)."""
+        self._unfold_runs()
         if not [event for event in events if event.update is not None]:
             return  # the common chunk: every event carries its document (or deletes)
         needed: list[str] = []
@@ -112,6 +158,8 @@ class Batch:
 
     def add_all(self, events: Iterable[ChangeEvent]) -> None:
         """Fold events (in Kafka order): one loop over many, as the apply reads them."""
+        if self.runs:
+            self._unfold_runs()
         tracker = self.tracker
         rows, ops, positions = self.rows, self.ops, self.positions
         new = tuple.__new__
@@ -183,6 +231,7 @@ class Batch:
         state = self.state
         return (
             bool(self.rows)
+            or bool(self.runs)
             or self.tracker.sweep is not None
             or ((self.tracker.generation, self.tracker.pending) != (state.generation, state.pending))
         )
@@ -190,10 +239,42 @@ class Batch:
     def commit(self, layout: TableLayout, applied_us: int, misfits: Misfits) -> Commit:
         """The commit of this batch: its rows as columns and the state it reaches."""
         keys = list(self.rows)
-        rows = list(self.rows.values())
-        # The rows' fields as columns, in Row's order, in one pass.
-        fields: list[list[Any]] = [list(values) for values in zip(*rows)] or [[] for _ in Row._fields]
+        # The rows' fields as columns, in Row's order, in one pass; then the runs' columns after them.
+        fields: list[list[Any]] = [list(values) for values in zip(*self.rows.values())] or [
+            [] for _ in Row._fields
+        ]
         ops, documents, partitions, offsets, ts_us, ords, txns, generations, deleted = fields
+        for changes, generation in self.runs:
+            count = len(changes)
+            keys += changes.keys
+            ops += changes.ops
+            documents += changes.documents
+            partitions += [changes.partition] * count
+            offsets += changes.offsets
+            ts_us += changes.ts_us
+            ords += changes.ords
+            txns += changes.txns
+            generations += [generation] * count
+            deleted += [op == "d" for op in changes.ops]
+        if self.runs:  # the last row of each key, in the order keys first came
+            last = dict(zip(keys, range(len(keys))))
+            if len(last) < len(keys):
+                picked = list(last.values())
+                keys, ops, documents, partitions, offsets, ts_us, ords, txns, generations, deleted = (
+                    list(map(column.__getitem__, picked))
+                    for column in (
+                        keys,
+                        ops,
+                        documents,
+                        partitions,
+                        offsets,
+                        ts_us,
+                        ords,
+                        txns,
+                        generations,
+                        deleted,
+                    )
+                )
         columns: dict[str, list[Any]] = {
             ID: keys,
             DOCUMENT: documents,
@@ -203,14 +284,14 @@ class Batch:
             TXN: txns,
             KAFKA_PARTITION: partitions,
             KAFKA_OFFSET: offsets,
-            APPLIED_AT: [applied_us] * len(rows),
+            APPLIED_AT: [applied_us] * len(keys),
             GENERATION: generations,
             DELETED: deleted,
         }
         if layout.declared:
             values = [
-                column_values(layout, key, None if row.deleted else row.document, misfits)
-                for key, row in zip(keys, rows)
+                column_values(layout, key, None if gone else document, misfits)
+                for key, document, gone in zip(keys, documents, deleted)
             ]
             for index, column in enumerate(layout.declared):
                 columns[column.name] = [row_values[index] for row_values in values]
@@ -224,7 +305,7 @@ class Batch:
         }
         if self.tracker.sweep is not None:
             metadata["mongocdc.sweep_below_generation"] = self.tracker.sweep
-        return Commit(columns, self.tracker.sweep, after.versions(), metadata, len(rows), sum(deleted))
+        return Commit(columns, self.tracker.sweep, after.versions(), metadata, len(keys), sum(deleted))
 
     def next_state(self) -> TableState:
         """The table's state once this batch is committed."""

@@ -155,6 +155,37 @@ class _Prefix:
         return None
 
 
+@dataclass(slots=True)
+class Changes:
+    """The events of one fetch of one partition as columns, when each is a plain change: an insert,
+    update or replace with its document, a delete or a tombstone (no snapshot read, no update without
+    a document, nothing the snapshot tracker must see). The fold keeps them as they are until the
+    commit: no object per event. Index ``i`` of every list is the fetch's ``i``-th record."""
+
+    partition: int
+    keys: list[str]
+    ops: list[str]
+    documents: list[str | None]
+    ts_us: list[int | None]
+    ords: list[int | None]
+    txns: list[str | None]
+    offsets: list[int]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def events(self) -> list[ChangeEvent]:
+        """The same events as objects, for a fold that must see each one (their Kafka timestamps,
+        which only order several partitions, are not kept)."""
+        partition = self.partition
+        return [
+            ChangeEvent(key, op, document, partition, offset, 0, ts_us, ord_, txn)
+            for key, op, document, ts_us, ord_, txn, offset in zip(
+                self.keys, self.ops, self.documents, self.ts_us, self.ords, self.txns, self.offsets
+            )
+        ]
+
+
 class Record(Protocol):
     """A Kafka record as :meth:`EventReader.read_all` reads it (a confluent-kafka ``Message``)."""
 
@@ -306,6 +337,105 @@ class EventReader:
                     value_at, value_size = value_prefix.at, value_prefix.size
             append(event)
         return events
+
+    def read_changes(self, partition: int, records: list[Record]) -> Changes | list[ChangeEvent]:
+        """The records of one partition, in order: as :class:`Changes` when every one is a plain
+        change (the common fetch of a stream of changes), else as :meth:`read_all` reads them."""
+        changes = self._changes(partition, records)
+        return changes if changes is not None else self.read_all(partition, records)
+
+    def _changes(self, partition: int, records: list[Record]) -> Changes | None:
+        """:meth:`read_changes`'s columns; None at the first record that is not a plain change. The
+        common record is cut and decoded here as in :meth:`read_all`; any other is read by
+        :meth:`read` (which learns the topic's prefixes, or names what is wrong with it)."""
+        keys: list[str] = []
+        ops: list[str] = []
+        documents: list[str | None] = []
+        stamps: list[int | None] = []
+        ords: list[int | None] = []
+        txns: list[str | None] = []
+        offsets: list[int] = []
+        add_key, add_op, add_document = keys.append, ops.append, documents.append
+        add_stamp, add_ord, add_txn, add_offset = stamps.append, ords.append, txns.append, offsets.append
+        decode, loads = _PAYLOAD_DECODER.decode, orjson.loads
+        key_prefix, value_prefix = self._key, self._value
+        key_at = key_prefix.at if key_prefix.head is not None else -1
+        value_at = value_prefix.at if value_prefix.head is not None else -1
+        key_marker, key_tail, key_size = key_prefix._marker, key_prefix.tail, key_prefix.size
+        value_marker, value_tail, value_size = value_prefix._marker, value_prefix.tail, value_prefix.size
+        key_end, value_end = -len(key_tail), -len(value_tail)
+        for record in records:
+            offset = record.offset()
+            raw_key = record.key()
+            raw_value = record.value()
+            plain = False
+            if (
+                key_at >= 0
+                and raw_key is not None
+                and raw_key.startswith(key_marker, key_at)
+                and raw_key.startswith(_SCHEMA_START)
+                and raw_key.endswith(key_tail)
+            ):
+                try:
+                    key = loads(raw_key[key_size:key_end])
+                except orjson.JSONDecodeError:
+                    key = None
+                if type(key) is str:
+                    if raw_value is None:  # a tombstone
+                        op, document, ts_us, ord_, txn = DELETE, None, None, None, None
+                        plain = True
+                    elif (
+                        value_at >= 0
+                        and raw_value.startswith(value_marker, value_at)
+                        and raw_value.startswith(_SCHEMA_START)
+                        and raw_value.endswith(value_tail)
+                    ):
+                        try:
+                            payload = decode(raw_value[value_size:value_end])
+                        except _FAST_ERRORS:
+                            payload = None
+                        if payload is not None and not len(payload.patch) and not len(payload.filter):
+                            op = payload.op
+                            document = payload.after
+                            if op == DELETE or (document is not None and (op == "c" or op == "u")):
+                                source = payload.source
+                                ts_us = source.ts_us
+                                if ts_us is None and source.ts_ms is not None:
+                                    ts_us = source.ts_ms * 1000
+                                ord_ = source.ord
+                                lsid, number = source.lsid, source.txnNumber
+                                txn = f"{lsid}:{number}" if lsid is not None and number is not None else None
+                                if op == DELETE:
+                                    document = None
+                                plain = True
+            if not plain:
+                event = self.read(partition, offset, raw_key, raw_value, record.timestamp()[1])
+                if key_prefix.head is not None:
+                    key_at, key_size = key_prefix.at, key_prefix.size
+                if value_prefix.head is not None:
+                    value_at, value_size = value_prefix.at, value_prefix.size
+                if (
+                    event.op == READ
+                    or event.update is not None
+                    or (event.document is None and event.op != DELETE)
+                ):
+                    return None
+                key, op, document, ts_us, ord_, txn = (
+                    event.key,
+                    event.op,
+                    event.document,
+                    event.ts_us,
+                    event.ord,
+                    event.txn,
+                )
+            add_key(key)
+            add_op(op)
+            add_document(document)
+            add_stamp(ts_us)
+            add_ord(ord_)
+            add_txn(txn)
+            add_offset(offset)
+        return Changes(partition, keys, ops, documents, stamps, ords, txns, offsets)
 
     def read(
         self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None, timestamp: int = 0

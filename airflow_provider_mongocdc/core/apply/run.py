@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_provider_mongocdc.core.apply.batch import Batch, Commit, Row
-from airflow_provider_mongocdc.core.apply.events import ChangeEvent
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes
 from airflow_provider_mongocdc.core.apply.layout import Misfits, TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
@@ -228,7 +228,12 @@ class TableApply:
         batch = self._batch(state, tracker)
         limit = self.job.max_batch_events
         several = len([p for p in partitions if starts.get(p, 0) < stop.get(p, 0)]) > 1
-        for chunk in read_range(self.kafka_config, self.job.topic, starts, stop):
+        for chunk in read_range(self.kafka_config, self.job.topic, starts, stop, changes=not several):
+            if isinstance(chunk, Changes):  # a fetch of plain changes, as columns
+                if batch.events + len(chunk) < limit and batch.takes_changes():  # no commit inside it
+                    batch.add_changes(chunk)
+                    continue
+                chunk = chunk.events()
             batch.prepare(chunk)
             if several or batch.events + len(chunk) < limit:  # no commit inside this chunk
                 batch.add_all(chunk)
@@ -240,7 +245,7 @@ class TableApply:
                 following: ChangeEvent | None = chunk[index + 1] if index + 1 < len(chunk) else None
                 if following is None or batch.at_boundary(following):
                     state = self._commit(batch, state)
-                    batch = self._batch(state, tracker, batch.rows)
+                    batch = self._batch(state, tracker, batch.all_rows())
                     batch.prepare(chunk[index + 1 :])
         if batch.events:
             for partition, end in stop.items():  # read to its end: past commit markers too

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from airflow_provider_mongocdc.core.apply.events import ChangeEvent, EventReader
+from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes, EventReader
 from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
@@ -158,16 +158,20 @@ def read_range(
     starts: Mapping[int, int],
     ends: Mapping[int, int],
     chunk: int = POLL_RECORDS,
-) -> Iterator[list[ChangeEvent]]:
+    changes: bool = False,
+) -> Iterator[list[ChangeEvent] | Changes]:
     """The events from ``starts`` up to ``ends`` (exclusive), in chunks of about ``chunk`` events:
-    in partition order for one partition, merged by record time for several."""
+    in partition order for one partition, merged by record time for several. With ``changes``, a
+    fetch of one partition's plain changes comes as :class:`Changes` (columns)."""
     wanted = {partition: start for partition, start in starts.items() if start < ends.get(partition, 0)}
     if not wanted:
         return
     reader = EventReader(topic)
     if len(wanted) == 1:
         ((partition, start),) = wanted.items()
-        yield from _partition_chunks(kafka_config, reader, topic, partition, start, ends[partition], chunk)
+        yield from _partition_chunks(
+            kafka_config, reader, topic, partition, start, ends[partition], chunk, changes
+        )
         return
     streams = [
         chain.from_iterable(
@@ -216,9 +220,11 @@ def _partition_chunks(
     start: int,
     end: int,
     size: int = POLL_RECORDS,
-) -> Iterator[list[ChangeEvent]]:
+    changes: bool = False,
+) -> Iterator[list[ChangeEvent] | Changes]:
     """One partition's committed events from ``start`` to ``end``, a list per fetch of up to
-    ``size`` records (one loop per fetch, not a generator step per record)."""
+    ``size`` records (one loop per fetch, not a generator step per record); with ``changes``, a
+    fetch of plain changes as :class:`Changes`."""
     consumer = Consumer(consumer_config(kafka_config))
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
@@ -238,7 +244,11 @@ def _partition_chunks(
             last = messages[-1]
             if last.offset() < end and not any(message.error() is not None for message in messages):
                 # The common fetch: records only, all before the end.
-                events = reader.read_all(partition, messages)
+                events: list[ChangeEvent] | Changes = (
+                    reader.read_changes(partition, messages)
+                    if changes
+                    else reader.read_all(partition, messages)
+                )
                 position = last.offset() + 1
             else:
                 events, reached = _fetched_events(kafka_config, reader, topic, partition, messages, end)
