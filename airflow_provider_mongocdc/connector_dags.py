@@ -731,7 +731,7 @@ def watchdog_dag(connector: Connector, common: Mapping[str, Any]):
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import DAG
 
-    from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
+    from airflow_provider_mongocdc.core.gap.headroom import HEADROOM_WARNING
     from airflow_provider_mongocdc.sensors.oplog_gap import OplogGapSensor
 
     ids = connector.dag_ids

@@ -1,26 +1,25 @@
-"""The operator that re-snapshots a connector after an oplog gap, or on request."""
+"""The operator that re-snapshots a connector after an oplog gap, or on request.
+
+What reads MongoDB or Kafka (and bson) is imported when the task runs: the DAG files import this
+module at every parse, which needs neither pymongo nor confluent_kafka.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.events.filters import Filters
-from airflow_provider_mongocdc.core.gap.checker import GapChecker
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
-from airflow_provider_mongocdc.core.snapshot.incremental import (
-    IncrementalProgress,
-    IncrementalRequest,
-    parse_filter,
-)
-from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
 from airflow_provider_mongocdc.resnapshot_form import COLLECTION_FORMAT
+
+if TYPE_CHECKING:
+    from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+    from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 
 GAP, MANUAL, INCREMENTAL, STOP = "gap", "manual", "incremental", "stop"
 MODES = (MANUAL, INCREMENTAL, GAP, STOP)
@@ -29,6 +28,8 @@ MODES = (MANUAL, INCREMENTAL, GAP, STOP)
 def parse_collections(value: Any) -> list[str]:
     """``collections`` from a trigger form or a DAG run conf: a list, a JSON list, a
     comma-separated string, or empty (every captured collection)."""
+    from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
+
     if isinstance(value, (list, tuple)):
         for item in value:
             name = str(item).strip()
@@ -101,6 +102,8 @@ def resnapshot_params() -> dict[str, Any]:
 
 def _filters(value: Any) -> dict[str, Any]:
     """``filters`` from the form or a DAG run conf: an object (or its JSON) of query per collection."""
+    from airflow_provider_mongocdc.core.snapshot.incremental import parse_filter
+
     if value in (None, "", "None", {}):
         return {}
     value = json_object(value, "Filters", 'give an object such as {"shop.orders": {"status": "open"}}')
@@ -112,6 +115,8 @@ def active_progress(
     store: OffsetStore, prefix: str, request: IncrementalRequest | None
 ) -> IncrementalProgress | None:
     """What is left of ``request`` when it still runs (its collections in ``pending``), else None."""
+    from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
+
     if request is None or request.stop:
         return None
     for partition, state in store.read_all().items():
@@ -128,6 +133,8 @@ def merged_request(
     collections: list[str], filters: Mapping[str, Any], reason: str, active: IncrementalProgress | None
 ) -> IncrementalRequest:
     """A new request; one still running is folded in (its collections are copied again in full)."""
+    from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
+
     if active is not None and collections and active.pending:
         merged = {**{name: active.filters.get(name) for name in active.pending}, **filters}
         return IncrementalRequest.new(sorted(set(collections) | set(active.pending)), merged, reason)
@@ -282,6 +289,8 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
 
     def check_gap(self, config: ConnectorConfig):
         """The connector's gap report now (as OplogGapSensor computes it)."""
+        from airflow_provider_mongocdc.core.gap.checker import GapChecker
+        from airflow_provider_mongocdc.core.offsets.store import OffsetStore
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
         from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
 
@@ -297,6 +306,9 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
     def request_incremental(self, config: ConnectorConfig, decision: Mapping[str, Any]) -> dict[str, Any]:
         """Record an incremental snapshot request (or its stop) in the offsets topic; the windows
         do the copying. Returns at once, without the lease and without spark-submit."""
+        from airflow_provider_mongocdc.core.events.filters import Filters
+        from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+        from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
         store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)

@@ -1,4 +1,8 @@
-"""The operator that runs a snapshot (``spark_apps/snapshot.py``)."""
+"""The operator that runs a snapshot (``spark_apps/snapshot.py``).
+
+What reads MongoDB or Kafka is imported when the task runs: the DAG files import this module at
+every parse, which needs neither pymongo nor confluent_kafka.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT
-from airflow_provider_mongocdc.core.snapshot.assessment import bool_param, nothing_to_do
-from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
 from airflow_provider_mongocdc.operators.base import ApplicationFailed, MongoCdcSparkSubmitOperator
 
 
@@ -86,6 +88,8 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
     def submit(self, context, config: ConnectorConfig, spec: JobSpec) -> dict[str, Any]:
         """Submit the snapshot application, unless ``snapshot.mode`` finds nothing to do (without
         ``force``): most scheduled runs are decided here, without a spark-submit."""
+        from airflow_provider_mongocdc.core.snapshot.assessment import nothing_to_do
+
         if not spec.params.get("force"):
             try:
                 summary = nothing_to_do(spec)
@@ -97,6 +101,8 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
         return super().submit(context, config, spec)
 
     def job_params(self, context, config: ConnectorConfig) -> dict[str, Any]:
+        from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
+
         namespaces = parse_namespaces(self.collections)  # validated before anything is submitted
         return {
             "collections": [f"{db}.{coll}" for db, coll in namespaces] if namespaces else None,
@@ -137,5 +143,7 @@ class MongoSnapshotOperator(MongoCdcSparkSubmitOperator):
 
 def _as_bool(value: Any, name: str) -> bool:
     """A templated boolean parameter; empty (``None``, ``"None"``, ``""``) is false."""
+    from airflow_provider_mongocdc.core.snapshot.assessment import bool_param
+
     empty = value is None or str(value).strip().lower() in ("none", "")
     return bool_param({name: None if empty else value}, name, default=False)

@@ -46,7 +46,7 @@ from airflow_provider_mongocdc.connector_dags import (
 )
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING
+from airflow_provider_mongocdc.core.gap.headroom import HEADROOM_WARNING
 from airflow_provider_mongocdc.core.health.probes import (
     ReadingCache,
     count_documents_left,

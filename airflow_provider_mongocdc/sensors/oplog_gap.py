@@ -1,10 +1,14 @@
-"""OplogGapSensor: succeeds when a connector's stored resume point is no longer in the oplog."""
+"""OplogGapSensor: succeeds when a connector's stored resume point is no longer in the oplog.
+
+The gap check (pymongo, confluent_kafka, bson) and its trigger are imported when the sensor runs:
+the DAG files import this module at every parse, which needs none of them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -12,9 +16,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.dag_ids import RESNAPSHOT
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.gap.checker import GapChecker
-from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport, unsure_gap
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.gap.headroom import HEADROOM_WARNING
 from airflow_provider_mongocdc.links import ResnapshotTriggerLink
 from airflow_provider_mongocdc.metrics import oplog_metrics
 from airflow_provider_mongocdc.operators.base import (
@@ -22,7 +24,9 @@ from airflow_provider_mongocdc.operators.base import (
     decode_connector_config,
     json_object,
 )
-from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger, event_error, log_report
+
+if TYPE_CHECKING:
+    from airflow_provider_mongocdc.core.gap.report import GapReport
 
 
 def connector_properties(connector_config: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -106,6 +110,8 @@ class OplogGapSensor(BaseSensorOperator):
 
     def check(self) -> GapReport:
         """One check of every partition of the connector (synchronous)."""
+        from airflow_provider_mongocdc.core.gap.checker import GapChecker
+        from airflow_provider_mongocdc.core.offsets.store import OffsetStore
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
         from airflow_provider_mongocdc.hooks.topology import MongoTopologyHook
 
@@ -125,6 +131,9 @@ class OplogGapSensor(BaseSensorOperator):
         return report
 
     def poke(self, context) -> PokeReturnValue:
+        from airflow_provider_mongocdc.core.gap.report import unsure_gap
+        from airflow_provider_mongocdc.triggers.oplog_gap import log_report
+
         report = self.check()
         log_report(self.log, report, self.headroom_warning.total_seconds())
         oplog_metrics(report.connector, report.headroom_seconds, report.gap)
@@ -146,6 +155,8 @@ class OplogGapSensor(BaseSensorOperator):
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from airflow_provider_mongocdc.triggers.oplog_gap import OplogGapTrigger
+
         # Validate before handing over to the triggerer, so a bad configuration fails here. The
         # trigger gets the canonical properties of the same configuration: the properties the
         # connector ignores (producer.override.* may hold Kafka credentials) are not stored in
@@ -177,6 +188,8 @@ class OplogGapSensor(BaseSensorOperator):
             )
             return report
         if event.get("status") == "error":
+            from airflow_provider_mongocdc.triggers.oplog_gap import event_error
+
             # A MongoCdcError, not an AirflowException: soft_fail must not turn a failed check
             # into a skipped one.
             raise event_error(event)

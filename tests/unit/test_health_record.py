@@ -11,8 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from bson.timestamp import Timestamp
 
+from airflow_provider_mongocdc.core.gap.headroom import HEADROOM_WARNING
 from airflow_provider_mongocdc.core.gap.plan import Probe
-from airflow_provider_mongocdc.core.gap.report import HEADROOM_WARNING, GapReport, assess
+from airflow_provider_mongocdc.core.gap.report import GapReport, assess
 from airflow_provider_mongocdc.core.health.probes import ReadingCache
 from airflow_provider_mongocdc.core.health.record import (
     TOKEN_SHOWN,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 
-from pymongo.errors import OperationFailure
-
 _SECRET_WORD = r"(?:password|passwd|pwd|secret|token|credential)"
 # Userinfo: the password runs to the last "@" before the next blank or quote, so that an unescaped
 # "@", "/" or "?" in it does not leave a part visible.
@@ -44,6 +42,8 @@ def error_text(error: BaseException, *, brief: bool = False) -> str:
     ``brief`` also drops what a server selection error adds after the cause: the driver's
     ``(configured timeouts: ...)`` and the ``, Timeout: ..., Topology Description: ...`` tail.
     """
+    from pymongo.errors import OperationFailure  # here: the DAG files import this module, not pymongo
+
     text = str(error)
     if isinstance(error, OperationFailure) and error.details:
         text = str(error.details.get("errmsg") or text)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.gap.headroom import HEADROOM_WARNING as HEADROOM_WARNING
 from airflow_provider_mongocdc.core.gap.plan import Probe
 from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.mongo.oplog_span import OplogSpan, ts_json
@@ -38,8 +39,7 @@ OK, GAP, NO_OFFSET, NO_POSITION, SNAPSHOT_RUNNING = (
 )
 # Outcomes of the stream check.
 RESUMABLE, HISTORY_LOST = "resumable", "history_lost"
-# Below this headroom the watchdog's sensor warns and the MongoDB CDC page shows the headroom red.
-HEADROOM_WARNING = timedelta(hours=6)
+# HEADROOM_WARNING (imported above) lives in core/gap/headroom.py and stays importable from here.
 
 
 @dataclass(frozen=True)

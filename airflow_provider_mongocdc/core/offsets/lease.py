@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mongocdc.core.base.errors import DeliveryError, LeaseHeldError, OffsetError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.events.schema import Record
-from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
-from airflow_provider_mongocdc.core.offsets.keys import lease_key
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
-from airflow_provider_mongocdc.core.offsets.writers import TakeOver, lease_transactional_id
+
+# The Kafka side (confluent_kafka, the offsets store and its bson) is imported when a ConnectorLease
+# is built: the operators name their lease kind at import, which the DAG files do at every parse.
+if TYPE_CHECKING:
+    from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,10 @@ class ConnectorLease:
         connector_name: str | None = None,
         read_timeout_s: float = 60.0,
     ):
+        from airflow_provider_mongocdc.core.offsets.keys import lease_key
+        from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+        from airflow_provider_mongocdc.core.offsets.writers import TakeOver, lease_transactional_id
+
         self.kafka_config = dict(kafka_config)
         self.topic_prefix = topic_prefix
         self.connector_name = connector_name
@@ -301,6 +306,8 @@ class ConnectorLease:
     def _check_owner(self, lease: Lease | None, records: list[tuple[bytes | None, bytes | None]]) -> None:
         """Refuse a connector named otherwise than the last lease holder or the offsets' writer
         (:func:`~airflow_provider_mongocdc.core.offsets.store.check_owner`)."""
+        from airflow_provider_mongocdc.core.offsets.store import check_owner
+
         if self.connector_name is None:
             return
         if lease is not None and lease.connector not in (None, self.connector_name):
@@ -421,6 +428,8 @@ class ConnectorLease:
         writer.commit([Record(self.store.topic, self.key, json.dumps(lease.to_json()).encode())])
 
     def _exclusively(self, action):
+        from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
+
         self.store.ensure_topic()
         attempt = 1
         while True:

@@ -13,14 +13,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
-
-from bson.timestamp import Timestamp
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mongocdc.core.base.durations import parse_duration, settings_fields
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+
+# bson is imported where a cluster time is made or read: the window operator checks its open window
+# settings (OpenSettings) when a DAG file is parsed, which needs no bson.
+if TYPE_CHECKING:
+    from bson.timestamp import Timestamp
 
 DEFAULT_IDLE_TIMEOUT_S = 30.0
 # MongoDB's periodicNoopIntervalSecs: an idle primary writes a no-op to its oplog this often (the
@@ -52,6 +55,8 @@ OPEN_KEYS = {"idle": "idle_s", "max_open": "max_open_s", "commit_interval": "com
 def parse_time(value: Any) -> datetime:
     """An aware UTC datetime from an ISO-8601 text (``Z`` allowed), a datetime or a cluster time
     (its whole seconds)."""
+    from bson.timestamp import Timestamp
+
     if isinstance(value, Timestamp):
         parsed = datetime.fromtimestamp(value.time, timezone.utc)
     elif isinstance(value, datetime):
@@ -74,6 +79,8 @@ def parse_time(value: Any) -> datetime:
 def end_timestamp(window_end: datetime) -> Timestamp:
     """The cluster time a window ends at: the whole second of ``window_end``, increment 0 (every
     change has an increment of 1 or more, so none sits exactly on it)."""
+    from bson.timestamp import Timestamp
+
     return Timestamp(int(math.floor(window_end.timestamp())), 0)
 
 
