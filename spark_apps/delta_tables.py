@@ -48,9 +48,7 @@ from airflow_provider_mongocdc.core.apply.layout import (
     ID,
     OP,
     SYSTEM_NAMES,
-    Misfits,
     TableLayout,
-    column_values,
     decimal_digits,
 )
 from airflow_provider_mongocdc.core.apply.run import TableApply, TableJob
@@ -62,6 +60,7 @@ from airflow_provider_mongocdc.core.apply.state import (
     vacuumed_app_id,
 )
 from airflow_provider_mongocdc.core.apply.topics import DataTopic, partitions_of
+from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 from airflow_provider_mongocdc.core.base.errors import TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 

@@ -13,7 +13,7 @@ from bson import Decimal128, Int64, ObjectId, Timestamp, json_util
 
 from airflow_provider_mongocdc.core.apply.batch import Batch
 from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes, EventReader
-from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, Misfits, TableLayout, column_values
+from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
 from airflow_provider_mongocdc.core.apply.snapshots import (
@@ -27,6 +27,7 @@ from airflow_provider_mongocdc.core.apply.snapshots import (
     SnapshotTracker,
 )
 from airflow_provider_mongocdc.core.apply.state import TableState, check_owner, generation_app_id
+from airflow_provider_mongocdc.core.apply.values import Misfits, column_values, convert
 from airflow_provider_mongocdc.core.base.errors import ConfigError, EventFormatError, TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
@@ -514,9 +515,9 @@ def test_declared_columns_take_fitting_values_and_count_the_others():
     assert misfits.counts == {"n": 1, "price": 1}
     (line_n, line_price) = misfits.describe(layout.declared)
     assert line_n.startswith("1 value(s) of n did not fit the column n (integer) and stay in _doc only")
-    fits = DeclaredColumn("p", "p", "decimal(6,2)").convert(Decimal128("1234.5"))
+    fits = convert(DeclaredColumn("p", "p", "decimal(6,2)"), Decimal128("1234.5"))
     assert fits == (True, Decimal("1234.50"))
-    assert DeclaredColumn("p", "p", "decimal(6,2)").convert(Decimal128("12345.5"))[0] is False
+    assert convert(DeclaredColumn("p", "p", "decimal(6,2)"), Decimal128("12345.5"))[0] is False
 
 
 def test_bad_settings_are_one_error_in_words():

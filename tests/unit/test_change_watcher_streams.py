@@ -1,6 +1,6 @@
-"""The change watcher's poll of several streams at once (triggers/change_watcher.py): each stream's
-outcome stays with that stream, whichever of them ended meanwhile. The cursors here stand in for
-pymongo's: one that the server closed (an invalidate) and one whose getMore fails."""
+"""The change watcher's poll of several streams at once (triggers/change_watch_session.py): each
+stream's outcome stays with that stream, whichever of them ended meanwhile. The cursors here stand in
+for pymongo's: one that the server closed (an invalidate) and one whose getMore fails."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pymongo.errors import OperationFailure
 
 from airflow_provider_mongocdc.core.offsets.model import Position
 from airflow_provider_mongocdc.core.watch.watcher import BLOCKED, WATCHED
-from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher, _WatchSession
+from airflow_provider_mongocdc.triggers.change_watch_session import WatchSession
+from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +44,7 @@ class HistoryLost:
 
 def test_a_stream_closed_by_the_server_and_one_that_fails_keep_their_own_outcomes():
     trigger = MongoChangeWatcher("shop", connector_config={"topic.prefix": "shop"}, poll_interval_s=0.1)
-    session = _WatchSession(trigger)
+    session = WatchSession(trigger)
     start = Position(cluster_time=Timestamp(1_800_000_000, 1))
     session.watch.committed({"shard0": start, "shard1": start}, 1_800_000_000)
     for name in ("shard0", "shard1"):

@@ -379,14 +379,17 @@ def test_the_dag_processor_imports_the_spark_operator_once_not_at_every_parse(tm
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_a_parse_of_the_dag_file_imports_neither_the_mongodb_nor_the_kafka_client(tmp_path):
-    """A parse builds the DAGs and never talks to MongoDB or Kafka: after Airflow's pre-import, the
-    connector DAG file leaves pymongo, bson and confluent_kafka unimported (they cost about 0.2 CPU-s
-    a parse); the tasks import them when they run."""
+CLIENTS = ("pymongo", "bson", "confluent_kafka")
+
+
+def parse_after_the_pre_import(path: Path, then: str = "") -> list[str]:
+    """Parse the DAG file ``path`` as Airflow's DAG processor does, in a fresh process: the
+    ``airflow.`` modules it names imported first, then the file executed. ``then`` runs after (the
+    parsed module is ``parsed``); its output lines come back, then the DAG ids and the MongoDB and
+    Kafka client modules imported."""
     import subprocess
     import sys
 
-    path = dag_folder(tmp_path) / "mongocdc_connectors.py"
     code = (
         "import importlib.util, sys, structlog\n"
         "from airflow.dag_processing.processor import _pre_import_airflow_modules\n"
@@ -394,12 +397,68 @@ def test_a_parse_of_the_dag_file_imports_neither_the_mongodb_nor_the_kafka_clien
         f"spec = importlib.util.spec_from_file_location('parsed', {str(path)!r})\n"
         "parsed = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(parsed)\n"
+        f"{then}\n"
         "print(sorted(name for name in vars(parsed) if name.startswith('mongocdc_')))\n"
-        "clients = ('pymongo', 'bson', 'confluent_kafka')\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] in clients))\n"
+        f"print(sorted(name for name in sys.modules if name.split('.')[0] in {CLIENTS!r}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    dag_ids, clients = done.stdout.strip().splitlines()[-2:]
+    return done.stdout.strip().splitlines()
+
+
+def test_a_parse_of_the_dag_file_imports_neither_the_mongodb_nor_the_kafka_client(tmp_path):
+    """A parse builds the DAGs and never talks to MongoDB or Kafka: after Airflow's pre-import, the
+    connector DAG file leaves pymongo, bson and confluent_kafka unimported (they cost about 0.2 CPU-s
+    a parse); the tasks import them when they run."""
+    dag_ids, clients = parse_after_the_pre_import(dag_folder(tmp_path) / "mongocdc_connectors.py")[-2:]
     assert dag_ids == str(["mongocdc_hourly", "mongocdc_resnapshot", "mongocdc_watchdog"])
+    assert clients == "[]"
+
+
+def test_a_parse_of_change_driven_and_delta_entries_imports_neither_client(tmp_path):
+    """The change watcher is built at a parse (the trigger of the window DAG's Asset), and stored as
+    its class path and arguments: its MongoDB and Kafka reads import the clients when the triggerer
+    runs it. A ``delta`` entry's settings are checked at a parse, its values converted when it runs."""
+    connectors = [
+        {
+            "name": "shop",
+            "config": {"topic.prefix": "shop"},
+            "window_schedule": {"changes": {"min_changes": 1, "max_delay": "5s"}, "open": {"idle": "30s"}},
+        },
+        {
+            "name": "lake",
+            "config": {"topic.prefix": "lake"},
+            "window_schedule": {"clock": "@hourly", "changes": {}},
+            "delta": {"location": "/data/delta/lake", "columns": {"lake.orders": {"total": "decimal(10,2)"}}},
+        },
+    ]
+    path = dag_folder(tmp_path, connectors) / "mongocdc_connectors.py"
+    # What the DAG processor stores of each window DAG's schedule: the Asset, its watcher's trigger.
+    then = (
+        "from airflow.serialization.encoders import encode_trigger\n"
+        "for name in ('shop', 'lake'):\n"
+        "    dag = getattr(parsed, f'mongocdc_{name}_hourly')\n"
+        "    asset = dag.timetable.asset_condition\n"
+        "    (watcher,) = asset.watchers\n"
+        "    stored = encode_trigger(watcher.trigger)\n"
+        "    print(asset.uri, watcher.name, stored['classpath'], stored['kwargs']['connector'])\n"
+        "print([task.task_id for task in parsed.mongocdc_lake_hourly.tasks])\n"
+    )
+    *shown, tasks, dag_ids, clients = parse_after_the_pre_import(path, then)
+    classpath = "airflow_provider_mongocdc.triggers.change_watcher.MongoChangeWatcher"
+    assert shown == [
+        f"mongocdc-changes://shop/ mongocdc_shop_changes {classpath} shop",
+        f"mongocdc-changes://lake/ mongocdc_lake_changes {classpath} lake",
+    ]
+    assert tasks == str(["snapshot", "window", "delta_apply"])
+    assert dag_ids == str(
+        [
+            "mongocdc_lake_hourly",
+            "mongocdc_lake_resnapshot",
+            "mongocdc_lake_watchdog",
+            "mongocdc_shop_hourly",
+            "mongocdc_shop_resnapshot",
+            "mongocdc_shop_watchdog",
+        ]
+    )
     assert clients == "[]"

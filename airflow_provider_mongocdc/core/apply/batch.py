@@ -30,13 +30,12 @@ from airflow_provider_mongocdc.core.apply.layout import (
     SOURCE_ORD,
     SOURCE_TS,
     TXN,
-    Misfits,
     TableLayout,
-    column_values,
 )
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import SnapshotTracker
 from airflow_provider_mongocdc.core.apply.state import TableState
+from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 
 
 class Row(NamedTuple):

@@ -28,11 +28,12 @@ from typing import Any, Protocol
 
 from airflow_provider_mongocdc.core.apply.batch import Batch, Commit, Row
 from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes
-from airflow_provider_mongocdc.core.apply.layout import Misfits, TableLayout
+from airflow_provider_mongocdc.core.apply.layout import TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
 from airflow_provider_mongocdc.core.apply.state import TableState, check_owner
 from airflow_provider_mongocdc.core.apply.topics import first_records, partitions_of, read_range, topic_ends
+from airflow_provider_mongocdc.core.apply.values import Misfits
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
 
