@@ -4,7 +4,8 @@ Both run a real Airflow 3.3 (api-server, scheduler with LocalExecutor, dag-proce
 from ``tests/e2e/airflow_stack.py``, its own SQLite database migrated at the start) with one
 connector whose window DAG is scheduled by changes (``min_changes`` 1, ``max_delay`` 5 s) and whose
 windows stay open (``window_schedule.open`` at its defaults: ``idle`` 30 s, ``max_open`` 50 min,
-``commit_interval`` 1 s). The first run (Trigger) takes the snapshot. A writer then inserts at a
+``commit_interval`` 1 s), with docker-compose.yaml's scheduler settings (:data:`DEPLOYMENT_TUNING`).
+The first run (Trigger) takes the snapshot. A writer then inserts at a
 steady rate (``insert_one`` of single documents), phase after phase, and one ``read_committed``
 consumer of the topics notes when each insert's event arrives.
 
@@ -48,7 +49,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
-from bench.services import VENV_BIN, Services, spark_env
+from bench.services import REPO, VENV_BIN, Services, spark_env
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.25
@@ -233,6 +234,22 @@ def cpu_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 
 # -- the Airflow stack -----------------------------------------------------------------------------
+# The settings of docker-compose.yaml's Airflow services that tune their own CPU: the bench runs the
+# deployment the README describes (``MONGOCDC_BENCH_AIRFLOW_DEFAULTS=1``: Airflow's defaults).
+DEPLOYMENT_TUNING = ("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",)
+
+
+def deployment_settings() -> dict[str, str]:
+    """docker-compose.yaml's values of :data:`DEPLOYMENT_TUNING` (none with the defaults' switch)."""
+    if os.environ.get("MONGOCDC_BENCH_AIRFLOW_DEFAULTS") == "1":
+        return {}
+    import yaml
+
+    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+    environment = compose["x-airflow"]["environment"]
+    return {key: str(environment[key]) for key in DEPLOYMENT_TUNING if key in environment}
+
+
 def migrated_env(home: Path) -> dict[str, str]:
     """An environment whose ``AIRFLOW_HOME`` holds ``migrated.db`` (``airflow db migrate`` once),
     which ``tests/e2e/airflow_stack.own_airflow`` copies."""
@@ -284,6 +301,7 @@ def airflow_stack(services: Services, name: str, prefix: str, database: str):
         home.mkdir()
         env = own_airflow(base, home, dag_folder(home, connectors))
         env.update(connections_env(services.mongodb_uri, services.bootstrap))
+        env.update(deployment_settings())
         stack = Stack(types.SimpleNamespace(uri=services.mongodb_uri), prefix, services.bootstrap, env, home)
         try:
             api = start_airflow(stack)
