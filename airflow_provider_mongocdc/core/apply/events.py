@@ -288,6 +288,23 @@ class EventReader:
             update,
         )
 
+    def _cuts(self) -> tuple[int, bytes, bytes, int, int, int, bytes, bytes, int, int]:
+        """The key's and the value's cut as the loops of a fetch make it: where the marker is (-1:
+        not learnt yet), the marker, the tail, where the payload starts and where it ends."""
+        key, value = self._key, self._value
+        return (
+            key.at if key.head is not None else -1,
+            key._marker,
+            key.tail,
+            key.size,
+            -len(key.tail),
+            value.at if value.head is not None else -1,
+            value._marker,
+            value.tail,
+            value.size,
+            -len(value.tail),
+        )
+
     def read_all(self, partition: int, records: Iterable[Record]) -> list[ChangeEvent]:
         """The events of records of one partition, in order: for each what :meth:`read` gives. The
         common record (its key and value cut where the topic's first record had its payload, a key
@@ -296,11 +313,18 @@ class EventReader:
         events: list[ChangeEvent] = []
         append = events.append
         read, typed, loads = self.read, self._typed, orjson.loads
-        key_prefix, value_prefix = self._key, self._value
-        key_at = value_at = -1  # the prefixes are not known yet
-        key_marker, key_tail, key_size = key_prefix._marker, key_prefix.tail, key_prefix.size
-        value_marker, value_tail, value_size = value_prefix._marker, value_prefix.tail, value_prefix.size
-        key_end, value_end = -len(key_tail), -len(value_tail)
+        (
+            key_at,
+            key_marker,
+            key_tail,
+            key_size,
+            key_end,
+            value_at,
+            value_marker,
+            value_tail,
+            value_size,
+            value_end,
+        ) = self._cuts()
         for record in records:
             offset = record.offset()
             raw_key = record.key()
@@ -331,10 +355,7 @@ class EventReader:
                         event = typed(key, partition, offset, timestamp, payload)
             if event is None:
                 event = read(partition, offset, raw_key, raw_value, timestamp)
-                if key_prefix.head is not None:
-                    key_at, key_size = key_prefix.at, key_prefix.size
-                if value_prefix.head is not None:
-                    value_at, value_size = value_prefix.at, value_prefix.size
+                key_at, _, _, key_size, _, value_at, _, _, value_size, _ = self._cuts()  # learnt by read()
             append(event)
         return events
 
@@ -358,12 +379,18 @@ class EventReader:
         add_key, add_op, add_document = keys.append, ops.append, documents.append
         add_stamp, add_ord, add_txn, add_offset = stamps.append, ords.append, txns.append, offsets.append
         decode, loads = _PAYLOAD_DECODER.decode, orjson.loads
-        key_prefix, value_prefix = self._key, self._value
-        key_at = key_prefix.at if key_prefix.head is not None else -1
-        value_at = value_prefix.at if value_prefix.head is not None else -1
-        key_marker, key_tail, key_size = key_prefix._marker, key_prefix.tail, key_prefix.size
-        value_marker, value_tail, value_size = value_prefix._marker, value_prefix.tail, value_prefix.size
-        key_end, value_end = -len(key_tail), -len(value_tail)
+        (
+            key_at,
+            key_marker,
+            key_tail,
+            key_size,
+            key_end,
+            value_at,
+            value_marker,
+            value_tail,
+            value_size,
+            value_end,
+        ) = self._cuts()
         for record in records:
             offset = record.offset()
             raw_key = record.key()
@@ -410,10 +437,7 @@ class EventReader:
                                 plain = True
             if not plain:
                 event = self.read(partition, offset, raw_key, raw_value, record.timestamp()[1])
-                if key_prefix.head is not None:
-                    key_at, key_size = key_prefix.at, key_prefix.size
-                if value_prefix.head is not None:
-                    value_at, value_size = value_prefix.at, value_prefix.size
+                key_at, _, _, key_size, _, value_at, _, _, value_size, _ = self._cuts()  # learnt by read()
                 if (
                     event.op == READ
                     or event.update is not None
