@@ -108,8 +108,12 @@ def _open_latency(services: Services, quick: bool) -> dict[str, Any]:
 
 def _debezium(services: Services, quick: bool) -> dict[str, Any]:
     if quick:
-        return sidebyside.run(services, phases=[(0, 30), (10, 90), (100, 90)], debezium=True)
-    return sidebyside.run(services, phases=[(0, 60), (10, 300), (100, 300)], debezium=True)
+        return sidebyside.run(
+            services, phases=[(0, 30), (10, 300, "start"), (10, 90), (100, 90)], debezium=True
+        )
+    return sidebyside.run(
+        services, phases=[(0, 60), (10, 300, "start"), (10, 300), (100, 300)], debezium=True
+    )
 
 
 def _watcher_cpu(services: Services, quick: bool) -> dict[str, Any]:

@@ -42,6 +42,7 @@ import threading
 import time
 import types
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,11 @@ from bench.services import REPO, VENV_BIN, Services, spark_env
 TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.25
 IDLE_S = 30.0
+MAX_OPEN_S = 50 * 60.0  # a steady flow's window closes after this and the next one starts
 GOAL_P95_S = 10.0
 SCHEDULE = {
     "changes": {"min_changes": 1, "max_delay": "5s"},
-    "open": {"idle": f"{IDLE_S:g}s", "max_open": "50min", "commit_interval": "1s"},
+    "open": {"idle": f"{IDLE_S:g}s", "max_open": f"{MAX_OPEN_S / 60:g}min", "commit_interval": "1s"},
 }
 
 
@@ -401,14 +403,22 @@ class Arrivals:
 
 
 def write_at(
-    services: Services, database: str, rate: float, seconds: float, first_id: int
+    services: Services,
+    database: str,
+    rate: float,
+    seconds: float,
+    first_id: int,
+    until: Callable[[dict[int, float]], bool] | None = None,
 ) -> dict[int, float]:
-    """Insert ``rate`` documents a second for ``seconds``; each one's write time by ``_id``."""
+    """Insert ``rate`` documents a second for ``seconds`` (or, with ``until``, until it holds for
+    the writes so far, checked once a second); each one's write time by ``_id``."""
     written: dict[int, float] = {}
     with services.client() as client:
         collection = client[database]["orders"]
         began = time.monotonic()
         for number in range(int(rate * seconds)):
+            if until is not None and number and number % int(rate) == 0 and until(written):
+                break
             delay = began + number / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -447,8 +457,13 @@ def _load() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
-def run(services: Services, phases: list[tuple[float, float]], debezium: bool) -> dict[str, Any]:
-    """``phases``: (writes per second, seconds); 0 writes/s is an idle phase."""
+START_SETTLE_S = 10.0  # a start phase goes on this long after the window's first delivery
+
+
+def run(services: Services, phases: list[tuple[Any, ...]], debezium: bool) -> dict[str, Any]:
+    """``phases``: (writes per second, seconds), 0 writes/s being an idle phase, or (writes per
+    second, at most seconds, "start"): writes until the open window has delivered the phase's first
+    write and ``START_SETTLE_S`` more (the window's start, reported apart from the steady phases)."""
     from devtools.debezium import ConnectStandalone
     from tests.e2e.airflow_stack import wait_for
 
@@ -483,11 +498,24 @@ def run(services: Services, phases: list[tuple[float, float]], debezium: bool) -
             next_id = 1_000_000
             all_writes: dict[int, float] = {}
             try:
-                for rate, seconds in phases:
+                for rate, seconds, *kind in phases:
+                    start = kind == ["start"]
                     load_before = _load()
                     before = trees.mark()
                     began_utc = _utc()
-                    if rate:
+                    if start:
+                        first, delivered_at = next_id, []
+
+                        def started(
+                            written: dict[int, float], first: int = first, marks=delivered_at
+                        ) -> bool:
+                            if not marks and first in arrivals.arrived[topics["airflow"]]:
+                                marks.append(time.monotonic())
+                            return bool(marks) and time.monotonic() - marks[0] >= START_SETTLE_S
+
+                        written = write_at(services, database, rate, seconds, next_id, until=started)
+                        next_id += 1_000_000
+                    elif rate:
                         written = write_at(services, database, rate, seconds, next_id)
                         next_id += 1_000_000
                     else:
@@ -497,7 +525,8 @@ def run(services: Services, phases: list[tuple[float, float]], debezium: bool) -
                     all_writes.update(written)
                     phase = {
                         "rate": rate,
-                        "seconds": seconds,
+                        "seconds": round(after["at"] - before["at"], 1) if start else seconds,
+                        "start": start,
                         "began_utc": began_utc,
                         "load_before": load_before,
                         "load_after": _load(),
@@ -543,7 +572,37 @@ def run(services: Services, phases: list[tuple[float, float]], debezium: bool) -
                 ][:10]
                 worker.stop()
     figures["ended_utc"] = _utc()
+    figures["start_cost"] = start_cost(figures)
     return figures
+
+
+def start_cost(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The window's start apart from the steady work: a start phase's Airflow CPU less what the
+    following steady phase at the same rate takes in as long, and each steady phase's CPU per hour
+    with that start paid once per ``max_open`` (a steady flow's window closes then and the next one
+    starts)."""
+    phases = figures["phases"]
+    starts = [n for n, phase in enumerate(phases) if phase.get("start")]
+    if not starts:
+        return None
+    start = phases[starts[0]]
+    steady = next((p for p in phases[starts[0] + 1 :] if p["rate"] == start["rate"]), None)
+    if steady is None:
+        return None
+    wall = start["cpu"]["wall_s"]
+    own = (
+        start["cpu"]["sides"]["airflow"]["cpu_s"]
+        - steady["cpu"]["sides"]["airflow"]["cpu_s"] / steady["cpu"]["wall_s"] * wall
+    )
+    per_hour = {}
+    for phase in phases[starts[0] + 1 :]:
+        sides = phase["cpu"]["sides"]
+        with_starts = sides["airflow"]["cpu_s_per_hour"] + own * 3600 / MAX_OPEN_S
+        row = {"airflow_with_starts_cpu_s_per_hour": round(with_starts, 1)}
+        if "debezium" in sides and sides["debezium"]["cpu_s_per_hour"] > 0:
+            row["ratio"] = round(with_starts / sides["debezium"]["cpu_s_per_hour"], 2)
+        per_hour[f"{phase['rate']:g}/s"] = row
+    return {"start_phase_s": wall, "start_cpu_s": round(own, 2), "per_hour_with_starts": per_hour}
 
 
 def _utc() -> str:
@@ -578,6 +637,8 @@ def report_sidebyside(figures: dict[str, Any]) -> list[str]:
     for phase in figures["phases"]:
         cpu = phase["cpu"]["sides"]
         label = f"{phase['rate']:g}/s" if phase["rate"] else "idle"
+        if phase.get("start"):
+            label += " (the window's start: not a steady phase)"
         text = ", ".join(
             f"{side} {row['cpu_s']} CPU-s = {row['cpu_s_per_hour']} CPU-s/h ({row['percent_of_a_core']} % of a core)"
             for side, row in cpu.items()
@@ -595,6 +656,17 @@ def report_sidebyside(figures: dict[str, Any]) -> list[str]:
                     f"  {side}: {row['delivered']}/{row['writes']} delivered, {row['duplicates']} duplicates, "
                     f"p50 {row['p50_s']} s, p95 {row['p95_s']} s, max {row['max_s']} s"
                 )
+    cost = figures.get("start_cost")
+    if cost:
+        lines.append(
+            f"the window's start: {cost['start_cpu_s']} CPU-s beyond the steady work ({cost['start_phase_s']} s "
+            f"phase); steady phases with it paid once per max_open ({MAX_OPEN_S / 60:g} min): "
+            + "; ".join(
+                f"{rate} {row['airflow_with_starts_cpu_s_per_hour']} CPU-s/h"
+                + (f" (ratio {row['ratio']})" if "ratio" in row else "")
+                for rate, row in cost["per_hour_with_starts"].items()
+            )
+        )
     if figures.get("debezium_log_errors"):
         lines.append(f"Kafka Connect log errors: {figures['debezium_log_errors']}")
     return lines

@@ -14,13 +14,15 @@ from collections import Counter
 from datetime import datetime, timezone
 
 import pytest
-from pymongo import MongoClient
+from pymongo import MongoClient, monitoring
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
 from airflow_provider_mongocdc.core.window.params import WindowParams
-from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.stream_window import StreamWindow, run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.window_helpers import connector, run_window_app, seed_offset, topic_events
 
@@ -127,6 +129,84 @@ def test_open_window_carries_a_flow_of_writes_in_several_commits_and_closes_when
     assert state.open_window is None  # closed: its last commit removed the marker
     assert state.windows == 1 and state.events == len(writer.written)
     assert state.resume_token is not None  # it stands after the last change read
+
+
+class GetMores(monitoring.CommandListener):
+    """The times at which a client sent a ``getMore`` (a change stream asking the server again)."""
+
+    def __init__(self) -> None:
+        self.sent: list[float] = []
+
+    def started(self, event) -> None:
+        if event.command_name == "getMore":
+            self.sent.append(time.monotonic())
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    """Changes arriving one by one (the server answers a getMore as soon as it has one) are read
+    once per commit interval once the window has caught up, not one getMore each: every write is
+    still delivered once, in several commits."""
+    db_name = unique_name[:40]
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = connector(unique_name, db_name)
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    interval_s = 0.5
+    params = WindowParams(
+        datetime.now(timezone.utc),
+        idle_timeout_s=60,
+        commit_interval_s=interval_s,
+        open_idle_s=3,
+        max_open_s=300,
+    )
+    reader = OffsetStore(kafka, config.offsets_topic)
+    get_mores = GetMores()
+    outcome: dict = {}
+
+    def window() -> None:
+        try:
+            with (
+                TransactionalWriter(
+                    kafka, window_transactional_id(config.topic_prefix, target.partition)
+                ) as writer,
+                MongoClient(mongodb_uri, event_listeners=[get_mores]) as client,
+            ):
+                outcome["summary"] = StreamWindow(
+                    config, client, writer, OffsetStore.for_connector(kafka, config), target.partition, params
+                ).run()
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=window, daemon=True)
+    thread.start()
+    wait_for(lambda: open_marker(reader, partition), "the window did not say it is open")
+    with Writer(mongodb_uri, db_name) as writer:  # a write every 0.05 s
+        wait_for(lambda: len(writer.written) >= 5, "the writer wrote nothing")
+        began, asked_before = time.monotonic(), len(get_mores.sent)
+        wait_for(lambda: len(writer.written) >= 125, "the writer did not write 120 more")
+        ended, asked = time.monotonic(), len(get_mores.sent) - asked_before
+    thread.join(timeout=BOUND_S)
+    assert not thread.is_alive(), "the open window did not close after its idle time"
+    assert "error" not in outcome, outcome.get("error")
+
+    # 120 writes or more, one at a time; the window asked for them about once per commit
+    # interval (bounded by the time they took, however slow this machine is), not once each.
+    assert asked <= (ended - began) / interval_s * 1.5 + 4, (asked, ended - began)
+    summary = outcome["summary"]
+    assert summary["stop_reason"] == "idle"
+    assert summary["events"] == len(writer.written) and summary["batches_committed"] >= 3
+    ids = item_ids(kafka_bootstrap, f"{unique_name}.{db_name}.items")
+    assert ids == Counter(writer.written)
+    assert store.read(partition).events == len(writer.written)
 
 
 def test_open_window_in_a_spark_task(mongodb_uri, kafka_bootstrap, spark_submit, unique_name, tmp_path):

@@ -121,6 +121,17 @@ def _start_options(position: Position) -> dict[str, Any]:
     return {"start_at_operation_time": position.cluster_time}
 
 
+def buffered_changes(stream: Any) -> int | None:
+    """How many changes of the server's last reply ``stream`` still holds: 0 when its next
+    ``try_next`` asks the server (a ``getMore``); None when this pymongo does not say (pymongo's
+    sync and asyncio change streams keep the reply in their cursor's ``_data``)."""
+    data = getattr(getattr(stream, "_cursor", None), "_data", None)
+    try:
+        return len(data) if data is not None else None
+    except TypeError:
+        return None
+
+
 def read_invalidate_token(
     client: MongoClient, config: ConnectorConfig, position: Position, *, max_await_time_ms: int
 ) -> Mapping[str, Any] | None:

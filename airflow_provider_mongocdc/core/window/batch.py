@@ -216,6 +216,10 @@ class WindowBatch:
             stats.count_event("r", chunk.namespace)
         return records
 
+    def pending(self) -> bool:
+        """Whether a Kafka transaction is open (records sent since the last commit)."""
+        return self.sender.started is not None
+
     def due(self, now: float) -> bool:
         """Whether the open Kafka transaction began ``commit_interval_s`` ago or earlier."""
         started = self.sender.started

@@ -27,7 +27,11 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy, format_du
 from airflow_provider_mongocdc.core.base.redaction import error_text
 from airflow_provider_mongocdc.core.events.builder import is_invalidate
 from airflow_provider_mongocdc.core.events.transactions import transaction_id
-from airflow_provider_mongocdc.core.mongo.change_stream import open_stream, read_invalidate_token
+from airflow_provider_mongocdc.core.mongo.change_stream import (
+    buffered_changes,
+    open_stream,
+    read_invalidate_token,
+)
 from airflow_provider_mongocdc.core.mongo.stream_errors import (
     is_history_lost,
     is_oversize_change,
@@ -86,6 +90,8 @@ class ReadLoop:
         self.reconnects = 0
         self._idle_since = 0.0  # when the stream last moved (a change or a newer PBRT)
         self._changed_at = 0.0  # an open window's last change (or its opening)
+        self._fetched_at = 0.0  # when the stream last asked the server for changes (a getMore)
+        self._fetched = 0  # the changes that reply brought
 
     def read(self) -> tuple[StopReason, Position]:
         """Read until a stop; returns the reason and the position to store."""
@@ -133,9 +139,18 @@ class ReadLoop:
         self._idle_since = time.monotonic()
         if self._opened_past_end(stream):
             return StopReason.END_REACHED
+        # An open window that has caught up asks the server at most once per commit interval.
+        pace_s = self.scope.params.commit_interval_s if self.open else 0.0
         while True:
+            fetching = buffered_changes(stream) == 0  # this try_next asks the server
+            if fetching:
+                if pace_s:
+                    self._pace(pace_s, max_batch)
+                self._fetched_at = time.monotonic()
             change = stream.try_next()
             now = time.monotonic()
+            if fetching:
+                self._fetched = (buffered_changes(stream) or 0) + (change is not None)
             if change is None:
                 stop = self._no_change(stream, now, deadline)
                 if stop is not None:
@@ -161,6 +176,21 @@ class ReadLoop:
             self._idle_since = self._changed_at = now
             if not stream.alive:
                 return self._invalidated(self._invalidate_token(stream.resume_token))
+
+    def _pace(self, pace_s: float, max_batch: int) -> None:
+        """Before an open window asks the server again. When the last reply brought changes but
+        not a full batch, the stream had caught up: commit what was read (unless a MongoDB
+        transaction may go on in the next reply), then wait until ``pace_s`` after that reply was
+        asked for, so that the changes arriving meanwhile come in one reply. Without it a trickle
+        of changes costs a ``getMore`` round trip each (the server answers as soon as it has one);
+        the latency stays that of the commit interval, which the changes waited for anyway."""
+        if not 0 < self._fetched < max_batch or self.batch.open_transaction is not None:
+            return
+        if self.batch.pending():
+            self.batch.commit(self.position)
+        wait = self._fetched_at + pace_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
 
     def _opened_past_end(self, stream) -> bool:
         """Whether the stream's first reply (the aggregate, no change in its batch) already carries
