@@ -80,15 +80,24 @@ def item_ids(bootstrap: str, topic: str) -> Counter:
     return Counter(int(event.key["id"]) for event in topic_events(bootstrap, topic) if event.payload)
 
 
-def test_open_window_carries_a_flow_of_writes_in_several_commits_and_closes_when_idle(
-    mongodb_uri, kafka_bootstrap, unique_name
-):
+def seeded_stream(mongodb_uri: str, kafka_bootstrap: str, unique_name: str):
+    """A connector of its own database with its offset stored at the stream's current position:
+    (database, Kafka config, offset store, offset partition, connector config, stream target)."""
     db_name = unique_name[:40]
     kafka = {"bootstrap.servers": kafka_bootstrap}
     props = connector(unique_name, db_name)
     store, partition = seed_offset(mongodb_uri, kafka, props)
     config = ConnectorConfig.from_properties(props)
     (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    return db_name, kafka, store, partition, config, target
+
+
+def test_open_window_carries_a_flow_of_writes_in_several_commits_and_closes_when_idle(
+    mongodb_uri, kafka_bootstrap, unique_name
+):
+    db_name, kafka, store, partition, config, target = seeded_stream(
+        mongodb_uri, kafka_bootstrap, unique_name
+    )
     params = WindowParams(
         datetime.now(timezone.utc), idle_timeout_s=60, commit_interval_s=0.3, open_idle_s=3, max_open_s=300
     )
@@ -154,12 +163,9 @@ def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
     """Changes arriving one by one (the server answers a getMore as soon as it has one) are read
     once per commit interval once the window has caught up, not one getMore each: every write is
     still delivered once, in several commits."""
-    db_name = unique_name[:40]
-    kafka = {"bootstrap.servers": kafka_bootstrap}
-    props = connector(unique_name, db_name)
-    store, partition = seed_offset(mongodb_uri, kafka, props)
-    config = ConnectorConfig.from_properties(props)
-    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    db_name, kafka, store, partition, config, target = seeded_stream(
+        mongodb_uri, kafka_bootstrap, unique_name
+    )
     interval_s = 0.5
     params = WindowParams(
         datetime.now(timezone.utc),
