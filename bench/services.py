@@ -133,9 +133,9 @@ SPARK_ARGS = [
     "spark.ui.enabled=false",
     "--conf",
     "spark.ui.showConsoleProgress=false",
-    # What the operators give the driver JVM in client deploy mode (operators/base.py).
+    # What the operators give the driver JVM in client deploy mode (operators/spark_options.py).
     "--driver-java-options",
-    "-XX:TieredStopAtLevel=1",
+    "-XX:TieredStopAtLevel=1 -XX:-UsePerfData",
 ]
 
 

@@ -245,14 +245,22 @@ DEPLOYMENT_TUNING = (
 
 
 def deployment_settings() -> dict[str, str]:
-    """docker-compose.yaml's values of :data:`DEPLOYMENT_TUNING` (none with the defaults' switch)."""
-    if os.environ.get("MONGOCDC_BENCH_AIRFLOW_DEFAULTS") == "1":
-        return {}
-    import yaml
+    """docker-compose.yaml's values of :data:`DEPLOYMENT_TUNING` (none with the defaults' switch),
+    then ``MONGOCDC_BENCH_AIRFLOW_SETTINGS`` (``AIRFLOW__SECTION__KEY=value`` words: a deployment's
+    other choices, measured the same way)."""
+    settings: dict[str, str] = {}
+    if os.environ.get("MONGOCDC_BENCH_AIRFLOW_DEFAULTS") != "1":
+        import yaml
 
-    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
-    environment = compose["x-airflow"]["environment"]
-    return {key: str(environment[key]) for key in DEPLOYMENT_TUNING if key in environment}
+        compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+        environment = compose["x-airflow"]["environment"]
+        settings = {key: str(environment[key]) for key in DEPLOYMENT_TUNING if key in environment}
+    for word in os.environ.get("MONGOCDC_BENCH_AIRFLOW_SETTINGS", "").split():
+        key, sep, value = word.partition("=")
+        if not sep or not key.startswith("AIRFLOW__"):
+            raise SystemExit(f"MONGOCDC_BENCH_AIRFLOW_SETTINGS: {word!r} is not AIRFLOW__SECTION__KEY=value")
+        settings[key] = value
+    return settings
 
 
 def migrated_env(home: Path) -> dict[str, str]:
@@ -477,7 +485,12 @@ def run(services: Services, phases: list[tuple[Any, ...]], debezium: bool) -> di
     tag = uuid.uuid4().hex[:6]
     prefix, database, name = f"benchl{tag}", f"benchl{tag}", "sidebyside"
     topics = {"airflow": f"{prefix}.{database}.orders"}
-    figures: dict[str, Any] = {"schedule": SCHEDULE, "phases": [], "started_utc": _utc()}
+    figures: dict[str, Any] = {
+        "schedule": SCHEDULE,
+        "airflow_settings": deployment_settings(),
+        "phases": [],
+        "started_utc": _utc(),
+    }
     with services.client() as client:
         client[database].create_collection("orders")
     with airflow_stack(services, name, prefix, database) as (api, stack, dag_id):

@@ -291,7 +291,8 @@ def run_operator_window(services: Services, rounds: int) -> dict[str, Any]:
         ("bench_spark", {"conn_type": "spark", "host": "local[2]"}),
     ):
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(fields)
-    # The operator adds -XX:TieredStopAtLevel=1 itself (client deploy mode), as the runs above have it.
+    # The operator adds -XX:TieredStopAtLevel=1 -XX:-UsePerfData itself (client deploy mode), as the
+    # runs above have them.
     runs: dict[str, list[dict[str, Any]]] = {"task": [], "driver": []}
     plan = []
     for round_number in range(rounds):

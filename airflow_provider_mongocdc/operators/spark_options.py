@@ -6,8 +6,9 @@ they touch SparkSubmitOperator's private state.
   with the packaged log4j configuration (``spark-log4j2.properties``) at that level, unless the user
   configured log4j (JVM options, ``SPARK_SUBMIT_OPTS``, or a ``log4j2`` file in the Spark conf
   directory). docs/design.md, "Spark applications".
-- **The driver JVM's JIT.** In client deploy mode the driver JVM runs its C1 compiler only
-  (``DRIVER_JIT_OPTION``) unless the user's ``SPARK_SUBMIT_OPTS`` sets ``-XX:TieredStopAtLevel``.
+- **The driver JVM's JIT and performance counters.** In client deploy mode the driver JVM runs
+  its C1 compiler only and keeps no performance-data file (``DRIVER_JVM_OPTIONS``), each unless the
+  user's ``SPARK_SUBMIT_OPTS`` sets that option (``-XX:TieredStopAtLevel``, ``-XX:±UsePerfData``).
 - Both are given through ``SPARK_SUBMIT_OPTS`` while spark-submit runs (``spark_submit_opts``).
 """
 
@@ -26,8 +27,12 @@ from airflow_provider_mongocdc.hooks.spark_submit import MongoCdcSparkSubmitHook
 
 # Log4j 2 configuration of the driver JVM in client deploy mode (shipped in the wheel).
 SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.properties")
-# The driver JVM of the applications with its C1 compiler only (see SparkSubmitSettings._driver_jvm_startup).
+# The driver JVM of the applications (see SparkSubmitSettings._driver_jvm_startup): its C1 compiler
+# only, and no performance counters sampled 20 times a second into an hsperfdata file; each keyed
+# by the option's name, which the user's own SPARK_SUBMIT_OPTS may set instead.
 DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+DRIVER_PERF_DATA_OPTION = "-XX:-UsePerfData"
+DRIVER_JVM_OPTIONS = {"TieredStopAtLevel": DRIVER_JIT_OPTION, "UsePerfData": DRIVER_PERF_DATA_OPTION}
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 # The levels at which Spark's own report of a failed task (with its Java stack trace) is logged; at
 # the others the application's report in words stands alone (spark-log4j2.properties).
@@ -145,17 +150,24 @@ class SparkSubmitSettings:
     @contextlib.contextmanager
     def _driver_jvm_startup(self) -> Iterator[None]:
         """While spark-submit runs (client deploy mode): the driver JVM with its C1 compiler only
-        (``-XX:TieredStopAtLevel=1``). The JVM of a window or snapshot only ships the tasks and
-        collects their summaries (the Python workers read, build and produce), and C2 compiling
-        Spark's start-up code cost half of its CPU: an empty window's driver JVM 8 -> 4.5 CPU-s,
-        the whole run 10.3 -> 6.7 CPU-s on 2 cores (bench/RESULTS.md). Given through
-        ``SPARK_SUBMIT_OPTS``, which the JVM reads before ``spark.driver.extraJavaOptions``: a
-        ``-XX:TieredStopAtLevel`` of your own there (or in ``SPARK_SUBMIT_OPTS``) wins."""
-        own = "TieredStopAtLevel" in self._submit_env().get("SPARK_SUBMIT_OPTS", "")
-        if self._submit_deploy_mode() == "cluster" or own:
+        (``-XX:TieredStopAtLevel=1``) and without performance counters (``-XX:-UsePerfData``). The
+        JVM of a window or snapshot only ships the tasks and collects their summaries (the Python
+        workers read, build and produce), and C2 compiling Spark's start-up code cost half of its
+        CPU: an empty window's driver JVM 8 -> 4.5 CPU-s, the whole run 10.3 -> 6.7 CPU-s on 2
+        cores. While an open window streams in the Python driver the JVM only waits, and sampling
+        its counters into the hsperfdata file 20 times a second was most of that wait's CPU (4.8 ->
+        1.8 CPU-s per hour; ``jps`` and ``jstat`` then do not list it). bench/RESULTS.md. Given
+        through ``SPARK_SUBMIT_OPTS``, which the JVM reads before ``spark.driver.extraJavaOptions``:
+        either option of your own there (or in ``SPARK_SUBMIT_OPTS``) wins."""
+        if self._submit_deploy_mode() == "cluster":
             yield
             return
-        with spark_submit_opts(DRIVER_JIT_OPTION):
+        own = self._submit_env().get("SPARK_SUBMIT_OPTS", "")
+        options = " ".join(option for name, option in DRIVER_JVM_OPTIONS.items() if name not in own)
+        if not options:
+            yield
+            return
+        with spark_submit_opts(options):
             yield
 
     @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The driver JVM of the operators' spark-submit runs starts with its C1 compiler only."""
+"""The driver JVM of the operators' spark-submit runs starts with its C1 compiler only and without
+performance counters, unless the user set either option."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 
 import pytest
 
-from airflow_provider_mongocdc.operators.spark_options import DRIVER_JIT_OPTION
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
 
 pytestmark = pytest.mark.unit
@@ -28,13 +28,18 @@ def _opts(monkeypatch, deploy_mode: str | None = None, previous: str | None = No
     return opts
 
 
-def test_client_mode_driver_jvm_runs_c1_only(monkeypatch):
-    assert _opts(monkeypatch) == DRIVER_JIT_OPTION == "-XX:TieredStopAtLevel=1"
-    assert _opts(monkeypatch, previous="-Dx=1") == "-Dx=1 -XX:TieredStopAtLevel=1"
+def test_client_mode_driver_jvm_runs_c1_only_without_perf_data(monkeypatch):
+    assert _opts(monkeypatch) == "-XX:TieredStopAtLevel=1 -XX:-UsePerfData"
+    assert _opts(monkeypatch, previous="-Dx=1") == "-Dx=1 -XX:TieredStopAtLevel=1 -XX:-UsePerfData"
 
 
-def test_cluster_mode_and_users_own_setting_are_left_alone(monkeypatch):
+def test_cluster_mode_and_users_own_settings_are_left_alone(monkeypatch):
     assert _opts(monkeypatch, deploy_mode="cluster") == ""
-    assert _opts(monkeypatch, previous="-XX:TieredStopAtLevel=4") == "-XX:TieredStopAtLevel=4"
+    assert (
+        _opts(monkeypatch, previous="-XX:TieredStopAtLevel=4") == "-XX:TieredStopAtLevel=4 -XX:-UsePerfData"
+    )
+    assert _opts(monkeypatch, previous="-XX:+UsePerfData") == "-XX:+UsePerfData -XX:TieredStopAtLevel=1"
+    both = "-XX:TieredStopAtLevel=4 -XX:+UsePerfData"
+    assert _opts(monkeypatch, previous=both) == both
     own = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=4"}
-    assert _opts(monkeypatch, env_vars=own) == ""
+    assert _opts(monkeypatch, env_vars=own) == "-XX:-UsePerfData"
