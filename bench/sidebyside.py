@@ -4,7 +4,9 @@ Both run a real Airflow 3.3 (api-server, scheduler with LocalExecutor, dag-proce
 from ``tests/e2e/airflow_stack.py``, its own SQLite database migrated at the start) with one
 connector whose window DAG is scheduled by changes (``min_changes`` 1, ``max_delay`` 5 s) and whose
 windows stay open (``window_schedule.open`` at its defaults: ``idle`` 30 s, ``max_open`` 50 min,
-``commit_interval`` 1 s), with docker-compose.yaml's scheduler settings (:data:`DEPLOYMENT_TUNING`).
+``commit_interval`` 1 s), with docker-compose.yaml's settings of Airflow's loops (:data:`DEPLOYMENT_TUNING`;
+``MONGOCDC_BENCH_AIRFLOW_DEFAULTS=1``: Airflow's defaults instead) and any others given as
+``MONGOCDC_BENCH_AIRFLOW_SETTINGS="AIRFLOW__SECTION__KEY=value ..."`` (the report names them).
 The first run (Trigger) takes the snapshot. A writer then inserts at a
 steady rate (``insert_one`` of single documents), phase after phase, and one ``read_committed``
 consumer of the topics notes when each insert's event arrives.
@@ -236,11 +238,22 @@ def cpu_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 
 # -- the Airflow stack -----------------------------------------------------------------------------
-# The settings of docker-compose.yaml's Airflow services that tune their own CPU: the bench runs the
-# deployment the README describes (``MONGOCDC_BENCH_AIRFLOW_DEFAULTS=1``: Airflow's defaults).
+# The settings of docker-compose.yaml's Airflow services that tune their own CPU (its comments say
+# what each costs): the bench runs the deployment the README describes
+# (``MONGOCDC_BENCH_AIRFLOW_DEFAULTS=1``: Airflow's defaults).
 DEPLOYMENT_TUNING = (
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",
     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC",
+    "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC",
+    "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD",
+    "AIRFLOW__DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD",
+    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD",
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL",
+    "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL",
+    "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL",
 )
 
 
@@ -632,6 +645,10 @@ def _utc() -> str:
 # -- reports ---------------------------------------------------------------------------------------
 def report_latency(figures: dict[str, Any]) -> list[str]:
     lines = [f"{figures['started_utc']} -> {figures['ended_utc']}; window_schedule {json.dumps(SCHEDULE)}"]
+    if figures.get("airflow_settings"):
+        lines.append(
+            f"Airflow settings: {' '.join(f'{k}={v}' for k, v in figures['airflow_settings'].items())}"
+        )
     for phase in figures["phases"]:
         if "delivery" not in phase:
             continue

@@ -112,3 +112,20 @@ def test_sharded_profile_has_config_servers_two_shards_and_mongos(project):
     assert services["mongos"]["command"][0] == "mongos"
     script = " ".join(services["mongos-init"]["command"])
     assert "shard1/shard1:27017" in script and "shard2/shard2:27017" in script
+
+
+def test_every_airflow_setting_names_an_option_airflow_has(project):
+    """A misspelt AIRFLOW__SECTION__KEY is ignored by Airflow without a word: each one the Airflow
+    services get must name an option of Airflow's configuration (or of a provider's)."""
+    from airflow.configuration import conf
+
+    env = project["services"]["airflow-scheduler"]["environment"]
+    settings = [name for name in env if name.startswith("AIRFLOW__")]
+    assert "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME" in settings
+    known = conf.configuration_description
+    unknown = []
+    for name in settings:
+        section, _, key = name[len("AIRFLOW__") :].lower().partition("__")
+        if key not in known.get(section, {}).get("options", {}):
+            unknown.append(name)
+    assert not unknown, f"not options of Airflow: {unknown}"
