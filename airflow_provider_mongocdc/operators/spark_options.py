@@ -30,9 +30,7 @@ SPARK_LOG4J2_CONFIG = Path(__file__).resolve().with_name("spark-log4j2.propertie
 # The driver JVM of the applications (see SparkSubmitSettings._driver_jvm_startup): its C1 compiler
 # only, and no performance counters sampled 20 times a second into an hsperfdata file; each keyed
 # by the option's name, which the user's own SPARK_SUBMIT_OPTS may set instead.
-DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
-DRIVER_PERF_DATA_OPTION = "-XX:-UsePerfData"
-DRIVER_JVM_OPTIONS = {"TieredStopAtLevel": DRIVER_JIT_OPTION, "UsePerfData": DRIVER_PERF_DATA_OPTION}
+DRIVER_JVM_OPTIONS = {"TieredStopAtLevel": "-XX:TieredStopAtLevel=1", "UsePerfData": "-XX:-UsePerfData"}
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 # The levels at which Spark's own report of a failed task (with its Java stack trace) is logged; at
 # the others the application's report in words stands alone (spark-log4j2.properties).
