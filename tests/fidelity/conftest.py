@@ -13,7 +13,9 @@ import re
 import uuid
 
 import pytest
-from pymongo import MongoClient, monitoring
+from pymongo import MongoClient
+
+from tests.mongo_commands import Recorder
 
 pytestmark = pytest.mark.fidelity
 
@@ -35,25 +37,6 @@ def db_name(request) -> str:
 def db(client, db_name):
     yield client[db_name]
     client.drop_database(db_name)
-
-
-class Recorder(monitoring.CommandListener):
-    def __init__(self):
-        self.commands: list[tuple[str, dict]] = []
-        self.failures: list[tuple[str, dict]] = []
-        self.replies: list[tuple[str, dict]] = []
-
-    def started(self, event):
-        self.commands.append((event.command_name, dict(event.command)))
-
-    def succeeded(self, event):
-        self.replies.append((event.command_name, dict(event.reply)))
-
-    def failed(self, event):
-        self.failures.append((event.command_name, dict(event.failure)))
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.commands]
 
 
 @pytest.fixture

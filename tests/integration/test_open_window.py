@@ -14,7 +14,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 import pytest
-from pymongo import MongoClient, monitoring
+from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
@@ -25,6 +25,7 @@ from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import StreamWindow, run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.window_helpers import connector, run_window_app, seed_offset, topic_events
+from tests.mongo_commands import Recorder
 
 pytestmark = pytest.mark.integration
 
@@ -140,23 +141,6 @@ def test_open_window_carries_a_flow_of_writes_in_several_commits_and_closes_when
     assert state.resume_token is not None  # it stands after the last change read
 
 
-class GetMores(monitoring.CommandListener):
-    """The times at which a client sent a ``getMore`` (a change stream asking the server again)."""
-
-    def __init__(self) -> None:
-        self.sent: list[float] = []
-
-    def started(self, event) -> None:
-        if event.command_name == "getMore":
-            self.sent.append(time.monotonic())
-
-    def succeeded(self, event) -> None:
-        pass
-
-    def failed(self, event) -> None:
-        pass
-
-
 def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
     mongodb_uri, kafka_bootstrap, unique_name
 ):
@@ -175,7 +159,7 @@ def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
         max_open_s=300,
     )
     reader = OffsetStore(kafka, config.offsets_topic)
-    get_mores = GetMores()
+    commands = Recorder()  # the window's client: its getMores ask the server again
     outcome: dict = {}
 
     def window() -> None:
@@ -184,7 +168,7 @@ def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
                 TransactionalWriter(
                     kafka, window_transactional_id(config.topic_prefix, target.partition)
                 ) as writer,
-                MongoClient(mongodb_uri, event_listeners=[get_mores]) as client,
+                MongoClient(mongodb_uri, event_listeners=[commands]) as client,
             ):
                 outcome["summary"] = StreamWindow(
                     config, client, writer, OffsetStore.for_connector(kafka, config), target.partition, params
@@ -197,9 +181,9 @@ def test_an_open_window_asks_for_a_trickle_of_changes_once_per_commit_interval(
     wait_for(lambda: open_marker(reader, partition), "the window did not say it is open")
     with Writer(mongodb_uri, db_name) as writer:  # a write every 0.05 s
         wait_for(lambda: len(writer.written) >= 5, "the writer wrote nothing")
-        began, asked_before = time.monotonic(), len(get_mores.sent)
+        began, asked_before = time.monotonic(), commands.names().count("getMore")
         wait_for(lambda: len(writer.written) >= 125, "the writer did not write 120 more")
-        ended, asked = time.monotonic(), len(get_mores.sent) - asked_before
+        ended, asked = time.monotonic(), commands.names().count("getMore") - asked_before
     thread.join(timeout=BOUND_S)
     assert not thread.is_alive(), "the open window did not close after its idle time"
     assert "error" not in outcome, outcome.get("error")
