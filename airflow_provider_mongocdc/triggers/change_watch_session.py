@@ -132,9 +132,9 @@ class WatchSession:
             )
             if check_due and self.checked_at is not None:
                 await self.refresh_config()  # a Variable set again since the last check
-            if check_due or self.watch.outstanding is not None or self.watch.open_window is not None:
+            if check_due or self.watch.offsets_due(time.time()):
                 # While an event waits for its window: notice its commit at once; while a window is
-                # open: notice when it closes.
+                # open: notice when it can have closed.
                 await self.read_offsets()
             if check_due or (self.watch.recheck and self.settings.min_headroom_s):
                 await self.check()  # a moved position's headroom, at once

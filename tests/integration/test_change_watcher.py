@@ -6,7 +6,8 @@ position, a purged position said once, per-shard and whole-cluster streams of a 
 connection repointed to another deployment with other streams, and windows asked for while an
 incremental snapshot is requested or running on quiet collections (with the watcher's status in
 the offsets topic), and no event while a window is open (a real open window, with the lease its
-task would hold) but again once it closed.
+task would hold, and the offsets topic read when its next commit is due, not at every poll) but
+again once it closed.
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
@@ -353,17 +354,19 @@ def test_windows_are_asked_for_while_an_incremental_snapshot_is_requested_on_qui
 
 
 def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
-    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys, monkeypatch
 ):
     import threading
     from datetime import datetime, timezone
 
     from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+    from airflow_provider_mongocdc.core.kafka.committed_records import CommittedFollower
     from airflow_provider_mongocdc.core.mongo.connection import connection_details
     from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
     from airflow_provider_mongocdc.core.window.params import WindowParams
     from airflow_provider_mongocdc.core.window.stream_window import run_window
     from airflow_provider_mongocdc.core.window.streams import plan_streams
+    from airflow_provider_mongocdc.triggers.change_watch_session import WatchSession
     from tests.integration.test_open_window import Writer
 
     sim = mongosim("replset")
@@ -384,6 +387,20 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
         datetime.now(timezone.utc), idle_timeout_s=60, commit_interval_s=3, open_idle_s=4, max_open_s=300
     )
     outcome: dict = {}
+    # How often the watcher polls, and how often it reads the offsets topic.
+    counts = {"polls": 0, "reads": 0}
+    read, step = CommittedFollower.read, WatchSession.step
+
+    def counted_read(follower):
+        counts["reads"] += 1
+        return read(follower)
+
+    async def counted_step(session):
+        counts["polls"] += 1
+        return await step(session)
+
+    monkeypatch.setattr(CommittedFollower, "read", counted_read)
+    monkeypatch.setattr(WatchSession, "step", counted_step)
 
     def window() -> None:
         try:
@@ -406,6 +423,7 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
             await watching.until(
                 "the open window noticed", lambda: "a window is open since" in watching.log()
             )
+            opened = dict(counts)
             # Changes keep coming for longer than max_delay: the open window carries them, no event.
             for line in await watching.statuses(2):
                 assert "a window is open since" in line
@@ -419,6 +437,10 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
             )
             assert status["open_window"]["since"] and status["open_window"]["events"] >= 0
             assert watching.events == []
+            # While it commits, the offsets are read when its next commit is due (its idle time
+            # and commit interval after its last one) and at the periodic check, not every poll.
+            polls, reads = (counts[key] - opened[key] for key in ("polls", "reads"))
+            assert polls >= 12 and 2 * reads <= polls, (polls, reads)
         # The writes stopped: the window closes after its idle time, having carried every one.
         await watching.until("the window closed", lambda: "the open window closed" in watching.log())
         thread.join(timeout=WAIT_S)

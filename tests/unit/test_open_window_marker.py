@@ -126,3 +126,35 @@ def test_a_window_open_without_a_commit_lets_the_stream_read_on_from_the_last_ch
     assert w.to_open() == {}
     w.window_open(None)  # a killed window: its marker no longer counts, nothing was committed
     assert w.to_open() == {"rs0": read} and w.pending == 3
+
+
+def test_while_a_window_is_open_the_offsets_are_read_again_when_its_next_commit_is_due():
+    w = ChangeWatch("shop", WatchSettings(min_changes=5, max_delay_s=30, min_headroom_s=0, poll_interval_s=5))
+    now = NOW.timestamp()
+    assert not w.offsets_due(now)  # nothing open, nothing asked for: the periodic check reads them
+    # A commit at NOW, due again within 32 s (idle, commit interval, a poll): until then the window
+    # cannot have closed, and the offsets are not read at every poll ...
+    w.window_open(open_window_of([(PARTITION, state(marker()))], lease(), NOW))
+    assert not w.offsets_due(now + 5) and not w.offsets_due(now + 31.9)
+    # ... but once it is due (a window closed after its idle time has written its last commit).
+    assert w.offsets_due(now + 32) and w.offsets_due(now + 40)
+    # A window that keeps committing moves that time on.
+    later = NOW + timedelta(seconds=30)
+    w.window_open(open_window_of([(PARTITION, state(marker(now=later)))], lease(), later))
+    assert not w.offsets_due(now + 40) and w.offsets_due(now + 62)
+    # Its maximum open time comes first near the end: due then.
+    near_the_end = marker(now=later, closes_by=later + timedelta(seconds=10))
+    w.window_open(open_window_of([(PARTITION, state(near_the_end))], lease(), later))
+    assert not w.offsets_due(now + 39) and w.offsets_due(now + 40)
+    # Several streams: the earliest of their markers.
+    other = OffsetPartition("shop", "rs1")
+    both = [(PARTITION, state(marker(now=later))), (other, state(marker()))]
+    w.window_open(open_window_of(both, lease(), NOW + timedelta(seconds=31)))
+    assert w.offsets_due(now + 32)
+    # While an event waits for its window, at every poll (its commit is noticed at once).
+    w.window_open(None)
+    w.committed({"rs0": Position(cluster_time=Timestamp(int(now), 1))}, now)
+    w.opened("rs0")
+    w.counted("rs0", 10, Timestamp(int(now) + 1, 1), Timestamp(int(now) + 2, 1), None)
+    w.fire(w.due(now + 3), now + 3)
+    assert w.offsets_due(now + 3)

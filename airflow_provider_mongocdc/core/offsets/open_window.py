@@ -105,6 +105,17 @@ def open_window_of(
     }
 
 
+def next_commit_due(window: Mapping[str, Any]) -> datetime | None:
+    """When the next commit of an open window (as :func:`open_window_of` gives it) is due at the
+    latest: its earliest marker's ``until`` less :data:`OPEN_GRACE_S`. A window that closes after
+    its idle time or at its maximum open time has written its last commit by then; one that keeps
+    committing moves the time on. None when no marker says (read the offsets again at once)."""
+    partitions = window.get("partitions")
+    markers = partitions.values() if isinstance(partitions, Mapping) else ()
+    until = [moment for moment in (_moment(marker.get("until")) for marker in markers) if moment]
+    return min(until) - timedelta(seconds=OPEN_GRACE_S) if until else None
+
+
 def describe_open_window(window: Mapping[str, Any]) -> str:
     """An open window in words, for logs: since when, events so far, committed lag."""
     lag = window.get("lag_seconds")

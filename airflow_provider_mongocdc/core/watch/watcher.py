@@ -34,7 +34,7 @@ from bson.timestamp import Timestamp
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.gap.report import GAP, OK, GapReport
 from airflow_provider_mongocdc.core.offsets.model import Position, describe_position, position_time
-from airflow_provider_mongocdc.core.offsets.open_window import describe_open_window
+from airflow_provider_mongocdc.core.offsets.open_window import describe_open_window, next_commit_due
 from airflow_provider_mongocdc.core.watch.settings import WatchSettings, describe_seconds
 from airflow_provider_mongocdc.core.watch.stream import position_order
 
@@ -280,6 +280,19 @@ class ChangeWatch:
             for name, p in self.partitions.items()
             if p.state == WATCHED and p.open_at is not None
         }
+
+    def offsets_due(self, now: float) -> bool:
+        """Whether the offsets topic is read at this poll, besides the periodic check: while an
+        event waits for its window (to notice the window's commit at once), and while a window is
+        open once its next commit is due (:func:`next_commit_due`: it may have closed by then; a
+        window that keeps committing moves that time on, so a long open window is read about once
+        per idle time, not at every poll)."""
+        if self.outstanding is not None:
+            return True
+        if self.open_window is None:
+            return False
+        due = next_commit_due(self.open_window)
+        return due is None or now >= due.timestamp()
 
     def watched(self) -> list[str]:
         return [name for name, p in self.partitions.items() if p.state == WATCHED]
