@@ -250,9 +250,6 @@ class WatchSession:
         self.follower = self.store.follower()
         self.capture = capture_check(config)
         self.targets = {target.partition: target for target in targets}
-        for name, target in self.targets.items():
-            host, kwargs = target.details().client_arguments()
-            self.clients[name] = AsyncMongoClient(host, document_class=RawBSONDocument, **kwargs)
         self.checked_at = None
 
     async def refresh_config(self) -> None:
@@ -314,8 +311,12 @@ class WatchSession:
         return contents, lease
 
     async def check(self) -> None:
-        """Whether the stored positions are still in the oplog, and their headroom."""
+        """Whether the stored positions are still in the oplog, and their headroom. Not while a
+        window is open: it moves the positions on with every commit and reads from them itself;
+        the positions it leaves are checked once it closed (``recheck`` stays set)."""
         self.checked_at = time.time()
+        if self.watch.open_window is not None:
+            return
         self.watch.recheck = False
         if not self.watch.watched():
             return
@@ -387,10 +388,15 @@ class WatchSession:
         for name in list(self.cursors):
             if name not in streaming:  # no longer watched, or a window is open (it reads them)
                 await self._close_cursor(name)
+        if self.watch.open_window is not None:
+            # The open window reads the changes: no connection is kept meanwhile (an idle client's
+            # monitors and periodic tasks wake the event loop several times a second).
+            await self._close_clients()
+            return
         for name, position in self.watch.to_open().items():
             await self._close_cursor(name)
             pipeline, options = watch_aggregate(self.config, position)
-            target = aggregate_target(self.clients[name], self.config)
+            target = aggregate_target(self._client(name), self.config)
             try:
                 self.cursors[name] = await target.aggregate(
                     pipeline, maxAwaitTimeMS=int(self.settings.poll_interval_s * 1000), **options
@@ -474,13 +480,24 @@ class WatchSession:
             except PyMongoError:
                 pass
 
+    def _client(self, name: str):
+        """The stream's MongoDB client, created when first needed."""
+        client = self.clients.get(name)
+        if client is None:
+            host, kwargs = self.targets[name].details().client_arguments()
+            client = self.clients[name] = AsyncMongoClient(host, document_class=RawBSONDocument, **kwargs)
+        return client
+
+    async def _close_clients(self) -> None:
+        clients, self.clients = self.clients, {}
+        for client in clients.values():
+            await client.close()
+
     async def close(self) -> None:
         for name in list(self.cursors):
             await self._close_cursor(name)
             self.watch.reopen(name)
-        clients, self.clients = self.clients, {}
-        for client in clients.values():
-            await client.close()
+        await self._close_clients()
         follower, self.follower = self.follower, None
         if follower is not None:
             await asyncio.to_thread(follower.close)

@@ -14,7 +14,8 @@ The decisions are :class:`~airflow_provider_mongocdc.core.watch.watcher.ChangeWa
 While a window is open (its marker in the offsets topic, and the connector's lease held by a
 window: :mod:`~airflow_provider_mongocdc.core.offsets.open_window`) the watcher reads the offsets
 when the window's next commit is due (it may have closed by then) and at every check, not at every
-poll (with one kept reader that fetches only what was committed since its last read:
+poll, keeps no MongoDB client and checks no oplog (with one kept reader that fetches only what was
+committed since its last read:
 :meth:`~airflow_provider_mongocdc.core.offsets.store.OffsetStore.follower`), sends no event and
 reads no change stream (the open window reads every change as it comes); when the window closes it opens the streams again from the window's last commit. The status
 it writes for the MongoDB CDC page shows the open window.

@@ -6,8 +6,8 @@ position, a purged position said once, per-shard and whole-cluster streams of a 
 connection repointed to another deployment with other streams, and windows asked for while an
 incremental snapshot is requested or running on quiet collections (with the watcher's status in
 the offsets topic), and no event while a window is open (a real open window, with the lease its
-task would hold, and the offsets topic read when its next commit is due, not at every poll) but
-again once it closed.
+task would hold; meanwhile the offsets topic is read when its next commit is due, not at every
+poll, and MongoDB is not read at all) but again once it closed.
 
 Commits of windows are written to the offsets topic directly (``OffsetStore.set_position``), as a
 window's end position: these tests watch the watcher, not the window. Quiet periods are checked
@@ -21,6 +21,7 @@ import json
 import re
 import time
 
+import pymongo
 import pytest
 from bson.timestamp import Timestamp
 from pymongo import MongoClient
@@ -366,6 +367,7 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
     from airflow_provider_mongocdc.core.window.params import WindowParams
     from airflow_provider_mongocdc.core.window.stream_window import run_window
     from airflow_provider_mongocdc.core.window.streams import plan_streams
+    from airflow_provider_mongocdc.triggers import change_watch_session
     from airflow_provider_mongocdc.triggers.change_watch_session import WatchSession
     from tests.integration.test_open_window import Writer
 
@@ -387,9 +389,14 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
         datetime.now(timezone.utc), idle_timeout_s=60, commit_interval_s=3, open_idle_s=4, max_open_s=300
     )
     outcome: dict = {}
-    # How often the watcher polls, and how often it reads the offsets topic.
-    counts = {"polls": 0, "reads": 0}
+    # How often the watcher polls, reads the offsets topic and connects to MongoDB.
+    counts = {"polls": 0, "reads": 0, "clients": 0}
     read, step = CommittedFollower.read, WatchSession.step
+
+    class CountedClient(pymongo.AsyncMongoClient):
+        def __init__(self, *args, **kwargs):
+            counts["clients"] += 1
+            super().__init__(*args, **kwargs)
 
     def counted_read(follower):
         counts["reads"] += 1
@@ -401,6 +408,8 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
 
     monkeypatch.setattr(CommittedFollower, "read", counted_read)
     monkeypatch.setattr(WatchSession, "step", counted_step)
+    monkeypatch.setattr(pymongo, "AsyncMongoClient", CountedClient)  # the oplog check's clients
+    monkeypatch.setattr(change_watch_session, "AsyncMongoClient", CountedClient)  # the streams'
 
     def window() -> None:
         try:
@@ -439,8 +448,10 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
             assert watching.events == []
             # While it commits, the offsets are read when its next commit is due (its idle time
             # and commit interval after its last one) and at the periodic check, not every poll.
-            polls, reads = (counts[key] - opened[key] for key in ("polls", "reads"))
+            polls, reads, clients = (counts[key] - opened[key] for key in ("polls", "reads", "clients"))
             assert polls >= 12 and 2 * reads <= polls, (polls, reads)
+            # It connects to MongoDB for nothing meanwhile: no stream, no oplog check.
+            assert clients == 0
         # The writes stopped: the window closes after its idle time, having carried every one.
         await watching.until("the window closed", lambda: "the open window closed" in watching.log())
         thread.join(timeout=WAIT_S)
