@@ -12,7 +12,11 @@ processes), CPU as ``time.process_time`` of this process:
   while the simulator serves the changes (about 1 000 a second), and with it;
 * the reading it does, on the same ``N`` changes: pymongo's ``AsyncChangeStream`` of the watcher's
   projected pipeline with ``RawBSONDocument`` against the plain ``aggregate`` cursor the watcher
-  counts (the measurement behind that choice).
+  counts (the measurement behind that choice);
+* beside an open window: a window with the open defaults (``run_window``, in a process of its own,
+  the connector's lease taken for it as its task would) carries 10 writes/s (a writer process);
+  once the watcher has seen the window open (at its next minute's check), its CPU over the phase, in
+  CPU-s per hour.
 
 (i) ``latency``: a real Airflow 3.3 (api-server, scheduler with LocalExecutor, dag-processor,
 triggerer, from ``tests/e2e/airflow_stack.py``) runs a connector whose window DAG is scheduled by
@@ -50,6 +54,7 @@ from airflow_provider_mongocdc.core.mongo.change_stream import watch_options, wa
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK
 from airflow_provider_mongocdc.core.watch.stream import aggregate_target, watch_aggregate, watch_pipeline
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.triggers.change_watcher import MongoChangeWatcher
@@ -151,12 +156,108 @@ async def _reading_cpu(uri: str, config: ConnectorConfig, start: Position, count
     return figures
 
 
+_OPEN_WINDOW = """
+import json, sys
+from datetime import datetime, timezone
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import plan_streams
+props, uri, bootstrap, seconds = json.loads(sys.argv[1])
+config = ConnectorConfig.from_properties(props)
+(target,) = plan_streams(connection_details({"connection_string": uri}), config)
+params = WindowParams(datetime.now(timezone.utc), commit_interval_s=1.0, open_idle_s=30, max_open_s=seconds)
+run_window(target, config, {"bootstrap.servers": bootstrap}, params)
+"""
+
+_WRITER = """
+import json, sys, time
+from pymongo import MongoClient
+uri, database, rate, seconds = json.loads(sys.argv[1])
+with MongoClient(uri) as client:
+    collection, began = client[database]["orders"], time.monotonic()
+    for number in range(int(rate * seconds)):
+        time.sleep(max(0.0, began + number / rate - time.monotonic()))
+        collection.insert_one({"_id": number, "status": "new", "note": "x" * 200})
+"""
+
+
+async def _cpu_beside(watcher: MongoChangeWatcher, opened, seconds: float) -> tuple[float, float]:
+    """The watcher's CPU over ``seconds`` once ``opened()`` holds and the watcher has seen it: a
+    window it did not ask for is seen at its next check of the offsets (every twelve polls, a
+    minute with the defaults)."""
+    events = watcher.run()
+    waiting = asyncio.ensure_future(events.__anext__())
+    deadline = time.monotonic() + 300
+    while not await asyncio.to_thread(opened):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the window did not open within 300 s")
+        await asyncio.sleep(1)
+    await asyncio.sleep(POLLS_PER_CHECK * watcher.settings.poll_interval_s + 15)
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if waiting.done():
+        raise RuntimeError(f"the watcher fired while the window was open: {waiting.result().payload}")
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    await events.aclose()
+    return cpu, wall
+
+
+def _beside_open_window(services: Services, ids: dict[str, str], seconds: float) -> dict[str, Any]:
+    """The watcher's CPU while a window carries 10 writes/s (the window and the writer are other
+    processes)."""
+    import subprocess
+    import sys
+
+    from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+
+    run = uuid.uuid4().hex[:8]
+    database = f"benchjopen{run}"
+    props, _ = _watched_from_now(services, database, database)
+    config = ConnectorConfig.from_properties(props)
+    store = OffsetStore(services.kafka, config.offsets_topic)
+    (target,) = plan_streams(connection_details({"connection_string": services.mongodb_uri}), config)
+    partition = OffsetPartition(props["topic.prefix"], target.partition)
+    leases = ConnectorLease(services.kafka, props["topic.prefix"])
+    lease = leases.acquire(f"{database}/bench/window", WINDOW, seconds + 600)
+    window_s = seconds + 120
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(arguments)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for code, arguments in (
+            (_OPEN_WINDOW, [props, services.mongodb_uri, services.bootstrap, window_s]),
+            (_WRITER, [services.mongodb_uri, database, 10, window_s]),
+        )
+    ]
+    try:
+
+        def opened() -> bool:
+            state = store.read(partition)
+            return state is not None and state.open_window is not None
+
+        cpu, wall = asyncio.run(_cpu_beside(_watcher(props, ids), opened, seconds))
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        leases.release(lease=lease)
+    return {"seconds": round(wall, 1), "cpu_s": round(cpu, 3), "cpu_s_per_hour": round(cpu / wall * 3600, 2)}
+
+
 def run_watcher_cpu(services: Services, idle_s: float, sizes: list[int], rounds: int) -> dict[str, Any]:
     logging.getLogger("airflow_provider_mongocdc").setLevel(logging.WARNING)  # its INFO lines: not here
     ids = _connections(services)
     run = uuid.uuid4().hex[:8]
     props, _ = _watched_from_now(services, f"benchjidle{run}", f"benchjidle{run}")
     idle_cpu, idle_wall = asyncio.run(_idle_cpu(_watcher(props, ids), 15.0, idle_s))
+    beside = _beside_open_window(services, ids, idle_s)
     per_size: dict[int, list[float]] = {size: [] for size in sizes}
     walls: dict[int, list[float]] = {size: [] for size in sizes}
     reading: list[dict[str, float]] = []
@@ -186,6 +287,7 @@ def run_watcher_cpu(services: Services, idle_s: float, sizes: list[int], rounds:
         "idle_s": round(idle_wall, 1),
         "idle_cpu_s": round(idle_cpu, 4),
         "idle_percent_of_a_core": round(idle_cpu / idle_wall * 100, 3),
+        "beside_open_window": beside,
         "sizes": sizes,
         "rounds": rounds,
         "cpu_to_event_s": {size: round(statistics.median(v), 3) for size, v in per_size.items()},
@@ -201,10 +303,13 @@ def run_watcher_cpu(services: Services, idle_s: float, sizes: list[int], rounds:
 
 def report_watcher_cpu(figures: dict[str, Any]) -> list[str]:
     idle, per_change = figures["idle_percent_of_a_core"], figures["per_change_us"]
+    beside = figures["beside_open_window"]
     reading = figures["reading_us_per_change"]
     return [
         f"idle over {figures['idle_s']} s: {figures['idle_cpu_s']} CPU-s = {idle} % of a core "
         f"(goal <= {GOAL_IDLE_PERCENT}: {'met' if idle <= GOAL_IDLE_PERCENT else 'NOT met'})",
+        f"beside a window open at 10 writes/s, over {beside['seconds']} s: {beside['cpu_s']} CPU-s = "
+        f"{beside['cpu_s_per_hour']} CPU-s per hour",
         f"CPU from start to event at min_changes: {figures['cpu_to_event_s']} s (wall {figures['wall_to_event_s']} s)",
         f"per pending change: {per_change} us without its idle CPU over the read, {figures['slope_us']} us "
         f"with it (slope between the sizes; goal <= {GOAL_PER_CHANGE_US}: "
