@@ -108,15 +108,24 @@ def _insert(services: Services, database: str, count: int) -> None:
             )
 
 
-async def _idle_cpu(watcher: MongoChangeWatcher, warm_up_s: float, seconds: float) -> tuple[float, float]:
+async def _idle_cpu(
+    watcher: MongoChangeWatcher, warm_up_s: float, seconds: float, ready=None
+) -> tuple[float, float]:
+    """The watcher's CPU over ``seconds`` after ``warm_up_s`` (counted once ``ready()`` holds,
+    checked every second for up to 300 s); it must send no event."""
     events = watcher.run()
     waiting = asyncio.ensure_future(events.__anext__())
+    deadline = time.monotonic() + 300
+    while ready is not None and not await asyncio.to_thread(ready):
+        if time.monotonic() > deadline:
+            raise RuntimeError("not ready within 300 s")
+        await asyncio.sleep(1)
     await asyncio.sleep(warm_up_s)
-    if waiting.done():
-        raise RuntimeError(f"the idle watcher fired: {waiting.result().payload}")
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.sleep(seconds)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if waiting.done():
+        raise RuntimeError(f"the watcher fired: {waiting.result().payload}")
     waiting.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await waiting
@@ -183,30 +192,6 @@ with MongoClient(uri) as client:
 """
 
 
-async def _cpu_beside(watcher: MongoChangeWatcher, opened, seconds: float) -> tuple[float, float]:
-    """The watcher's CPU over ``seconds`` once ``opened()`` holds and the watcher has seen it: a
-    window it did not ask for is seen at its next check of the offsets (every twelve polls, a
-    minute with the defaults)."""
-    events = watcher.run()
-    waiting = asyncio.ensure_future(events.__anext__())
-    deadline = time.monotonic() + 300
-    while not await asyncio.to_thread(opened):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the window did not open within 300 s")
-        await asyncio.sleep(1)
-    await asyncio.sleep(POLLS_PER_CHECK * watcher.settings.poll_interval_s + 15)
-    cpu, wall = time.process_time(), time.perf_counter()
-    await asyncio.sleep(seconds)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    if waiting.done():
-        raise RuntimeError(f"the watcher fired while the window was open: {waiting.result().payload}")
-    waiting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiting
-    await events.aclose()
-    return cpu, wall
-
-
 def _beside_open_window(services: Services, ids: dict[str, str], seconds: float) -> dict[str, Any]:
     """The watcher's CPU while a window carries 10 writes/s (the window and the writer are other
     processes)."""
@@ -242,7 +227,11 @@ def _beside_open_window(services: Services, ids: dict[str, str], seconds: float)
             state = store.read(partition)
             return state is not None and state.open_window is not None
 
-        cpu, wall = asyncio.run(_cpu_beside(_watcher(props, ids), opened, seconds))
+        # A window the watcher did not ask for is seen at its next check of the offsets (every
+        # twelve polls, a minute with the defaults).
+        watcher = _watcher(props, ids)
+        warm_up = POLLS_PER_CHECK * watcher.settings.poll_interval_s + 15
+        cpu, wall = asyncio.run(_idle_cpu(watcher, warm_up, seconds, ready=opened))
     finally:
         for child in children:
             child.kill()
