@@ -1,4 +1,5 @@
-"""``mongocdc``: the operator commands (offsets show, reset, set, import-debezium, export-debezium).
+"""``mongocdc``: the operator commands (offsets show, reset, set, import-debezium, export-debezium,
+adopt; tables reset-positions).
 
 Entry point :func:`main`; its help text (:data:`HELP`) says what each command does. A command
 prints JSON on stdout and its log lines on stderr; a refusal goes to stderr with its cause and fix
@@ -60,6 +61,19 @@ when and until when it holds it), and no window or snapshot starts meanwhile. Pa
 only reads; it says when a transaction is open on the offsets topic (offsets committed after it
 are not shown until it ends). A change waits for the transactions open on the offsets topic to end
 and ends those of the connector's own writers that were killed; another writer's is an error.
+"""
+TABLES_HELP = """``mongocdc tables``: a collection's table.
+
+    mongocdc tables reset-positions --table URI --topic T [--storage-conn-id ID] (Kafka options) --yes
+
+``reset-positions`` is for a table whose topic was deleted and created again (the apply stops such
+a table with an error that says so): it records, in one commit that changes no row, the topic's
+identity and the first offset of each of its partitions as the table's positions. The next apply
+applies the new topic from its beginning: records of documents the table holds change their rows
+again (to the same state or a newer one), and a re-snapshot sweeps the rows of documents MongoDB no
+longer has. Pause the connector's DAGs first. The table's storage options come from the Airflow
+connection ``--storage-conn-id`` (run the command where Airflow is configured). Kafka: as for
+``mongocdc offsets``.
 """
 # The ways to reach Kafka (one of them): option, metavar, help.
 _KAFKA_OPTIONS = (
@@ -154,6 +168,32 @@ def _parser() -> argparse.ArgumentParser:
     common(adopt, partition_required=False)
     adopt.add_argument("--name", required=True, help="the connector's name (its entry in the connector list)")
     adopt.add_argument("--yes", action="store_true", help="confirm the change")
+
+    tables = commands.add_parser(
+        "tables",
+        help="act on a collection's table",
+        description=TABLES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    table_actions = tables.add_subparsers(dest="action", required=True)
+    reset_positions = table_actions.add_parser(
+        "reset-positions", help="apply a table's topic again from its first record (a topic created again)"
+    )
+    kafka = reset_positions.add_mutually_exclusive_group(required=True)
+    for option, metavar, help_text in _KAFKA_OPTIONS:
+        kafka.add_argument(option, metavar=metavar, help=help_text)
+    reset_positions.add_argument(
+        "--table", required=True, metavar="URI", help="the table: <location>/<database>/<collection>"
+    )
+    reset_positions.add_argument(
+        "--topic", required=True, help="the table's topic: <topic prefix>.<db>.<coll>"
+    )
+    reset_positions.add_argument(
+        "--storage-conn-id",
+        metavar="ID",
+        help="the Airflow connection of the table's storage options (the connector's 'conn_id')",
+    )
+    reset_positions.add_argument("--yes", action="store_true", help="confirm the change")
     return parser
 
 
@@ -285,8 +325,33 @@ def run(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _tables(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``mongocdc tables reset-positions`` (None: refused without --yes)."""
+    if not args.yes:
+        print(
+            f"mongocdc: refusing to reset the positions of the table {args.table} without --yes. Pause the "
+            "connector's DAGs first, then repeat the command with --yes.",
+            file=sys.stderr,
+        )
+        return None
+    from airflow_provider_mongocdc.core.apply.run import reset_positions
+    from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+    from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
+
+    storage_options: dict[str, str] = {}
+    if args.storage_conn_id:
+        from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook
+
+        scheme = DeltaSettings.from_mapping({"location": args.table}).scheme
+        storage_options = DeltaStorageHook(args.storage_conn_id).storage_options(scheme)
+    store = DeltaTableStore(args.table, storage_options, conn_id=args.storage_conn_id)
+    return reset_positions(store, _kafka_config(args), args.topic)
+
+
 def _execute(args: argparse.Namespace) -> dict[str, Any] | None:
     """The command's result (None: refused without --yes)."""
+    if args.command == "tables":
+        return _tables(args)
     from airflow_provider_mongocdc.core.offsets.model import Position
     from airflow_provider_mongocdc.core.offsets.store import OffsetStore
     from airflow_provider_mongocdc.core.offsets.writers import TakeOver

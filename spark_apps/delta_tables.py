@@ -311,19 +311,30 @@ class DeltaTableStore:
     def uri_is_local(self) -> bool:
         return "://" not in self.uri or self.uri.startswith("file://")
 
-    def evolve(self, layout: TableLayout) -> list[str]:
-        """The declared columns :meth:`check_layout` found missing, added and filled from ``_doc``."""
+    def stale_columns(self) -> list[str]:
+        """The table's columns :meth:`check_layout` found no longer declared."""
+        return list(self._stale_columns)
+
+    def evolve(
+        self, layout: TableLayout, refill: list[str] = (), versions: Mapping[str, int] | None = None
+    ) -> list[str]:
+        """The declared columns :meth:`check_layout` found missing, added and filled from ``_doc``,
+        and the ``refill`` ones (declared again after rows were written without them) filled again,
+        in one commit that records ``versions``."""
         table = self.table()
-        if table is None or not self._new_columns:
+        refilled = [name for name in refill if name not in self._new_columns]
+        if table is None or not (self._new_columns or refilled):
             return []
         added = list(self._new_columns)
+        self._new_columns = added + refilled
         try:
-            self._add_columns(table, layout)
+            self._add_columns(table, layout, versions or {})
         except (DeltaError, OSError) as error:
             raise self._failed("add columns to", error) from None
-        return [f"added the column(s) {', '.join(added)}"]
+        # (check_layout's notes name the new columns)
+        return [f"column(s) {', '.join(refilled)} declared again: filled again from _doc"] if refilled else []
 
-    def _add_columns(self, table: DeltaTable, layout: TableLayout) -> None:
+    def _add_columns(self, table: DeltaTable, layout: TableLayout, versions: Mapping[str, int]) -> None:
         """New declared columns: added and filled from ``_doc`` in one commit (a MERGE that updates
         only them, with the schema merged)."""
         columns = [column for column in layout.declared if column.name in self._new_columns]
@@ -342,9 +353,12 @@ class DeltaTableStore:
             }
         )
         if source.num_rows == 0:
-            table.alter.add_columns(
-                [pa.field(column.name, arrow_type(column.type), True) for column in columns]
-            )
+            present = {field.name for field in table.schema().fields}
+            missing = [column for column in columns if column.name not in present]
+            if missing:
+                table.alter.add_columns(
+                    [pa.field(column.name, arrow_type(column.type), True) for column in missing]
+                )
         else:
             table.merge(
                 source,
@@ -353,7 +367,10 @@ class DeltaTableStore:
                 target_alias="t",
                 merge_schema=True,
                 commit_properties=CommitProperties(
-                    custom_metadata={"mongocdc.added_columns": [column.name for column in columns]}
+                    custom_metadata={"mongocdc.added_columns": [column.name for column in columns]},
+                    app_transactions=[
+                        Transaction(app_id, version) for app_id, version in sorted(versions.items())
+                    ],
                 ),
             ).when_matched_update(
                 updates={quoted(column.name): f"s.{quoted(column.name)}" for column in columns}
@@ -622,7 +639,9 @@ class DeltaTableStore:
             else:
                 table.delete(predicate=old, commit_properties=properties)
             return {"version": table.version(), "deleted": swept, "swept": swept}
-        empty = pa.Table.from_pylist([], schema=arrow_schema(layout))
+        # The table's own schema: a commit of positions alone needs no layout (and may come from
+        # `mongocdc tables reset-positions`, which knows none).
+        empty = pa.Table.from_batches([], schema=pa.schema(table.schema()))
         write_deltalake(table, empty, mode="append", commit_properties=properties)
         return {
             "version": DeltaTable(self.uri, storage_options=self.storage_options).version(),

@@ -81,6 +81,9 @@ class ChangingStream:
     def low_watermark(self) -> Timestamp:
         return self._server_time()
 
+    def topic_ends(self, namespaces: list[str]) -> dict[str, dict[int, int]]:
+        return {}  # no topics: the chunks' events are kept here
+
 
 def _phase(client: MongoClient, config: ConnectorConfig, window: ChangingStream) -> IncrementalPhase:
     params = WindowParams(window_end=datetime.now(timezone.utc))

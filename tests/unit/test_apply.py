@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from bson import Decimal128, Int64, ObjectId, Timestamp, json_util
 
-from airflow_provider_mongocdc.core.apply.batch import Batch
+from airflow_provider_mongocdc.core.apply.batch import Batch, Row
 from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes, EventReader
 from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
@@ -433,12 +433,19 @@ def test_a_snapshot_spread_over_runs_completes_by_the_offsets_topic_only_when_it
 
 
 def test_an_incremental_snapshot_completes_when_the_offsets_topic_says_its_collection_is_done():
+    started = {0: 1}  # the topic's end when the snapshot started: its events lie from offset 1 on
     tracker = SnapshotTracker()
+    tracker.arm(SnapshotStatus(False, INC_RUNNING, (1,), started))
     fold([insert(1, 0), read(1, 1, "incremental"), insert(5, 2), read(2, 3, "incremental")], tracker=tracker)
     assert tracker.pending == INCREMENTAL and tracker.sweep is None  # changes interleave
-    tracker.at_range_end(SnapshotStatus(False, INC_RUNNING, (1,)), SnapshotStatus(False, INC_RUNNING, (1,)))
+    assert tracker.began == {0: 1}
+    running = SnapshotStatus(False, INC_RUNNING, (1,), started)
+    tracker.at_range_end(running, running)
     assert tracker.pending == INCREMENTAL
-    tracker.at_range_end(SnapshotStatus(False, INC_DONE, (2,)), SnapshotStatus(False, INC_DONE, (2,)))
+    done = SnapshotStatus(False, INC_DONE, (2,), started)
+    tracker.at_range_end(done, SnapshotStatus(False, INC_DONE, (2,), started, settled=False))
+    assert tracker.pending == INCREMENTAL  # a transaction open on the offsets topic: the next run
+    tracker.at_range_end(done, done)
     assert tracker.sweep == 1 and tracker.pending == NONE
     tracker = SnapshotTracker()
     fold([read(1, 0, "incremental")], tracker=tracker)
@@ -448,6 +455,84 @@ def test_an_incremental_snapshot_completes_when_the_offsets_topic_says_its_colle
     assert tracker.pending == NONE and tracker.sweep is None  # filtered or stopped: nothing swept
 
 
+def test_a_change_that_dropped_a_chunks_read_begins_the_generation_and_is_never_swept():
+    """DBLog's rule: a document changed between a chunk's read and its high watermark has its read
+    dropped, and its change comes before the chunk's reads in the topic. The generation begins
+    where the snapshot started (the topic's end then, recorded by the window), so that change's row
+    is of the new generation; a chunk whose reads were all dropped changes nothing of that."""
+    state = TableState(TOPIC, version=3, positions={0: 10}, generation=1)
+    started = SnapshotStatus(False, INC_RUNNING, ("r",), {0: 12})
+    tracker = SnapshotTracker(state.generation, state.pending)
+    tracker.arm(started)
+    # 10, 11: changes before the snapshot; 12: a change of 7 whose read was dropped (first chunk,
+    # all of its reads dropped); 13: a change of 8 (second chunk), then the second chunk's read of 9.
+    events = [insert(1, 10), insert(2, 11), insert(7, 12), insert(8, 13), read(9, 14, "incremental")]
+    batch = fold(events, state=state, tracker=tracker)
+    assert {key: row.generation for key, row in batch.rows.items()} == {"1": 1, "2": 1, "7": 2, "8": 2, "9": 2}
+    done = SnapshotStatus(False, INC_DONE, ("d",), {0: 12})
+    batch.complete_at_end(done, done)
+    assert tracker.sweep == 2
+    # The batch's own rows of the old generation go with the table's (1 and 2 were not read): the
+    # rows changed since the snapshot started stay.
+    assert sorted(live(batch)) == ["7", "8", "9"]
+    assert batch.commit(TableLayout(), 1, Misfits()).sweep == 2
+
+
+def test_a_generation_begun_after_the_snapshot_started_sweeps_nothing():
+    """A table that learnt of the snapshot only at its first read (the start was not recorded, or
+    not seen) cannot tell the changes that dropped reads from older rows: nothing is swept."""
+    tracker = SnapshotTracker(1, NONE)
+    batch = fold([insert(7, 12), read(9, 14, "incremental")], tracker=tracker)
+    assert tracker.began == {0: 13}  # the position before its first read
+    for start in ({0: 12}, None):
+        done = SnapshotStatus(False, INC_DONE, ("d",), start)
+        tracked = SnapshotTracker(tracker.generation, tracker.pending, dict(tracker.began))
+        tracked.at_range_end(done, done)
+        assert tracked.sweep is None and tracked.pending == NONE
+        assert "nothing swept" in tracked.notes[-1]
+    assert sorted(live(batch)) == ["7", "9"]
+
+
+def test_a_completion_learnt_at_the_range_end_sweeps_the_batchs_own_older_rows():
+    state = TableState(TOPIC, version=3, positions={0: 0}, generation=0, pending=BLOCKING, began={0: 0})
+    tracker = SnapshotTracker(state.generation, state.pending, dict(state.began))
+    # A blocking snapshot under way from an earlier run (generation 0 began there); this run holds
+    # a row of generation 0 and the snapshot's other reads, then the offsets topic shows it done.
+    stale = Batch(state, tracker, Patcher(), lambda keys: {})
+    stale.rows["5"] = Row("c", '{"_id": 5}', 0, 0, None, None, None, -1, False)
+    stale.add_all([read(1, 1), read(2, 2)])
+    done = SnapshotStatus(False, "unknown", ("b",))
+    stale.complete_at_end(done, done)
+    assert tracker.sweep == 0 and stale.rows["5"].deleted and sorted(live(stale)) == ["1", "2"]
+
+
+def test_a_transaction_is_never_split_at_a_delete_or_its_tombstone():
+    """A delete's tombstone carries no lsid/txnNumber: it is no boundary, and the transaction goes
+    on after it."""
+    topic = Topic()
+    topic.delete(1, txn=9)  # a delete event and its tombstone
+    topic.update({"_id": 2, "v": 1}, txn=9)
+    topic.insert({"_id": 4}, txn=9)
+    topic.insert({"_id": 5})
+    delete, tombstone, update, insert_4, insert_5 = topic.events()
+    assert tombstone.tombstone and tombstone.txn is None and delete.txn == update.txn
+    batch = fold([delete])
+    assert not batch.at_boundary(tombstone)
+    batch.add(tombstone)
+    assert not batch.at_boundary(update)  # still transaction 9
+    batch.add(update)
+    batch.add(insert_4)
+    assert batch.at_boundary(insert_5)
+    # The tombstone keeps the delete's row: its source time and transaction, in both folds.
+    row = batch.rows["1"]
+    assert row.deleted and row.txn == delete.txn and row.ts_us == delete.ts_us
+    run = EventReader(TOPIC).read_changes(0, messages(topic.records))
+    assert isinstance(run, Changes) and run.tombstones == [1]
+    runs = fold([])
+    runs.add_changes(run)
+    assert runs.last_txn is None  # the last event (5) is in no transaction
+    (columns,) = [changes for changes, _ in runs.runs]
+    assert columns.txns[1] == delete.txn and columns.ts_us[1] == delete.ts_us
 def test_the_offsets_topic_status_of_a_collection():
     partition = OffsetPartition("shop", "rs0")
     start = Position(cluster_time=Timestamp(1, 1))

@@ -33,7 +33,7 @@ from airflow_provider_mongocdc.core.apply.layout import (
     TableLayout,
 )
 from airflow_provider_mongocdc.core.apply.patch import Patcher
-from airflow_provider_mongocdc.core.apply.snapshots import SnapshotTracker
+from airflow_provider_mongocdc.core.apply.snapshots import SnapshotStatus, SnapshotTracker
 from airflow_provider_mongocdc.core.apply.state import TableState
 from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 
@@ -93,22 +93,67 @@ class Batch:
     def __post_init__(self) -> None:
         self.positions = dict(self.state.positions)
 
-    def takes_changes(self) -> bool:
-        """Whether :meth:`add_changes` may fold a run: no snapshot under way (the tracker sees only
-        snapshot reads then, and a run holds none)."""
-        return not self.tracker.pending
+    def takes_changes(self, changes: Changes) -> bool:
+        """Whether :meth:`add_changes` may fold ``changes`` as a run: no snapshot under way (the
+        tracker sees only snapshot reads then, and a run holds none), and none of its events at or
+        past where an incremental snapshot the tracker waits for began."""
+        tracker = self.tracker
+        if tracker.pending:
+            return False
+        armed = tracker.armed
+        return armed is None or not changes.offsets or changes.offsets[-1] < armed.get(changes.partition, 0)
 
     def add_changes(self, changes: Changes) -> None:
         """Fold a run of plain changes (in Kafka order, after everything folded so far)."""
         if not len(changes):
             return
+        if changes.tombstones:
+            self._tombstones_of_deletes(changes)
         self.runs.append((changes, self.tracker.generation))
         self.events += len(changes)
         ops = self.ops
         for op, count in Counter(changes.ops).items():
             ops[op] = ops.get(op, 0) + count
         self.positions[changes.partition] = changes.offsets[-1] + 1
-        self.last_txn = changes.txns[-1]
+        self.last_txn = changes.last_txn(self.last_txn)
+
+    def _tombstones_of_deletes(self, changes: Changes) -> None:
+        """A tombstone keeps the source time and transaction of the delete before it (its row is
+        the delete's, at the tombstone's offset), as :meth:`add_all` folds it."""
+        keys, ops = changes.keys, changes.ops
+        tombstones = set(changes.tombstones)
+        for index in changes.tombstones:
+            key = keys[index]
+            if index > 0:
+                if keys[index - 1] != key or ops[index - 1] != "d" or index - 1 in tombstones:
+                    continue
+                source = (changes.ts_us[index - 1], changes.ords[index - 1], changes.txns[index - 1])
+            else:
+                row = self._last_row(key)
+                if row is None or row.op != "d":
+                    continue
+                source = (row.ts_us, row.ord, row.txn)
+            changes.ts_us[index], changes.ords[index], changes.txns[index] = source
+
+    def _last_row(self, key: str) -> Row | None:
+        """The row of ``key`` after everything folded so far (the last run's last record of it only
+        when it is that run's last record: the one a run's first tombstone follows)."""
+        if self.runs:
+            changes, generation = self.runs[-1]
+            if changes.keys[-1] == key:
+                return Row(
+                    changes.ops[-1],
+                    changes.documents[-1],
+                    changes.partition,
+                    changes.offsets[-1],
+                    changes.ts_us[-1],
+                    changes.ords[-1],
+                    changes.txns[-1],
+                    generation,
+                    changes.ops[-1] == "d",
+                )
+            return None
+        return self.rows.get(key)
 
     def all_rows(self) -> dict[str, Row]:
         """Every key's row after the events folded so far."""
@@ -165,23 +210,30 @@ class Batch:
         count = 0
         txn = self.last_txn
         # What the snapshot tracker holds moves only when it sees an event.
-        generation, pending = tracker.generation, tracker.pending
+        generation, pending, armed = tracker.generation, tracker.pending, tracker.armed is not None
         for event in events:
             op = event.op
-            watch = pending or op == "r"  # the snapshot tracker has something to see
+            watch = pending or armed or op == "r"  # the snapshot tracker has something to see
             if watch:
                 self._watch(tracker.before, event)
-                generation, pending = tracker.generation, tracker.pending
+                generation, pending, armed = tracker.generation, tracker.pending, tracker.armed is not None
             count += 1
             ops[op] = ops.get(op, 0) + 1
             positions[event.partition] = event.offset + 1
-            txn = event.txn
             if op == "d":
+                ts_us, ord_, row_txn = event.ts_us, event.ord, event.txn
+                if event.tombstone:  # the delete's row (its time and transaction), at the tombstone
+                    deleted = rows.get(event.key)
+                    if deleted is not None and deleted.op == "d":
+                        ts_us, ord_, row_txn = deleted.ts_us, deleted.ord, deleted.txn
+                else:
+                    txn = row_txn
                 rows[event.key] = new(
                     Row,
-                    ("d", None, event.partition, event.offset, event.ts_us, event.ord, txn, generation, True),
+                    ("d", None, event.partition, event.offset, ts_us, ord_, row_txn, generation, True),
                 )
                 continue
+            txn = event.txn
             document = event.document
             if document is None:
                 base = self._base(event.key)
@@ -199,11 +251,21 @@ class Batch:
         self.events += count
         self.last_txn = txn
 
-    def _watch(self, step: Callable[[ChangeEvent], None], event: ChangeEvent) -> None:
-        """The snapshot tracker sees ``event``; a snapshot it sees complete sweeps the batch's rows."""
+    def _watch(self, step: Callable[[ChangeEvent, Mapping[int, int]], None], event: ChangeEvent) -> None:
+        """The snapshot tracker sees ``event`` (and the positions before it); a snapshot it sees
+        complete sweeps the batch's rows."""
         swept = self.tracker.sweep
-        step(event)
+        step(event, self.positions)
         if self.tracker.sweep != swept:
+            self._sweep_rows(self.tracker.sweep)
+
+    def complete_at_end(self, before: SnapshotStatus | None, after: SnapshotStatus | None) -> None:
+        """At the end of the range: a snapshot the offsets topic shows completed sweeps the batch's
+        own rows of older generations too, as one completed by an event does."""
+        swept = self.tracker.sweep
+        self.tracker.at_range_end(before, after)
+        if self.tracker.sweep != swept:
+            self._unfold_runs()
             self._sweep_rows(self.tracker.sweep)
 
     def _base(self, key: str) -> str | None:
@@ -221,18 +283,25 @@ class Batch:
             if row.generation < generation and not row.deleted:
                 rows[key] = row._replace(op="d", deleted=True)
 
-    def at_boundary(self, following: ChangeEvent | None) -> bool:
-        """Whether a commit may end after the last event added: not inside a MongoDB transaction."""
-        return self.last_txn is None or following is None or following.txn != self.last_txn
+    def at_boundary(self, following: ChangeEvent) -> bool:
+        """Whether a commit may end after the last event added, before ``following``: not inside
+        a MongoDB transaction (``following`` is not of the last event's transaction), and never
+        between a delete and its tombstone (which carries no transaction of its own)."""
+        if following.tombstone:
+            return False
+        return self.last_txn is None or following.txn != self.last_txn
 
     def moved(self) -> bool:
-        """Whether a commit would change the table: rows, a sweep, or the snapshot state."""
+        """Whether a commit would change the table: rows, a sweep, the snapshot state, or the
+        positions (a range of commit markers and aborted records only)."""
         state = self.state
+        tracker = self.tracker
         return (
             bool(self.rows)
             or bool(self.runs)
-            or self.tracker.sweep is not None
-            or ((self.tracker.generation, self.tracker.pending) != (state.generation, state.pending))
+            or tracker.sweep is not None
+            or ((tracker.generation, tracker.pending) != (state.generation, state.pending))
+            or self.positions != state.positions
         )
 
     def commit(self, layout: TableLayout, applied_us: int, misfits: Misfits) -> Commit:
@@ -316,4 +385,7 @@ class Batch:
             self.tracker.pending,
             self.state.compacted_at,
             self.state.vacuumed_at,
+            dict(self.tracker.began),
+            self.state.topic_id,
+            self.state.undeclared,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -85,6 +85,9 @@ class ChangeEvent:
     txn: str | None = None  # "<lsid>:<txnNumber>" of a change in a MongoDB transaction
     snapshot: str | None = None  # of a read: "true", "last", "incremental"...
     update: Mapping[str, Any] | None = None  # updateDescription of an update without ``after``
+    # A tombstone (a null value): no source block; it belongs to the delete event before it (its
+    # transaction too: a commit never ends between them, see Batch.at_boundary).
+    tombstone: bool = False
 
     @property
     def is_read(self) -> bool:
@@ -170,6 +173,7 @@ class Changes:
     ords: list[int | None]
     txns: list[str | None]
     offsets: list[int]
+    tombstones: list[int] = field(default_factory=list)  # the indexes of the tombstones
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -178,12 +182,24 @@ class Changes:
         """The same events as objects, for a fold that must see each one (their Kafka timestamps,
         which only order several partitions, are not kept)."""
         partition = self.partition
-        return [
+        events = [
             ChangeEvent(key, op, document, partition, offset, 0, ts_us, ord_, txn)
             for key, op, document, ts_us, ord_, txn, offset in zip(
                 self.keys, self.ops, self.documents, self.ts_us, self.ords, self.txns, self.offsets
             )
         ]
+        for index in self.tombstones:
+            events[index].tombstone = True
+        return events
+
+    def last_txn(self, before: str | None) -> str | None:
+        """The transaction of the run's last event that is not a tombstone (``before``: the one
+        before the run, when every event of the run is a tombstone)."""
+        tombstones = set(self.tombstones)
+        for index in range(len(self.keys) - 1, -1, -1):
+            if index not in tombstones:
+                return self.txns[index]
+        return before
 
 
 class Record(Protocol):
@@ -344,7 +360,7 @@ class EventReader:
                     key = None
                 if type(key) is str:
                     if raw_value is None:
-                        event = ChangeEvent(key, DELETE, None, partition, offset, timestamp)
+                        event = ChangeEvent(key, DELETE, None, partition, offset, timestamp, tombstone=True)
                     elif (
                         value_at >= 0
                         and raw_value.startswith(value_marker, value_at)
@@ -376,6 +392,7 @@ class EventReader:
         ords: list[int | None] = []
         txns: list[str | None] = []
         offsets: list[int] = []
+        tombstones: list[int] = []
         add_key, add_op, add_document = keys.append, ops.append, documents.append
         add_stamp, add_ord, add_txn, add_offset = stamps.append, ords.append, txns.append, offsets.append
         decode, loads = _PAYLOAD_DECODER.decode, orjson.loads
@@ -395,7 +412,7 @@ class EventReader:
             offset = record.offset()
             raw_key = record.key()
             raw_value = record.value()
-            plain = False
+            plain = tombstone = False
             if (
                 key_at >= 0
                 and raw_key is not None
@@ -410,7 +427,7 @@ class EventReader:
                 if type(key) is str:
                     if raw_value is None:  # a tombstone
                         op, document, ts_us, ord_, txn = DELETE, None, None, None, None
-                        plain = True
+                        plain = tombstone = True
                     elif (
                         value_at >= 0
                         and raw_value.startswith(value_marker, value_at)
@@ -452,6 +469,9 @@ class EventReader:
                     event.ord,
                     event.txn,
                 )
+                tombstone = event.tombstone
+            if tombstone:
+                tombstones.append(len(keys))
             add_key(key)
             add_op(op)
             add_document(document)
@@ -459,7 +479,7 @@ class EventReader:
             add_ord(ord_)
             add_txn(txn)
             add_offset(offset)
-        return Changes(partition, keys, ops, documents, stamps, ords, txns, offsets)
+        return Changes(partition, keys, ops, documents, stamps, ords, txns, offsets, tombstones)
 
     def read(
         self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None, timestamp: int = 0
@@ -467,7 +487,7 @@ class EventReader:
         """The event of one record (a tombstone: a delete of its key)."""
         key = self.key(partition, offset, raw_key)
         if raw_value is None:
-            return ChangeEvent(key, DELETE, None, partition, offset, timestamp)
+            return ChangeEvent(key, DELETE, None, partition, offset, timestamp, tombstone=True)
         payload = None
         cut = self._value.cut(raw_value)
         event = self._typed(key, partition, offset, timestamp, cut if cut is not None else raw_value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,11 +31,31 @@ from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes
 from airflow_provider_mongocdc.core.apply.layout import TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
-from airflow_provider_mongocdc.core.apply.state import TableState, check_owner
-from airflow_provider_mongocdc.core.apply.topics import first_records, partitions_of, read_range, topic_ends
+from airflow_provider_mongocdc.core.apply.state import TableState, check_owner, undeclared_app_id
+from airflow_provider_mongocdc.core.apply.topics import (
+    check_same_topic,
+    first_records,
+    partitions_of,
+    read_range,
+    topic_ends,
+    topic_facts,
+)
 from airflow_provider_mongocdc.core.apply.values import Misfits
+from airflow_provider_mongocdc.core.base.errors import TableError
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
+
+
+def reset_fix(uri: str, topic: str) -> str:
+    """What to do with a table whose topic was created again."""
+    return (
+        "move the table away (the next run builds it again from the topic), or keep its rows and apply "
+        f"the topic from its first record on: pause the connector's DAGs and run 'mongocdc tables "
+        f"reset-positions --table {uri} --topic {topic} --bootstrap-servers ... --yes' (it records the "
+        "topic's identity and its first offsets as the table's positions, in one commit that changes no "
+        "row; re-applied records change only rows they hold, and a re-snapshot sweeps the rows of "
+        "documents MongoDB no longer has)"
+    )
 
 
 class TableStore(Protocol):
@@ -55,8 +75,12 @@ class TableStore(Protocol):
     def check_layout(self, layout: TableLayout) -> list[str]:
         """Refuse a layout the table cannot take (a declared column's type changed); returns notes."""
 
-    def evolve(self, layout: TableLayout) -> list[str]:
-        """Add the declared columns the table lacks, filled from ``_doc`` (one commit); returns notes."""
+    def stale_columns(self) -> list[str]:
+        """The table's columns that the layout :meth:`check_layout` saw no longer declares."""
+
+    def evolve(self, layout: TableLayout, refill: list[str], versions: Mapping[str, int]) -> list[str]:
+        """Add the declared columns the table lacks and fill them, and the ``refill`` ones, from
+        ``_doc``, in one commit that records ``versions``; returns notes."""
 
     def documents(self, keys: list[str]) -> Mapping[str, str]:
         """The documents the table holds of ``keys`` (for updates without one)."""
@@ -131,7 +155,15 @@ class TableApply:
             store.uri, topic, version, store.app_version, store.description() if version is not None else ""
         )
         state = TableState.read(topic, version, store.app_version, partitions)
+        if partitions:
+            facts = topic_facts(self.kafka_config, topic, partitions)
+            check_same_topic(
+                store.uri, topic, state.topic_id, state.positions, facts, reset_fix(store.uri, topic)
+            )
+            if state.topic_id is None:
+                state.topic_id = facts.identity  # recorded from the next commit on
         self.summary["notes"].extend(store.check_layout(self.job.layout))
+        state.undeclared = tuple(store.stale_columns())
         if records:
             ends = topic_ends(self.kafka_config, topic, partitions, 0.0)
             starts = {p: max(first, state.positions.get(p, first)) for p, first in ends.earliest.items()}
@@ -145,9 +177,13 @@ class TableApply:
         state = self.check(partitions)
         self.summary["version_before"] = state.version
         if state.exists:
-            self.store.evolve(job.layout)
+            self.summary["notes"].extend(self._evolve(state))
         before = self.snapshot_status()
         ends = topic_ends(self.kafka_config, job.topic, partitions, job.quiet_wait_s)
+        # Read again once the range's end is taken: an incremental snapshot whose events lie in the
+        # range shows here (its start is committed before any of them), and a completion shown both
+        # times covers every read before the end.
+        after = self.snapshot_status()
         starts = self._starts(state, ends.earliest)
         if not ends.quiet:
             self.summary["notes"].append(
@@ -157,17 +193,19 @@ class TableApply:
             stop = dict(starts)
         else:
             stop = dict(ends.ends)
-        tracker = SnapshotTracker(state.generation, state.pending)
+        tracker = SnapshotTracker(state.generation, state.pending, dict(state.began))
+        tracker.arm(after)
         # The read, the fold and the commits make hundreds of thousands of objects that hold no
         # cycles: the cyclic garbage collector would only walk them again and again (a tenth of
         # their CPU). It runs again once they are gone.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            state, batch = self._apply_range(state, tracker, starts, stop, partitions)
-            # The last batch is committed once the snapshot status after the read is known: a
-            # snapshot that completed over the read sweeps in that same commit.
-            tracker.at_range_end(before, self.snapshot_status())
+            chunks = self.chunks(starts, stop, partitions)
+            state, batch = self._apply_range(state, tracker, starts, stop, chunks)
+            # A snapshot the offsets topic shows completed over the range sweeps in the last
+            # commit, the batch's own older rows too.
+            batch.complete_at_end(before, after)
             if batch.events or batch.moved():
                 state = self._commit(batch, state)
             del batch
@@ -178,7 +216,7 @@ class TableApply:
         self.summary["snapshot"] = {
             "generation": tracker.generation,
             "under_way": KIND_WORDS[tracker.pending],
-            "begun": tracker.began,
+            "begun": tracker.began_runs,
             "completed": tracker.completed,
         }
         self.summary["maintenance"] = self._maintain(state)
@@ -192,6 +230,18 @@ class TableApply:
         self.summary["misfit_lines"] = self.misfits.describe(job.layout.declared)
         self.summary["duration_s"] = round(time.monotonic() - began, 3)
         return self.summary
+
+    def _evolve(self, state: TableState) -> list[str]:
+        """Declared columns new to the table added and filled from ``_doc``; those declared again
+        after rows were written without them (null there) filled again, so that no row keeps a null
+        its document has a value for."""
+        again = [
+            column.name
+            for column in self.job.layout.declared
+            if self.store.app_version(undeclared_app_id(self.job.topic, column.name)) == 1
+        ]
+        versions = {undeclared_app_id(self.job.topic, name): 0 for name in again}
+        return self.store.evolve(self.job.layout, again, versions)
 
     def _starts(self, state: TableState, earliest: Mapping[int, int]) -> dict[int, int]:
         """Where each partition's read starts: the table's position, or the topic's earliest record
@@ -216,22 +266,35 @@ class TableApply:
     ) -> Batch:
         return Batch(state, tracker, Patcher(self.job.json_mode), self.store.documents, dict(previous or {}))
 
+    def chunks(
+        self, starts: Mapping[int, int], stop: Mapping[int, int], partitions: list[int]
+    ) -> Iterable[list[ChangeEvent] | Changes]:
+        """The range's events as the topic's fetches give them (a fetch of one partition's plain
+        changes as columns, unless several partitions are read: they are merged event by event)."""
+        several = len([p for p in partitions if starts.get(p, 0) < stop.get(p, 0)]) > 1
+        return read_range(self.kafka_config, self.job.topic, starts, stop, changes=not several)
+
     def _apply_range(
         self,
         state: TableState,
         tracker: SnapshotTracker,
         starts: Mapping[int, int],
         stop: Mapping[int, int],
-        partitions: list[int],
+        chunks: Iterable[list[ChangeEvent] | Changes],
     ) -> tuple[TableState, Batch]:
-        """Step 2: read and commit batch after batch; returns the last batch, not committed yet."""
+        """Step 2: read and commit batch after batch; returns the last batch, not committed yet.
+
+        A batch is committed once it holds ``max_batch_events`` and only before an event that may
+        begin a commit (:meth:`Batch.at_boundary`: not of the last event's MongoDB transaction, not
+        a tombstone), wherever the fetches of the topic end: a transaction is never split over two
+        commits. A range of several partitions is one commit (see core/apply/topics.py)."""
         state.positions.update({p: o for p, o in starts.items() if p not in state.positions})
         batch = self._batch(state, tracker)
         limit = self.job.max_batch_events
-        several = len([p for p in partitions if starts.get(p, 0) < stop.get(p, 0)]) > 1
-        for chunk in read_range(self.kafka_config, self.job.topic, starts, stop, changes=not several):
+        several = len([p for p in stop if starts.get(p, 0) < stop.get(p, 0)]) > 1
+        for chunk in chunks:
             if isinstance(chunk, Changes):  # a fetch of plain changes, as columns
-                if batch.events + len(chunk) < limit and batch.takes_changes():  # no commit inside it
+                if batch.events + len(chunk) < limit and batch.takes_changes(chunk):  # no commit inside
                     batch.add_changes(chunk)
                     continue
                 chunk = chunk.events()
@@ -240,18 +303,14 @@ class TableApply:
                 batch.add_all(chunk)
                 continue
             for index, event in enumerate(chunk):
-                batch.add(event)
-                if several or batch.events < limit:
-                    continue
-                following: ChangeEvent | None = chunk[index + 1] if index + 1 < len(chunk) else None
-                if following is None or batch.at_boundary(following):
+                if batch.events >= limit and batch.at_boundary(event):
                     state = self._commit(batch, state)
                     batch = self._batch(state, tracker, batch.all_rows())
-                    batch.prepare(chunk[index + 1 :])
-        if batch.events:
-            for partition, end in stop.items():  # read to its end: past commit markers too
-                if starts.get(partition, 0) < end:
-                    batch.positions[partition] = max(batch.positions.get(partition, 0), end)
+                    batch.prepare(chunk[index:])
+                batch.add(event)
+        for partition, end in stop.items():  # read to its end: past commit markers and aborted records
+            if starts.get(partition, 0) < end:
+                batch.positions[partition] = max(batch.positions.get(partition, 0), end)
         return state, batch
 
     def _commit(self, batch: Batch, state: TableState) -> TableState:
@@ -303,3 +362,64 @@ class TableApply:
         if not compact and not vacuum:
             return {}
         return self.store.maintain(state, compact, job.vacuum_retention_s if vacuum else None, now_s)
+
+
+def reset_positions(
+    store: TableStore, kafka_config: Mapping[str, Any], topic: str, clock: Callable[[], float] = time.time
+) -> dict[str, Any]:
+    """``mongocdc tables reset-positions``: the table's positions set to the first record of each
+    partition of ``topic`` as it is now, with its identity, in one commit that changes no row (for a
+    topic deleted and created again; see :func:`~airflow_provider_mongocdc.core.apply.topics.check_same_topic`).
+    The snapshot generation stays; the table's rows stay."""
+    version = store.version()
+    if version is None:
+        raise TableError(
+            f"There is no table at {store.uri}",
+            fix="give the table's location (<location>/<database>/<collection>) as --table",
+        )
+    check_owner(store.uri, topic, version, store.app_version, store.description())
+    partitions = partitions_of(kafka_config, topic)
+    if not partitions:
+        raise TableError(
+            f"The topic {topic!r} does not exist",
+            fix="reset a table's positions once its topic exists again (the connector's next snapshot or "
+            "window creates it)",
+        )
+    before = TableState.read(topic, version, store.app_version, partitions)
+    facts = topic_facts(kafka_config, topic, partitions)
+    ends = topic_ends(kafka_config, topic, partitions, 0.0)
+    after = TableState(
+        topic,
+        version,
+        dict(ends.earliest),
+        before.generation,
+        before.pending,
+        before.compacted_at,
+        before.vacuumed_at,
+        dict(before.began),
+        facts.identity,
+    )
+    metadata = {
+        "mongocdc.topic": topic,
+        "mongocdc.from": {str(p): o for p, o in sorted(before.positions.items())},
+        "mongocdc.positions": {str(p): o for p, o in sorted(after.positions.items())},
+        "mongocdc.events": 0,
+        "mongocdc.snapshot_generation": after.generation,
+        "mongocdc.reset_positions": int(clock()),
+    }
+    commit = Commit({}, None, after.versions(), metadata, 0, 0)
+    result = store.commit(commit, TableLayout(), topic, "")
+    log.info(
+        "%s: positions reset from %s to %s",
+        store.uri,
+        metadata["mongocdc.from"],
+        metadata["mongocdc.positions"],
+    )
+    return {
+        "action": "reset-positions",
+        "table": store.uri,
+        "topic": topic,
+        "version": result.get("version"),
+        "positions_before": metadata["mongocdc.from"],
+        "positions": metadata["mongocdc.positions"],
+    }

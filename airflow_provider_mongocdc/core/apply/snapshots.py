@@ -30,7 +30,7 @@ are never swept and a blocking one completes at its ``last`` read or at the next
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_mongocdc.core.apply.events import LAST, ChangeEvent
@@ -53,6 +53,13 @@ class SnapshotStatus:
     blocking_running: bool
     incremental: str  # INC_RUNNING, INC_DONE, INC_CANCELLED or INC_UNKNOWN
     fingerprint: tuple[Any, ...]  # equal in two reads: no snapshot moved in between
+    # Where the table's topic ended (next offset per partition) when the table's incremental
+    # snapshot started: every event of the snapshot, and every change after it began, lies at or
+    # past it. None: not recorded (a request started before it was recorded).
+    incremental_start: Mapping[int, int] | None = None
+    # False: a transaction was open on the offsets topic after what was read; what it commits is
+    # not known, so nothing is completed by this status (a start it shows still holds).
+    settled: bool = True
 
     @classmethod
     def of(
@@ -62,6 +69,7 @@ class SnapshotStatus:
         ``<db>.<collection>`` (an incremental snapshot's progress names collections)."""
         running = False
         incremental = INC_UNKNOWN
+        start: Mapping[int, int] | None = None
         parts: list[Any] = []
         for partition, state in sorted(states.items(), key=lambda item: item[0].rs):
             snapshot = state.snapshot
@@ -72,8 +80,10 @@ class SnapshotStatus:
                 continue
             mine = [name for name in _named(progress) if namespace_topic(name) == topic]
             parts.append((progress.request_id, progress.status, progress.chunks, tuple(mine)))
+            if mine and incremental != INC_RUNNING:  # the running one's start, else the last one's
+                start = _start_of(progress, topic)
             incremental = _incremental_word(progress, namespace_topic, topic, incremental)
-        return cls(running, incremental, tuple(parts))
+        return cls(running, incremental, tuple(parts), start if incremental != INC_UNKNOWN else None)
 
 
 def read_status(
@@ -84,8 +94,6 @@ def read_status(
     it commits is not known yet)."""
     store = OffsetStore(kafka_config, config.offsets_topic, read_timeout_s=30.0)
     contents = store.read_everything()
-    if contents.open_transactions:
-        return None
     states = {
         partition: state
         for partition, state in contents.states.items()
@@ -99,7 +107,18 @@ def read_status(
         database, _, collection = namespace.partition(".")
         return namer.data_topic(database, collection)
 
-    return SnapshotStatus.of(states, namespace_topic, topic)
+    status = SnapshotStatus.of(states, namespace_topic, topic)
+    return replace(status, settled=False) if contents.open_transactions else status
+
+
+def _start_of(progress: IncrementalProgress, topic: str) -> dict[int, int] | None:
+    """Where ``topic`` ended when ``progress``'s snapshot started (a topic not there yet: nothing
+    before it, so every partition from offset 0); None when the window did not record it."""
+    if progress.topic_offsets is None:
+        return None
+    return {
+        int(partition): int(offset) for partition, offset in (progress.topic_offsets.get(topic) or {}).items()
+    }
 
 
 def _named(progress: IncrementalProgress) -> Iterable[str]:
@@ -127,18 +146,49 @@ def _incremental_word(
 @dataclass
 class SnapshotTracker:
     """The table's snapshot generation and the snapshot under way, moved by each event in Kafka
-    order; ``sweep`` is the generation below which rows go (the latest completion seen)."""
+    order; ``sweep`` is the generation below which rows go (the latest completion seen).
+
+    ``began``: the positions (next offset per partition) at which the generation under way began.
+    An incremental snapshot's reads interleave with changes, and a change that dropped a chunk's
+    read (DBLog's rule) comes before the chunk's reads in the topic: the generation must begin
+    where the snapshot started, not at its first read. The window records that place, the topic's
+    end when the snapshot started (:attr:`SnapshotStatus.incremental_start`); the apply waits for
+    it (:meth:`arm`) and begins the generation at the first event at or past it. A completion
+    sweeps only when the generation began there or before (:meth:`at_range_end`), so no row whose
+    last change came after the snapshot started is ever swept, however the start was learnt.
+    """
 
     generation: int = 0
     pending: int = NONE
+    began: dict[int, int] = field(default_factory=dict)
     sweep: int | None = None
-    began: int = 0  # snapshots begun (this run)
+    armed: Mapping[int, int] | None = None  # where the awaited incremental snapshot started
+    began_runs: int = 0  # snapshots begun (this run)
     completed: int = 0  # snapshots completed with a sweep (this run)
     notes: list[str] = field(default_factory=list)
 
-    def before(self, event: ChangeEvent) -> None:
-        """Called before ``event`` is applied: a change ends a blocking snapshot; a read begins one
-        (or switches from one kind to the other)."""
+    def arm(self, status: SnapshotStatus | None) -> None:
+        """Before a range is read: an incremental snapshot of the table's collection is running
+        and the generation under way is not one: begin one at the snapshot's start."""
+        if (
+            status is not None
+            and status.incremental == INC_RUNNING
+            and status.incremental_start is not None
+            and self.pending != INCREMENTAL
+        ):
+            self.armed = status.incremental_start
+
+    def before(self, event: ChangeEvent, positions: Mapping[int, int]) -> None:
+        """Called before ``event`` is applied (``positions``: the next offset per partition before
+        it): the start of an awaited incremental snapshot, or a read, begins a generation (or
+        switches from one kind to the other); a change ends a blocking snapshot."""
+        armed = self.armed
+        if armed is not None and event.offset >= armed.get(event.partition, 0):
+            self.armed = None
+            if self.pending == BLOCKING:
+                self.complete("an incremental snapshot started after its reads")
+            if self.pending != INCREMENTAL:
+                self.begin(INCREMENTAL, positions)
         if event.is_read:
             kind = INCREMENTAL if event.incremental else BLOCKING
             if self.pending == kind:
@@ -147,19 +197,20 @@ class SnapshotTracker:
                 self.complete("its reads were followed by an incremental snapshot's")
             elif self.pending == INCREMENTAL:
                 self.notes.append("an incremental snapshot was taken over by a blocking one")
-            self.begin(kind)
+            self.begin(kind, positions)
         elif self.pending == BLOCKING:
             self.complete("a change followed its reads")
 
-    def after(self, event: ChangeEvent) -> None:
+    def after(self, event: ChangeEvent, positions: Mapping[int, int]) -> None:
         """Called after ``event`` was applied: the ``last`` read ends a blocking snapshot."""
         if event.is_read and event.snapshot == LAST and self.pending == BLOCKING:
             self.complete("its last read")
 
-    def begin(self, kind: int) -> None:
+    def begin(self, kind: int, positions: Mapping[int, int]) -> None:
         self.generation += 1
         self.pending = kind
-        self.began += 1
+        self.began = dict(positions)
+        self.began_runs += 1
 
     def complete(self, why: str) -> None:
         self.sweep = self.generation
@@ -167,10 +218,24 @@ class SnapshotTracker:
         self.pending = NONE
         self.completed += 1
 
+    def _began_in_time(self, start: Mapping[int, int]) -> bool:
+        """Whether the generation under way began at or before ``start`` in every partition (not
+        known: no)."""
+        return bool(self.began) and all(
+            offset <= start.get(partition, 0) for partition, offset in self.began.items()
+        )
+
     def at_range_end(self, before: SnapshotStatus | None, after: SnapshotStatus | None) -> None:
         """At the end of what a run read: complete (or cancel) by what the offsets topic said,
-        read before the topic's end was taken and again after it was read; only when both agree."""
+        read before the topic's end was taken and again after it was taken; only when both agree
+        and no transaction was open there."""
         if self.pending == NONE or before is None or after is None:
+            return
+        if not (before.settled and after.settled):
+            self.notes.append(
+                "a transaction was open on the connector's offsets topic: the snapshot's completion "
+                "waits for the next run"
+            )
             return
         if before.fingerprint != after.fingerprint:
             self.notes.append(
@@ -180,7 +245,22 @@ class SnapshotTracker:
         if self.pending == BLOCKING and not after.blocking_running:
             self.complete("the offsets topic shows it completed")
         elif self.pending == INCREMENTAL and after.incremental == INC_DONE:
-            self.complete("the offsets topic shows the collection done")
+            start = after.incremental_start
+            if start is not None and self._began_in_time(start):
+                self.complete("the offsets topic shows the collection done")
+                return
+            self.notes.append(
+                "an incremental snapshot completed, but the table's generation began after the "
+                f"snapshot started (at {_offsets_text(self.began)}, the snapshot at "
+                f"{_offsets_text(start) if start is not None else 'a place it did not record'}): "
+                "nothing swept, so that no row changed since the snapshot started is removed; "
+                "ghost rows of documents deleted before it stay until the next re-snapshot"
+            )
+            self.pending = NONE
         elif self.pending == INCREMENTAL and after.incremental == INC_CANCELLED:
             self.notes.append("an incremental snapshot was filtered or stopped: nothing swept")
             self.pending = NONE
+
+
+def _offsets_text(offsets: Mapping[int, int]) -> str:
+    return ", ".join(f"partition {p} offset {o}" for p, o in sorted(offsets.items())) or "offset 0"

@@ -5,6 +5,11 @@ written in the same commit as the rows they cover, read back with the table's st
   before it is in the table);
 - ``mongocdc:<topic>:snapshot-generation`` and ``...:snapshot-pending``: the re-snapshot sweep's
   generation and the snapshot under way (:mod:`airflow_provider_mongocdc.core.apply.snapshots`);
+  ``...:snapshot-began:<partition>``: where in the topic the generation under way began;
+- ``mongocdc:<topic>:undeclared:<column>``: 1 once rows were written while the column was not
+  declared (null there), 0 once it was declared again and filled again from ``_doc``;
+- ``mongocdc:<topic>:topic-id``: the topic's identity (62 bits of its Kafka topic id), so that a
+  topic deleted and created again is not taken for the one the positions are in;
 - ``mongocdc:<topic>:compacted`` and ``...:vacuumed``: when the table was last compacted and
   vacuumed (epoch seconds), so that maintenance follows its schedule across runs.
 
@@ -35,6 +40,18 @@ def pending_app_id(topic: str) -> str:
     return f"{APP_PREFIX}:{topic}:snapshot-pending"
 
 
+def began_app_id(topic: str, partition: int) -> str:
+    return f"{APP_PREFIX}:{topic}:snapshot-began:{partition}"
+
+
+def topic_id_app_id(topic: str) -> str:
+    return f"{APP_PREFIX}:{topic}:topic-id"
+
+
+def undeclared_app_id(topic: str, column: str) -> str:
+    return f"{APP_PREFIX}:{topic}:undeclared:{column}"
+
+
 def compacted_app_id(topic: str) -> str:
     return f"{APP_PREFIX}:{topic}:compacted"
 
@@ -54,6 +71,9 @@ class TableState:
     pending: int = NONE
     compacted_at: int | None = None
     vacuumed_at: int | None = None
+    began: dict[int, int] = field(default_factory=dict)  # where the generation under way began
+    topic_id: int | None = None  # the topic's identity the positions are in (None: not recorded)
+    undeclared: tuple[str, ...] = ()  # the table's columns no longer declared (recorded with each commit)
 
     @classmethod
     def read(
@@ -76,6 +96,12 @@ class TableState:
         state.pending = app_version(pending_app_id(topic)) or NONE
         state.compacted_at = app_version(compacted_app_id(topic))
         state.vacuumed_at = app_version(vacuumed_app_id(topic))
+        state.topic_id = app_version(topic_id_app_id(topic))
+        if state.pending != NONE:
+            for partition in partitions:
+                offset = app_version(began_app_id(topic, partition))
+                if offset is not None:
+                    state.began[partition] = offset
         return state
 
     @property
@@ -89,6 +115,13 @@ class TableState:
         }
         versions[generation_app_id(self.topic)] = self.generation
         versions[pending_app_id(self.topic)] = self.pending
+        if self.pending != NONE:
+            for partition, offset in self.began.items():
+                versions[began_app_id(self.topic, partition)] = offset
+        if self.topic_id is not None:
+            versions[topic_id_app_id(self.topic)] = self.topic_id
+        for column in self.undeclared:
+            versions[undeclared_app_id(self.topic, column)] = 1
         return versions
 
 

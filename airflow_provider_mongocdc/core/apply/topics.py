@@ -19,11 +19,18 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import OffsetSpec
 
 from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes, EventReader
-from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError
+from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError, TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
 from airflow_provider_mongocdc.core.kafka.admin import admin_client
@@ -297,3 +304,68 @@ def _fetched_events(
         position = offset + 1
         events.append(reader.read(partition, offset, message.key(), message.value(), message.timestamp()[1]))
     return events, position
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    """What the brokers say of a topic before an apply: its identity and where each partition ends."""
+
+    identity: int | None  # 62 bits of the Kafka topic id (None: the brokers did not say)
+    ends: dict[int, int]  # the next offset of each partition (high watermark)
+
+
+def topic_identity(topic_id: Any) -> int | None:
+    """62 bits of a Kafka topic id (a ``confluent_kafka.Uuid``): what a table records of its topic
+    (a Delta application transaction holds a non-negative 64-bit number)."""
+    if topic_id is None:
+        return None
+    high, low = topic_id.get_most_significant_bits(), topic_id.get_least_significant_bits()
+    identity = (high ^ low) & ((1 << 62) - 1)
+    return identity or None  # Kafka's zero id: no id
+
+
+def topic_facts(kafka_config: Mapping[str, Any], topic: str, partitions: list[int]) -> TopicFacts:
+    """The topic's identity and partition ends (one describe and one list of offsets)."""
+    admin = admin_client(kafka_config)
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT_S)[topic]
+        identity = topic_identity(described.result().topic_id)
+    except KafkaException as error:
+        raise _kafka_error(kafka_config, f"describe the topic {topic!r}", error) from None
+    try:
+        ends = _offsets(admin, topic, partitions, OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
+    except KafkaException as error:
+        raise _kafka_error(kafka_config, f"read the end offsets of {topic!r}", error) from None
+    return TopicFacts(identity, ends)
+
+
+def check_same_topic(
+    uri: str,
+    topic: str,
+    recorded: int | None,
+    positions: Mapping[int, int],
+    facts: TopicFacts,
+    fix: str,
+) -> None:
+    """Refuse a table whose recorded positions are not in ``topic`` as it is now: the topic has
+    another identity than the one recorded, or a partition ends before the table's position (the
+    topic was deleted and created again, or lost records). Applying it would skip the new topic's
+    records up to the old position, or apply nothing and say the table is up to date."""
+    where = ", ".join(f"offset {o} of partition {p}" for p, o in sorted(positions.items())) or "its start"
+    topic_end = ", ".join(f"{o} in partition {p}" for p, o in sorted(facts.ends.items())) or "no partition"
+    if recorded is not None and facts.identity is not None and recorded != facts.identity:
+        cause = "the topic was deleted and created again: it is another topic under the same name"
+    else:
+        behind = {p: o for p, o in positions.items() if o > facts.ends.get(p, 0)}
+        if not behind:
+            return
+        cause = (
+            "the topic ends before the table's position: it was deleted and created again, or its "
+            "records were lost (an unclean leader election)"
+        )
+    raise TableError(
+        f"The table at {uri} holds the changes of the topic {topic!r} up to {where}, but the topic "
+        f"now ends at {topic_end}",
+        cause=f"{cause}; the apply cannot tell which of its records the table holds",
+        fix=fix,
+    )

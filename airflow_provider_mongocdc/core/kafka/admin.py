@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from airflow_provider_mongocdc.core.base.errors import ConnectionFailedError, DeliveryError
 from airflow_provider_mongocdc.core.kafka.client import (
@@ -159,3 +159,37 @@ def _admin_unreachable(kafka_config: Mapping[str, Any], error: KafkaError | None
         fix="check bootstrap.servers and the security settings of the Kafka connection, and that "
         "the brokers run",
     )
+
+
+def end_offsets(
+    kafka_config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0
+) -> dict[str, dict[int, int]]:
+    """Where each of ``topics`` ends: the next offset of each partition (its high watermark, open
+    transactions' records included). A topic that does not exist has no partitions (``{}``)."""
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
+    admin = admin_client(kafka_config)
+    try:
+        # All topics: asking for one topic would auto-create it on brokers that allow that.
+        metadata = admin.list_topics(timeout=timeout_s)
+        present = {
+            name: sorted(metadata.topics[name].partitions)
+            for name in wanted
+            if name in metadata.topics and metadata.topics[name].error is None
+        }
+        ends: dict[str, dict[int, int]] = {name: {} for name in wanted}
+        asked = {
+            TopicPartition(name, partition): OffsetSpec.latest()
+            for name, partitions in present.items()
+            for partition in partitions
+        }
+        if asked:
+            futures = admin.list_offsets(
+                asked, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s
+            )
+            for part, future in futures.items():
+                ends[part.topic][part.partition] = future.result().offset
+    except KafkaException as error:
+        raise _admin_unreachable(kafka_config, _unwrap(error)) from None
+    return ends

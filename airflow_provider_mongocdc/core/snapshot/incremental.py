@@ -150,6 +150,11 @@ class IncrementalProgress:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     message: str | None = None
+    # Where each collection's topic ended when the snapshot started (topic -> partition -> next
+    # offset, as the window saw it before any chunk): every event of the snapshot, and every change
+    # after it started, lies at or past it. A table's re-snapshot sweep begins its generation there
+    # (core/apply/snapshots.py). None: not recorded.
+    topic_offsets: Mapping[str, Mapping[str, int]] | None = None
 
     def __post_init__(self) -> None:
         check_status(self.status, STATUSES, "incremental snapshot")
@@ -181,6 +186,17 @@ class IncrementalProgress:
             started_at=parse_iso(data.get("started_at")),
             completed_at=parse_iso(data.get("completed_at")),
             message=data.get("message"),
+            topic_offsets=_topic_offsets(data.get("topic_offsets")),
+        )
+
+    def started_at_offsets(self, offsets: Mapping[str, Mapping[int, int]]) -> IncrementalProgress:
+        """The progress with where its collections' topics ended when it started."""
+        return replace(
+            self,
+            topic_offsets={
+                topic: {str(partition): int(offset) for partition, offset in sorted(ends.items())}
+                for topic, ends in sorted(offsets.items())
+            },
         )
 
     def finish(self, status: str, message: str | None = None) -> IncrementalProgress:
@@ -207,6 +223,15 @@ class IncrementalProgress:
             f"incremental snapshot {self.request_id}: {self.documents} documents in {self.chunks} chunks, "
             f"{len(self.done)} collection(s) done, next: {', '.join(remaining) or 'none'}{again}"
         )
+
+
+def _topic_offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    if not isinstance(value, Mapping):
+        return None
+    return {
+        str(topic): {str(partition): int(offset) for partition, offset in (ends or {}).items()}
+        for topic, ends in value.items()
+    }
 
 
 def reconcile(

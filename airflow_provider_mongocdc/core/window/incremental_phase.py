@@ -59,6 +59,9 @@ class WindowSteps(Protocol):
         reached: a chunk is read after it, and MongoDB refuses an ``afterClusterTime`` past its
         own cluster time)."""
 
+    def topic_ends(self, namespaces: list[str]) -> dict[str, dict[int, int]]:
+        """Where the topics of ``namespaces`` (``<db>.<collection>``) end now, by topic name."""
+
 
 class IncrementalPhase:
     """The incremental snapshot work of one stream's window, through the window's steps."""
@@ -118,6 +121,14 @@ class IncrementalPhase:
                 )
             return None
         progress = reconcile(stored, request, self._resolve_collections)
+        if (
+            progress is not None
+            and progress.running
+            and (stored is None or stored.request_id != progress.request_id)
+        ):
+            # Where its collections' topics end before its first chunk: the tables' sweep begins
+            # their generation there (a change that drops a chunk's read comes before the reads).
+            progress = progress.started_at_offsets(self.window.topic_ends(list(progress.pending)))
         if progress is not None and progress != stored:
             self.window.commit(self.window.committed_position, incremental=progress)
         return progress

@@ -29,6 +29,8 @@ from airflow_provider_mongocdc.core.base.backoff import BackoffPolicy
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.schema import Record
+from airflow_provider_mongocdc.core.events.topics import TopicNamer
+from airflow_provider_mongocdc.core.kafka.admin import end_offsets
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.mongo.connection import connect
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
@@ -219,6 +221,11 @@ class StreamWindow:
 
     def low_watermark(self) -> Timestamp | None:
         return self.reader.low_watermark()
+
+    def topic_ends(self, namespaces: list[str]) -> dict[str, dict[int, int]]:
+        namer = TopicNamer(self.scope.config)
+        topics = [namer.data_topic(*namespace.split(".", 1)) for namespace in namespaces]
+        return end_offsets(self.kafka_config, topics)
 
     # -- summary --
     def _summary(

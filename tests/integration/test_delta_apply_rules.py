@@ -1,0 +1,305 @@
+"""The Delta apply's rules where a table could lose or mix up rows, with the real Kafka broker, the
+MongoDB simulator (or MONGOCDC_TEST_MONGODB_URI) and delta-rs; each table read back by deltalake's
+own reader and compared with MongoDB.
+
+- an incremental re-snapshot whose chunks lose reads to changes (DBLog's rule), completed in a later
+  apply run, sweeps only rows it did not read whose last change came before it began;
+- a backlog larger than ``max_batch_events`` lands each MongoDB transaction in one commit, wherever
+  the topic's fetches end and whatever its deletes' tombstones carry;
+- an apply that read everything is nothing behind;
+- a topic deleted and created again stops its table with one error in words, and
+  ``mongocdc tables reset-positions`` goes on from the new topic;
+- a column declared again is filled again from ``_doc``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime, timezone
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from deltalake import DeltaTable
+from pymongo import MongoClient
+
+from airflow_provider_mongocdc.core.apply import run as apply_run
+from airflow_provider_mongocdc.core.apply.topics import read_range
+from airflow_provider_mongocdc.core.base.errors import TableError
+from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.mongo.connection import connection_details
+from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
+from airflow_provider_mongocdc.core.window.params import WindowParams
+from airflow_provider_mongocdc.core.window.stream_window import run_window
+from airflow_provider_mongocdc.core.window.streams import plan_streams
+from tests.integration.delta_helpers import (
+    apply,
+    apply_commits,
+    connector,
+    mongo_documents,
+    snapshot,
+    table_documents,
+    table_rows,
+    window,
+)
+from tests.integration.window_helpers import end_after_insert, seed_offset
+
+pytestmark = pytest.mark.integration
+
+
+def window_to(uri: str, kafka: dict, props: dict, end) -> dict:
+    """A window ending at ``end`` (a cluster time the server has passed), in this process."""
+    config = ConnectorConfig.from_properties(props)
+    (target,) = plan_streams(connection_details({"connection_string": uri}), config)
+    params = WindowParams(datetime.fromtimestamp(end.time, timezone.utc), idle_timeout_s=60)
+    return run_window(target, config, kafka, params)
+
+
+def topic_records(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``(offset, key, value)`` of every committed record of partition 0 of ``topic``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        found = []
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, f"{topic}: no record within 10 s"
+            if message.error() is not None:
+                break  # the partition's end
+            found.append((message.offset(), message.key(), message.value()))
+            if message.offset() + 1 >= high:
+                break
+        return found
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("capture_mode", ["change_streams_update_full", "change_streams"])
+def test_an_incremental_resnapshot_sweeps_no_row_changed_after_it_began(
+    capture_mode, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    marker_db = f"{unique_name}_m"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(mongodb_uri)
+    items = client[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(30)])
+    # One chunk of 10 per window: the snapshot spans three windows and three applies.
+    props = connector(
+        unique_name,
+        database,
+        **{
+            "capture.mode": capture_mode,
+            "incremental.snapshot.chunk.size": 10,
+            "incremental.snapshot.window.max.documents": 10,
+        },
+    )
+    delta = {"location": str(tmp_path / "lake")}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, delta)
+    table = tmp_path / "lake" / database / "items"
+
+    # History lost: two documents deleted, and the stored position moved past their deletes (the
+    # ghosts the re-snapshot is asked to repair).
+    items.delete_many({"_id": {"$in": [14, 25]}})
+    store, partition = seed_offset(mongodb_uri, kafka, props)
+    request = IncrementalRequest.new([f"{database}.items"])
+    store.write_incremental_request(partition.connector, partition.server_id, request.to_json())
+
+    # Every document of the first chunk changes after the window's end, before it runs: the window
+    # streams those changes up to the chunk's high watermark and drops every read of the chunk.
+    end = end_after_insert(client[marker_db]["markers"], {"at": 0}, marker_db)
+    for key in range(10):
+        items.update_one({"_id": key}, {"$set": {"v": 1}})
+    first = window_to(mongodb_uri, kafka, props, end)
+    assert first["incremental_snapshot"]["dropped"] == 10, first["incremental_snapshot"]
+    apply(kafka, props, delta)
+    end = end_after_insert(client[marker_db]["markers"], {"at": 1}, marker_db)
+    items.update_one({"_id": 12}, {"$set": {"v": 2}})  # dropped from the second chunk
+    window_to(mongodb_uri, kafka, props, end)
+    apply(kafka, props, delta)
+    # The last chunk, and with capture.mode=change_streams the re-reads of the documents whose
+    # dropped reads no update event carried whole: windows and applies until it completes.
+    for _ in range(8):
+        last = window(mongodb_uri, kafka, props, marker_db)
+        if last["incremental_snapshot"]["status"] == "completed":
+            break
+        apply(kafka, props, delta)
+    assert last["incremental_snapshot"]["status"] == "completed", last["incremental_snapshot"]
+
+    applied = apply(kafka, props, delta)  # the completion: the sweep
+
+    assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
+    (items_summary,) = applied["tables"]
+    assert items_summary["rows_swept"] == 2 and items_summary["snapshot"]["completed"] == 1, items_summary
+
+
+def test_a_backlog_larger_than_a_batch_lands_each_transaction_in_one_commit(
+    monkeypatch, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(mongodb_uri)
+    items = client[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(40)])
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)
+    # Transactions that begin with a delete (its tombstone carries no lsid/txnNumber), between
+    # plain changes.
+    for round_ in range(8):
+        base = round_ * 4
+        with client.start_session() as session, session.start_transaction():
+            items.delete_one({"_id": base}, session=session)
+            items.update_one({"_id": base + 1}, {"$set": {"v": round_ + 10}}, session=session)
+            items.insert_one({"_id": 100 + round_}, session=session)
+        items.update_one({"_id": base + 2}, {"$set": {"v": -1}})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    topic = f"{unique_name}.{database}.items"
+    transactions: dict[str, set[int]] = {}  # the offsets of each transaction's events
+    txn = None
+    for offset, _key, value in topic_records(kafka_bootstrap, topic):
+        if value is not None:  # else a tombstone: of the delete before it
+            source = json.loads(value)["payload"]["source"]
+            txn = f"{source['lsid']}:{source['txnNumber']}" if source.get("lsid") else None
+        if txn is not None:
+            transactions.setdefault(txn, set()).add(offset)
+    assert len(transactions) == 8
+
+    # Fetches of 5 records: batches fill at a fetch's last event, inside transactions too.
+    monkeypatch.setattr(apply_run, "read_range", functools.partial(read_range, chunk=5))
+    for limit in (3, 4, 5):
+        lake = tmp_path / f"lake{limit}"
+        summary = apply(kafka, props, {"location": str(lake), "max_batch_events": limit})
+        table = lake / database / "items"
+        assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
+        assert summary["behind"] == 0, summary
+        commits = apply_commits(table)
+        assert len(commits) > 8, commits
+        ranges = [
+            range(commit["mongocdc.from"]["0"], commit["mongocdc.positions"]["0"]) for commit in commits
+        ]
+        for txn, offsets in transactions.items():
+            holding = {index for index, span in enumerate(ranges) for offset in offsets if offset in span}
+            assert len(holding) == 1, f"max_batch_events {limit}: transaction {txn} in commits {holding}"
+        # Each version holds each transaction whole: its rows share the transaction's _txn.
+        rows = {row["_id"]: row for row in table_rows(table)}
+        assert rows["100"]["_txn"] and rows["100"]["_txn"] == rows["1"]["_txn"]
+
+
+def test_an_apply_that_read_everything_is_nothing_behind(mongodb_uri, kafka_bootstrap, unique_name, tmp_path):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    MongoClient(mongodb_uri)[database].items.insert_many([{"_id": n} for n in range(8)])
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)  # 8 reads in one Kafka transaction, then its commit marker
+    delta = {"location": str(tmp_path / "lake"), "max_batch_events": 4}
+
+    first = apply(kafka, props, delta)  # the last batch fills exactly at the topic's last event
+
+    assert first["behind"] == 0 and first["events"] == 8, first
+    table = tmp_path / "lake" / database / "items"
+    version = DeltaTable(str(table)).version()
+    again = apply(kafka, props, delta)
+    assert again["commits"] == 0 and again["behind"] == 0 and DeltaTable(str(table)).version() == version
+
+
+def test_a_topic_created_again_stops_its_table_in_words_until_its_positions_are_reset(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path, capsys
+):
+    from airflow_provider_mongocdc.cli import run as cli
+
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(20)])
+    props = connector(unique_name, database)
+    delta = {"location": str(tmp_path / "lake")}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, delta)
+    table = tmp_path / "lake" / database / "items"
+    version = DeltaTable(str(table)).version()
+    topic = f"{unique_name}.{database}.items"
+
+    def recreate() -> None:
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.delete_topics([topic])[topic].result(30)
+        for _ in range(300):  # until the brokers no longer list it
+            if topic not in admin.list_topics(timeout=10).topics:
+                break
+        else:
+            raise AssertionError(f"{topic} still listed after its deletion")
+
+    # Created again, shorter than the table's position (a snapshot of fewer documents).
+    recreate()
+    items.delete_many({"_id": {"$gte": 5}})
+    snapshot(mongodb_uri, kafka, props, force=True, reset_offset=True)
+    with pytest.raises(TableError) as raised:
+        apply(kafka, props, delta)
+    text = str(raised.value)
+    assert (
+        f"The table at {table} holds the changes of the topic {topic!r} up to offset 21 of partition 0"
+        in text
+    )
+    assert "now ends at 6 in partition 0" in text and "created again" in text
+    assert "mongocdc tables reset-positions" in text
+    assert DeltaTable(str(table)).version() == version  # nothing changed
+
+    # Created again, longer than the table's position: the topic's identity tells.
+    recreate()
+    items.insert_many([{"_id": n, "v": 1} for n in range(5, 40)])
+    snapshot(mongodb_uri, kafka, props, force=True, reset_offset=True)
+    with pytest.raises(TableError, match="it is another topic under the same name"):
+        apply(kafka, props, delta)
+    assert DeltaTable(str(table)).version() == version
+
+    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic,
+                "--bootstrap-servers", kafka_bootstrap]) == 2  # fmt: skip
+    assert "without --yes" in capsys.readouterr().err
+    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic,
+                "--bootstrap-servers", kafka_bootstrap, "--yes"]) == 0  # fmt: skip
+    reset = json.loads(capsys.readouterr().out)
+    assert reset["positions_before"] == {"0": 21} and reset["positions"] == {"0": 0}, reset
+    assert DeltaTable(str(table)).version() == version + 1
+
+    summary = apply(kafka, props, delta)
+    assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
+    assert summary["behind"] == 0, summary
+
+
+def test_a_column_declared_again_is_filled_again_from_the_documents(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many([{"_id": n, "price": n} for n in range(6)])
+    props = connector(unique_name, database)
+    lake = {"location": str(tmp_path / "lake")}
+    declared = {**lake, "columns": {f"{database}.items": {"price": "long"}}}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, declared)
+    table = tmp_path / "lake" / database / "items"
+
+    items.update_many({"_id": {"$lt": 3}}, {"$set": {"price": 100}})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    undeclared = apply(kafka, props, lake)  # the column stays, null in the rows written now
+    assert any("no longer declared" in note for t in undeclared["tables"] for note in t["notes"])
+    assert {row["_id"]: row["price"] for row in table_rows(table)}["0"] is None
+
+    summary = apply(kafka, props, declared)  # declared again: filled again from _doc
+
+    assert summary["events"] == 0
+    prices = {row["_id"]: row["price"] for row in table_rows(table)}
+    assert prices == {str(n): (100 if n < 3 else n) for n in range(6)}, prices
+    notes = [note for t in summary["tables"] for note in t["notes"]]
+    assert any("declared again" in note for note in notes), notes
