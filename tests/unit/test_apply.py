@@ -435,7 +435,7 @@ def test_a_snapshot_spread_over_runs_completes_by_the_offsets_topic_only_when_it
 def test_an_incremental_snapshot_completes_when_the_offsets_topic_says_its_collection_is_done():
     started = {0: 1}  # the topic's end when the snapshot started: its events lie from offset 1 on
     tracker = SnapshotTracker()
-    tracker.arm(SnapshotStatus(False, INC_RUNNING, (1,), started))
+    tracker.arm(SnapshotStatus(False, INC_RUNNING, (1,), started), {0: 0})
     fold([insert(1, 0), read(1, 1, "incremental"), insert(5, 2), read(2, 3, "incremental")], tracker=tracker)
     assert tracker.pending == INCREMENTAL and tracker.sweep is None  # changes interleave
     assert tracker.began == {0: 1}
@@ -463,7 +463,7 @@ def test_a_change_that_dropped_a_chunks_read_begins_the_generation_and_is_never_
     state = TableState(TOPIC, version=3, positions={0: 10}, generation=1)
     started = SnapshotStatus(False, INC_RUNNING, ("r",), {0: 12})
     tracker = SnapshotTracker(state.generation, state.pending)
-    tracker.arm(started)
+    tracker.arm(started, state.positions)
     # 10, 11: changes before the snapshot; 12: a change of 7 whose read was dropped (first chunk,
     # all of its reads dropped); 13: a change of 8 (second chunk), then the second chunk's read of 9.
     events = [insert(1, 10), insert(2, 11), insert(7, 12), insert(8, 13), read(9, 14, "incremental")]
@@ -476,6 +476,16 @@ def test_a_change_that_dropped_a_chunks_read_begins_the_generation_and_is_never_
     # rows changed since the snapshot started stay.
     assert sorted(live(batch)) == ["7", "8", "9"]
     assert batch.commit(TableLayout(), 1, Misfits()).sweep == 2
+
+    # A table that reaches the snapshot's start only after it completed (it lagged, or is new)
+    # begins there too; one already past it does not wait for it.
+    for positions, armed in (({0: 12}, True), ({0: 0}, True), ({0: 13}, False)):
+        lagging = SnapshotTracker(1, NONE)
+        lagging.arm(done, positions)
+        assert (lagging.armed is not None) is armed, positions
+    running = SnapshotTracker(2, INCREMENTAL, {0: 12})
+    running.arm(done, {0: 5})
+    assert running.armed is None  # the generation under way is the snapshot's
 
 
 def test_a_generation_begun_after_the_snapshot_started_sweeps_nothing():

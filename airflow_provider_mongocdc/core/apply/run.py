@@ -194,7 +194,7 @@ class TableApply:
         else:
             stop = dict(ends.ends)
         tracker = SnapshotTracker(state.generation, state.pending, dict(state.began))
-        tracker.arm(after)
+        tracker.arm(after, starts)
         # The read, the fold and the commits make hundreds of thousands of objects that hold no
         # cycles: the cyclic garbage collector would only walk them again and again (a tenth of
         # their CPU). It runs again once they are gone.

@@ -167,16 +167,15 @@ class SnapshotTracker:
     completed: int = 0  # snapshots completed with a sweep (this run)
     notes: list[str] = field(default_factory=list)
 
-    def arm(self, status: SnapshotStatus | None) -> None:
-        """Before a range is read: an incremental snapshot of the table's collection is running
-        and the generation under way is not one: begin one at the snapshot's start."""
-        if (
-            status is not None
-            and status.incremental == INC_RUNNING
-            and status.incremental_start is not None
-            and self.pending != INCREMENTAL
-        ):
-            self.armed = status.incremental_start
+    def arm(self, status: SnapshotStatus | None, positions: Mapping[int, int]) -> None:
+        """Before a range is read from ``positions``: an incremental snapshot of the table's
+        collection runs (or completed) that the table has not reached the start of, and the
+        generation under way is not one: begin one at the snapshot's start."""
+        if status is None or status.incremental not in (INC_RUNNING, INC_DONE) or self.pending == INCREMENTAL:
+            return
+        start = status.incremental_start
+        if start is not None and all(offset <= start.get(p, 0) for p, offset in positions.items()):
+            self.armed = start
 
     def before(self, event: ChangeEvent, positions: Mapping[int, int]) -> None:
         """Called before ``event`` is applied (``positions``: the next offset per partition before
