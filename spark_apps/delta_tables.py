@@ -23,7 +23,9 @@ import bisect
 import importlib.abc
 import json
 import logging
+import math
 import os
+import re
 import sys
 import time
 import uuid
@@ -52,7 +54,7 @@ from airflow_provider_mongocdc.core.apply.layout import (
     decimal_digits,
 )
 from airflow_provider_mongocdc.core.apply.run import TableApply, TableJob
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.settings import MIN_VACUUM_RETENTION_S, DeltaSettings
 from airflow_provider_mongocdc.core.apply.snapshots import read_status
 from airflow_provider_mongocdc.core.apply.state import (
     TableState,
@@ -62,6 +64,7 @@ from airflow_provider_mongocdc.core.apply.state import (
 from airflow_provider_mongocdc.core.apply.topics import DataTopic, partitions_of
 from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 from airflow_provider_mongocdc.core.base.errors import TableError
+from airflow_provider_mongocdc.core.base.redaction import redact_secrets, secret_values
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
@@ -87,6 +90,8 @@ _REWRITE_BATCH_ROWS = 65_536
 # Up to this many files, which of them may hold a batch's keys is found by a pass over the keys per
 # file; beyond, by sorting the keys once.
 _FEW_FILES = 8
+# The colours of delta-rs's error chains ("\x1b[31m↳\x1b[0m"): left out of the error's words.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
@@ -175,14 +180,20 @@ class DeltaTableStore:
 
     # -- errors ------------------------------------------------------------------------------------------
     def _failed(self, what: str, error: BaseException) -> TableError:
+        """delta-rs's or the storage's error as one TableError, without credentials: the secret
+        storage options' values wherever they appear, and what :func:`redact_uri` finds (signed URLs'
+        signatures, tokens, keys). The error travels to the task log, the result file and the page
+        as it is built here."""
         where = (
             f"the storage options of the connection {self.conn_id!r}"
             if self.conn_id
             else "the storage options"
         )
+        secrets = secret_values(self.storage_options)
+        text = " ".join(_ANSI_ESCAPE.sub("", redact_secrets(str(error), secrets)).split())
         return TableError(
-            f"Could not {what} the Delta table at {self.uri}",
-            cause=f"{type(error).__name__}: {' '.join(str(error).split())[:500]}",
+            f"Could not {what} the Delta table at {redact_secrets(self.uri, secrets)}",
+            cause=f"{type(error).__name__}: {text[:500]}",
             fix=f"check that the location exists and can be written, and {where}; the table stays at its "
             "last commit, and the next run continues from there",
         )
@@ -227,6 +238,16 @@ class DeltaTableStore:
                 if missing == [DELETED]
                 else "it was written by something else",
                 fix="keep soft_delete as the table was created, or apply to a new location",
+            )
+        if not layout.soft_delete and DELETED in existing:
+            # Only a table created with soft_delete on has the column (no declared column takes the name).
+            raise TableError(
+                f"The Delta table at {self.uri} keeps deleted documents (its column {DELETED}): it was "
+                "created with soft_delete on, and soft_delete is now off",
+                cause=f"with soft_delete off the apply removes the rows of deleted documents and writes no "
+                f"{DELETED}, which every row of this table must have (a new row would fail delta-rs's "
+                "validation); the rows already marked deleted would stay",
+                fix="set soft_delete back to true, or apply to a new location",
             )
         notes = []
         for name, kind, _ in layout.columns():
@@ -681,8 +702,12 @@ class DeltaTableStore:
                     self._table = None
                     table = self.table()
             if vacuum_retention_s is not None:
+                # delta-rs takes whole hours: rounded up, so that no file younger than asked goes,
+                # and never under the settings' minimum. Its own check (against the table's
+                # delta.deletedFileRetentionDuration, a week by default) is off: the settings decide.
+                hours = math.ceil(max(vacuum_retention_s, MIN_VACUUM_RETENTION_S) / 3600)
                 removed = table.vacuum(
-                    retention_hours=int(vacuum_retention_s // 3600),
+                    retention_hours=hours,
                     dry_run=False,
                     enforce_retention_duration=False,
                     commit_properties=CommitProperties(

@@ -1,6 +1,7 @@
 """What the MongoDB CDC page reads of a connector's Delta tables: each collection topic's end
 offsets (Kafka) and its table's version and recorded positions (delta-rs, read only), with short
-bounds; the record's part is :mod:`airflow_provider_mongocdc.core.health.tables`'s."""
+bounds; the record's part is :mod:`airflow_provider_mongocdc.core.health.tables`'s. A table's error
+is shown without the storage options' secret values (and the page hides what ``redact_uri`` finds)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
 from airflow_provider_mongocdc.core.apply.topics import data_topics, partitions_of, topic_ends
+from airflow_provider_mongocdc.core.base.redaction import redact_secrets, secret_values
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook, table_versions
 
@@ -18,6 +20,7 @@ def read_tables(
 ) -> list[dict[str, Any]]:
     """Each collection topic of the connector with its table: ends, earliest offsets, table state."""
     storage = DeltaStorageHook(settings.conn_id).storage_options(settings.scheme)
+    secrets = secret_values(storage)
     found = []
     for topic in data_topics(kafka_config, config):
         if not settings.wanted(topic.namespace):
@@ -29,7 +32,7 @@ def read_tables(
             ends = topic_ends(kafka_config, topic.topic, partitions, 0.0)
             entry.update(ends=ends.ends, earliest=ends.earliest)
             entry["state"] = table_versions([(uri, topic.topic, partitions)], storage)[uri]
-        except Exception as error:  # this table's row says it
-            entry["error"] = str(error)
+        except Exception as error:  # this table's row says it (delta-rs's text: storage secrets hidden)
+            entry["error"] = redact_secrets(str(error), secrets)
         found.append(entry)
     return found

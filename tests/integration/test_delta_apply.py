@@ -10,21 +10,26 @@ that do not fit them; bad input as one error in words before any table changes."
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 from bson import Decimal128, ObjectId
 from confluent_kafka import Producer
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
+from deltalake.transaction import RemoveAction
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.state import TableState, vacuumed_app_id
 from airflow_provider_mongocdc.core.base.errors import EventFormatError, TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.health.record import Reading
 from airflow_provider_mongocdc.core.health.tables import add_tables
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
 from airflow_provider_mongocdc.plugins.health_tables import read_tables
+from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
 from tests.integration.delta_helpers import (
     apply,
     apply_commits,
@@ -200,9 +205,6 @@ def test_bad_input_is_one_error_in_words_before_any_table_changes(
     # A table written by something else at the location.
     lake = tmp_path / "lake"
     foreign = lake / database / "items"
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
     write_deltalake(str(foreign), pa.table({"id": [1]}), description="the sales team's table")
     with pytest.raises(TableError) as raised:
         apply(kafka, props, {"location": str(lake)})
@@ -275,3 +277,103 @@ def test_a_completed_incremental_snapshot_sweeps_the_rows_it_did_not_find(
     assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
     (items_summary,) = applied["tables"]
     assert items_summary["rows_swept"] == 2 and items_summary["snapshot"]["completed"] == 1, items_summary
+
+
+def test_soft_delete_switched_off_on_a_table_created_with_it_is_refused_in_words(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many([{"_id": n, "v": n} for n in range(6)])
+    props = connector(unique_name, database)
+    soft = {"location": str(tmp_path / "lake"), "soft_delete": True}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, soft)
+    table = tmp_path / "lake" / database / "items"
+    version = DeltaTable(str(table)).version()
+    items.delete_one({"_id": 2})
+    items.update_one({"_id": 3}, {"$set": {"v": 30}})
+    items.insert_one({"_id": 100, "v": 100})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+
+    # The table keeps deleted documents: applying it with hard deletes is refused before anything
+    # changes, saying why and how to go on (not delta-rs's "rows failed validation").
+    hard = {**soft, "soft_delete": False}
+    with pytest.raises(TableError) as raised:
+        apply(kafka, props, hard)
+    text = str(raised.value)
+    assert f"The Delta table at {table} keeps deleted documents" in text, text
+    assert "created with soft_delete on" in text and "failed validation" not in text, text
+    assert "Fix: set soft_delete back to true, or apply to a new location" in text, text
+    assert DeltaTable(str(table)).version() == version
+
+    apply(kafka, props, soft)  # the table as created takes the changes
+    assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
+
+
+def test_vacuum_never_removes_a_file_younger_than_the_retention(tmp_path):
+    """The retention in hours rounded up, never down: with 90 minutes, a file removed from the table
+    80 minutes ago stays and one removed 150 minutes ago goes (delta-rs's vacuum, no Kafka needed)."""
+    uri = str(tmp_path / "items")
+    paths = []
+    for n in range(3):
+        write_deltalake(uri, pa.table({"n": [n]}), mode="append")
+        added = {file["path"] for file in pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()}
+        paths.append(next(path for path in added if path not in paths))
+    now_ms = int(time.time() * 1000)
+    removed = {paths[0]: now_ms - 80 * 60_000, paths[1]: now_ms - 150 * 60_000}
+    table = DeltaTable(uri)
+    sizes = {
+        file["path"]: file["size_bytes"] for file in pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    }
+    table.create_write_transaction(
+        [RemoveAction(path, True, at, sizes[path], {}) for path, at in removed.items()],
+        "append",
+        table.schema(),
+    )
+    store = DeltaTableStore(uri)
+    state = TableState("t", store.version())
+
+    done = store.maintain(state, False, 90 * 60.0, now_ms // 1000)
+
+    assert done == {"vacuumed": {"files_removed": 1}}, done
+    assert (tmp_path / "items" / paths[0]).exists() and not (tmp_path / "items" / paths[1]).exists()
+    assert DeltaTable(uri).transaction_version(vacuumed_app_id("t")) == now_ms // 1000
+
+
+def test_storage_errors_show_no_signature_and_no_secret_of_the_storage_options(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path, monkeypatch
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    MongoClient(mongodb_uri)[database].items.insert_many([{"_id": n} for n in range(3)])
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)
+    # delta-rs reads the "%3D" of this local location as "=" and fails, its error naming the path:
+    # a SAS signature and the value of a secret storage option inside it (matched by value).
+    account_key = "Acc0untKey-of-the-lake"
+    location = tmp_path / f"lake-{account_key}?sv=2024-11-04&se=2030-01-01&sp=rwl&sig=S1gnature%2Bx%3D"
+    options = {"AZURE_STORAGE_ACCOUNT_KEY": account_key, "AZURE_STORAGE_ACCOUNT_NAME": "lake"}
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_STORAGE", json.dumps({"conn_type": "generic", "extra": options}))
+    delta = {"location": str(location), "conn_id": "lake_storage"}
+
+    for doing in ("write", "read"):  # the first commit fails; the next run fails reading what it left
+        with pytest.raises(TableError) as raised:
+            apply(kafka, props, delta, storage_options=options)
+        text = str(raised.value)
+        assert f"Could not {doing} the Delta table at " in text and "DeltaError" in text, text
+        assert "S1gnature" not in text and account_key not in text, text
+        assert "lake-***?sv=2024-11-04&se=2030-01-01&sp=rwl&sig=***" in text, text
+
+    # The MongoDB CDC page's row of the table: delta-rs's error, without them either.
+    shown = {"status": "ok", "problems": []}
+    reading = Reading(
+        read_tables(DeltaSettings.from_mapping(delta), ConnectorConfig.from_properties(props), kafka),
+        datetime.now(timezone.utc),
+    )
+    add_tables(shown, delta["location"], reading, datetime.now(timezone.utc))
+    (row,) = shown["tables"]["tables"]
+    assert row["error"] and "File not found" in row["error"], row
+    assert "S1gnature" not in row["error"] and account_key not in row["error"], row
+    assert not any("S1gnature" in problem or account_key in problem for problem in shown["problems"])

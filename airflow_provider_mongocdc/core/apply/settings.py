@@ -12,7 +12,8 @@
 Each collection's table lies at ``<location>/<database>/<collection>`` (the names as in its topic's
 name). Credentials never belong here: the storage options come from the connection, when the task
 runs. Durations are seconds or ``"90s"``, ``"5m"``, ``"2h"``, ``"1d"``; ``null`` switches compaction
-or vacuuming off.
+or vacuuming off (``vacuum_every`` or ``vacuum_retention``). The retention is at least an hour
+(:data:`MIN_VACUUM_RETENTION_S`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ DEFAULT_VACUUM_EVERY_S = 86400.0
 # Delta's own default (delta.deletedFileRetentionDuration): readers of versions up to a week old
 # still find their files.
 DEFAULT_VACUUM_RETENTION_S = 7 * 86400.0
+# The shortest retention: a vacuum removes only files the table stopped using at least an hour ago,
+# so that a query reading an older version (Spark, DuckDB, Trino, the page; minutes long) and another
+# writer's files not yet committed (its OPTIMIZE, say) are not removed under them; vacuum works in
+# whole hours (a shorter retention would be 0: every file the latest version does not use, at once).
+MIN_VACUUM_RETENTION_S = 3600.0
 # A topic of several partitions is applied up to a moment when none of its partitions had a
 # transaction open (so a MongoDB transaction split over partitions is never applied in part); the
 # apply waits at most this long for one.
@@ -71,7 +77,7 @@ class DeltaSettings:
     max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS
     compact_every_s: float | None = DEFAULT_COMPACT_EVERY_S
     vacuum_every_s: float | None = DEFAULT_VACUUM_EVERY_S
-    vacuum_retention_s: float = DEFAULT_VACUUM_RETENTION_S
+    vacuum_retention_s: float | None = DEFAULT_VACUUM_RETENTION_S
 
     @classmethod
     def from_mapping(cls, value: Any, what: str = "'delta'") -> DeltaSettings:
@@ -134,9 +140,18 @@ class DeltaSettings:
                 f"{what}: 'max_batch_events' must be a whole number of 1 or more, got {batch!r}",
                 fix=f"leave it out (default {DEFAULT_MAX_BATCH_EVENTS})",
             )
-        retention = parse_duration(
+        retention = _optional_duration(
             value.get("vacuum_retention", DEFAULT_VACUUM_RETENTION_S), "vacuum_retention"
         )
+        if retention is not None and retention < MIN_VACUUM_RETENTION_S:
+            raise ConfigError(
+                f"{what}: 'vacuum_retention' must be at least 1 hour, got {value['vacuum_retention']!r}",
+                cause="a vacuum removes the files no version younger than the retention needs: with less "
+                "than an hour, files a query of an older version or another writer still reads would go",
+                fix=f'give 1h or more (default "{DEFAULT_VACUUM_RETENTION_S / 86400:g}d", as Delta\'s own), '
+                "or null to switch vacuuming off",
+            )
+        vacuum_every = _optional_duration(value.get("vacuum_every", DEFAULT_VACUUM_EVERY_S), "vacuum_every")
         return cls(
             location=location.rstrip("/") or "/",
             conn_id=conn_id,
@@ -147,9 +162,7 @@ class DeltaSettings:
             compact_every_s=_optional_duration(
                 value.get("compact_every", DEFAULT_COMPACT_EVERY_S), "compact_every"
             ),
-            vacuum_every_s=_optional_duration(
-                value.get("vacuum_every", DEFAULT_VACUUM_EVERY_S), "vacuum_every"
-            ),
+            vacuum_every_s=None if retention is None else vacuum_every,  # no retention: no vacuum
             vacuum_retention_s=retention,
         )
 
