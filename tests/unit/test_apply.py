@@ -648,3 +648,24 @@ def test_a_table_written_by_something_else_is_refused():
     check_owner(
         "/d/shop/orders", TOPIC, 3, lambda app_id: 1 if app_id == generation_app_id(TOPIC) else None, ""
     )
+
+
+@pytest.mark.parametrize("retention", ["30m", "59m", 3599, "0s", 0])
+def test_a_vacuum_retention_under_an_hour_is_refused_in_words(retention):
+    with pytest.raises(ConfigError) as raised:
+        DeltaSettings.from_mapping({"location": "/d", "vacuum_retention": retention})
+    text = str(raised.value)
+    assert f"'delta': 'vacuum_retention' must be at least 1 hour, got {retention!r}" in text, text
+    assert "Fix: give 1h or more" in text and "null to switch vacuuming off" in text, text
+
+
+def test_a_vacuum_retention_of_an_hour_or_more_is_kept_and_null_switches_vacuuming_off():
+    assert DeltaSettings.from_mapping({"location": "/d"}).vacuum_retention_s == 7 * 86400.0
+    for retention, seconds in (("1h", 3600.0), ("90m", 5400.0), (3600, 3600.0)):
+        kept = DeltaSettings.from_mapping({"location": "/d", "vacuum_retention": retention})
+        assert kept.vacuum_retention_s == seconds
+    off = DeltaSettings.from_mapping({"location": "/d", "vacuum_retention": None})
+    assert off.vacuum_retention_s is None and off.vacuum_every_s is None
+    assert DeltaSettings.from_mapping(off.to_json()) == off
+    never = DeltaSettings.from_mapping({"location": "/d", "vacuum_every": None})
+    assert never.vacuum_every_s is None and never.vacuum_retention_s == 7 * 86400.0
