@@ -1,8 +1,11 @@
 """A declared column's value in a row of a collection's Delta table
 (:class:`~airflow_provider_mongocdc.core.apply.layout.DeclaredColumn`): the field read from the
-event's document (extended JSON decoded to its BSON value) and converted to the column's Delta type.
-A value that does not fit (another type, out of range, more digits than a decimal holds) is left out
-of the column (null), counted and reported (:class:`Misfits`), and stays in ``_doc``.
+event's document (extended JSON decoded to its BSON value) and converted to the column's Delta type
+as a SQL cast converts it (a Decimal128 or an integer into ``double``, an integral double into
+``long``...). A value that does not fit (another type, out of range, more digits than a decimal
+holds, a wrapper such as ``{"$date": ...}`` that cannot be read, a date outside years 1-9999) is left
+out of the column (null), counted and reported (:class:`Misfits`), and stays in ``_doc``: no value
+stops the apply.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Context, Decimal
+from functools import cache
 from typing import Any
 
 import orjson
 from bson import Binary, Decimal128, Int64, ObjectId, json_util
+from bson.codec_options import DatetimeConversion
+from bson.json_util import JSONOptions
 
 from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, TableLayout, decimal_digits
 
@@ -25,21 +31,31 @@ _INT_RANGES = {
     "short": (-(2**15), 2**15 - 1),
     "byte": (-(2**7), 2**7 - 1),
 }
+_FLOAT_LIMITS = {"double": 1.7976931348623157e308, "float": 3.4028234663852886e38}
+# Naive UTC datetimes; a date outside Python's years 1-9999 as a DatetimeMS (a misfit of a date or
+# timestamp column) instead of an error.
+_DECODE_OPTIONS = JSONOptions(datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+# A value with fewer whole digits than its column's precision, at the column's scale (at most 38
+# digits each side), quantized without rounding to the context's precision.
+_QUANTIZE_CONTEXT = Context(prec=80)
+_SCALE_UNITS = [Decimal(1).scaleb(-scale) for scale in range(39)]  # 1, 0.1, 0.01...
+_decimal_digits = cache(decimal_digits)
 
 
 def convert(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    """``(fits, value)``: a field's value (decoded from extended JSON) as ``column``'s type. None
-    fits (null); a value of another type or out of range does not."""
+    """``(fits, value)``: a field's value (decoded from extended JSON) as ``column``'s type, converted
+    as a SQL cast converts it. None fits (null); a value of another type, out of the type's range or
+    not held exactly (a fraction in an integer or beyond a decimal's scale) does not."""
     if value is None:
         return True, None
     try:
         return _CONVERTERS.get(column.type, _convert_decimal)(column, value)
-    except (ValueError, TypeError, OverflowError, InvalidOperation, ArithmeticError):
+    except (ValueError, TypeError, OverflowError, ArithmeticError):
         return False, None
 
 
 def _convert_string(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    if isinstance(value, str):
+    if type(value) is str:  # not a Code, which is a str too
         return True, value
     if isinstance(value, ObjectId):
         return True, str(value)
@@ -47,19 +63,49 @@ def _convert_string(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
 
 
 def _convert_int(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An integer, or an integral double or Decimal128, in the column's range."""
+    if isinstance(value, int):
+        if isinstance(value, bool):
+            return False, None
+        number = int(value)
+    elif isinstance(value, float):
+        if not value.is_integer():  # also NaN and the infinities
+            return False, None
+        number = int(value)
+    elif isinstance(value, Decimal128):
+        decimal = value.to_decimal()
+        if not decimal.is_finite():
+            return False, None
+        number = int(decimal)
+        if number != decimal:
+            return False, None
+    else:
         return False, None
     low, high = _INT_RANGES[column.type]
-    return (True, int(value)) if low <= value <= high else (False, None)
+    return (True, number) if low <= number <= high else (False, None)
 
 
 def _convert_float(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A double, integer or Decimal128 rounded to the nearest double; NaN and the infinities fit,
+    a finite value beyond the column's range (a float's 3.4e38) does not."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return True, value
+        number = value
+    elif isinstance(value, int):
+        if isinstance(value, bool):
+            return False, None
+        number = float(value)
+    elif isinstance(value, Decimal128):
+        decimal = value.to_decimal()
+        if decimal.is_nan():
+            return True, math.nan
+        number = float(decimal)
+        if decimal.is_infinite():
+            return True, number
+    else:
         return False, None
-    number = float(value)
-    if column.type == "float" and math.isfinite(number) and abs(number) > 3.4028234663852886e38:
-        return False, None
-    return True, number
+    return (True, number) if abs(number) <= _FLOAT_LIMITS[column.type] else (False, None)
 
 
 def _convert_bool(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
@@ -67,7 +113,7 @@ def _convert_bool(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
 
 
 def _convert_timestamp(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    if not isinstance(value, dt.datetime):
+    if not isinstance(value, dt.datetime):  # also a DatetimeMS: a date outside years 1-9999
         return False, None
     return True, value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
@@ -83,25 +129,28 @@ def _convert_binary(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
 
 
 def _convert_decimal(column: DeclaredColumn, value: Any) -> tuple[bool, Any]:
-    digits = decimal_digits(column.type)
+    """An integer, Decimal128 or double (its shortest decimal text, ``repr``: 0.1 is 0.1) that the
+    column holds exactly: at most its scale's fraction digits and its precision's whole digits."""
+    digits = _decimal_digits(column.type)
     if digits is None:
         return False, None
     if isinstance(value, Decimal128):
         number = value.to_decimal()
+        if not number.is_finite():
+            return False, None
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            return False, None
+        number = Decimal(repr(value))
     elif isinstance(value, int) and not isinstance(value, bool):
         number = Decimal(value)
     else:
         return False, None
-    if not number.is_finite():
-        return False, None
     precision, scale = digits
-    with localcontext() as context:
-        context.prec = 80
-        quantized = number.quantize(Decimal(1).scaleb(-scale))
-        whole = abs(int(quantized))
-    if quantized != number or (whole and len(str(whole)) > precision - scale):
+    if number and number.adjusted() >= precision - scale:  # more whole digits than the column's
         return False, None
-    return True, quantized
+    quantized = number.quantize(_SCALE_UNITS[scale], context=_QUANTIZE_CONTEXT)
+    return (True, quantized) if quantized == number else (False, None)
 
 
 _CONVERTERS = {
@@ -178,10 +227,28 @@ def field_value(document: Any, parts: tuple[str, ...]) -> tuple[bool, Any]:
 
 
 def _decoded(value: Any) -> Any:
-    """An extended JSON value (``{"$numberLong": "1"}``, ``{"$date": ...}``...) as its BSON value."""
+    """An extended JSON value (``{"$numberLong": "1"}``, ``{"$date": ...}``...) as its BSON value; a
+    document of ``$`` names that is no extended JSON ``bson.json_util`` reads (``{"$date": "soon"}``)
+    stays the document it is, which fits no column."""
     if isinstance(value, dict) and value and next(iter(value)).startswith("$"):
-        decoded = json_util.loads(json.dumps(value))
+        try:
+            decoded = _bson_value(value)
+        except Exception:  # json_util raises errors of many kinds: ValueError, TypeError, InvalidBSON...
+            return value
         return int(decoded) if isinstance(decoded, Int64) else decoded
+    return value
+
+
+def _bson_value(value: Any) -> Any:
+    """``json_util.loads(json.dumps(value))`` without the text: json_util's object hook applied to
+    every object of the parsed value, innermost first, as ``json.loads`` applies it."""
+    kind = type(value)
+    if kind is dict:
+        return json_util.object_hook(
+            {name: _bson_value(item) for name, item in value.items()}, _DECODE_OPTIONS
+        )
+    if kind is list:
+        return [_bson_value(item) for item in value]
     return value
 
 
