@@ -468,7 +468,13 @@ def test_a_change_that_dropped_a_chunks_read_begins_the_generation_and_is_never_
     # all of its reads dropped); 13: a change of 8 (second chunk), then the second chunk's read of 9.
     events = [insert(1, 10), insert(2, 11), insert(7, 12), insert(8, 13), read(9, 14, "incremental")]
     batch = fold(events, state=state, tracker=tracker)
-    assert {key: row.generation for key, row in batch.rows.items()} == {"1": 1, "2": 1, "7": 2, "8": 2, "9": 2}
+    assert {key: row.generation for key, row in batch.rows.items()} == {
+        "1": 1,
+        "2": 1,
+        "7": 2,
+        "8": 2,
+        "9": 2,
+    }
     done = SnapshotStatus(False, INC_DONE, ("d",), {0: 12})
     batch.complete_at_end(done, done)
     assert tracker.sweep == 2
@@ -543,6 +549,8 @@ def test_a_transaction_is_never_split_at_a_delete_or_its_tombstone():
     assert runs.last_txn is None  # the last event (5) is in no transaction
     (columns,) = [changes for changes, _ in runs.runs]
     assert columns.txns[1] == delete.txn and columns.ts_us[1] == delete.ts_us
+
+
 def test_the_offsets_topic_status_of_a_collection():
     partition = OffsetPartition("shop", "rs0")
     start = Position(cluster_time=Timestamp(1, 1))
@@ -669,3 +677,19 @@ def test_a_vacuum_retention_of_an_hour_or_more_is_kept_and_null_switches_vacuumi
     assert DeltaSettings.from_mapping(off.to_json()) == off
     never = DeltaSettings.from_mapping({"location": "/d", "vacuum_every": None})
     assert never.vacuum_every_s is None and never.vacuum_retention_s == 7 * 86400.0
+
+
+def test_an_update_without_a_document_is_applied_to_a_document_holding_any_date():
+    """Dates before year 1 or after 9999 (the connector writes them as they are) in the document the
+    table holds, or in the update, are kept as they are: the apply does not stop on them."""
+    held = (
+        '{"_id": 1, "d": {"$date": {"$numberLong": "-62135596800001"}}, '
+        '"e": {"$date": {"$numberLong": "253402300800000"}}}'
+    )
+    for mode in ("strict", "relaxed", "canonical"):
+        update = {"updatedFields": {"v": 1, "w": {"$date": {"$numberLong": "-62135596800001"}}}}
+        patched = json_util.loads(Patcher(mode).apply(held, update), json_options=json_util.JSONOptions(
+            datetime_conversion=json_util.DatetimeConversion.DATETIME_AUTO
+        ))  # fmt: skip
+        assert patched["v"] == 1 and int(patched["d"]) == int(patched["w"]) == -62135596800001, mode
+        assert int(patched["e"]) == 253402300800000, mode

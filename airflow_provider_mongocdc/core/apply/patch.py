@@ -13,11 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from bson import json_util
-from bson.json_util import JSONOptions
+from bson.json_util import DatetimeConversion, JSONOptions
 
 from airflow_provider_mongocdc.core.events.java_json import document_writer
 
-_DECODE = JSONOptions(tz_aware=True, document_class=dict)
+# Dates out of the range of Python's datetime (years 1 to 9999, which MongoDB allows) read as
+# DatetimeMS and are written back as they were.
+_DECODE = JSONOptions(
+    tz_aware=True, document_class=dict, datetime_conversion=DatetimeConversion.DATETIME_AUTO
+)
 
 
 def _load(text: str) -> Any:
