@@ -69,8 +69,14 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     # Incremental snapshot chunks are de-duplicated against the one stream of the connector.
     # One run id for the events of every stream of this run (Debezium's runId header).
     params = dataclasses.replace(params, incremental_snapshots=len(targets) == 1, run_id=new_run_id())
+    # The streams run side by side and their writers were taken over above (check_offsets): each
+    # waits for its siblings' commits under way on the offsets topic rather than fence them.
     task = functools.partial(
-        run_stream_tasks, connector=config.to_properties(), kafka=dict(spec.kafka), params=params.to_params()
+        run_stream_tasks,
+        connector=config.to_properties(),
+        kafka=dict(spec.kafka),
+        params=params.to_params(),
+        streams=[target.partition for target in targets],
     )
     checked = time.monotonic()
     jobs = [target.to_json() for target in targets]

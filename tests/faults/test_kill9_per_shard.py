@@ -44,8 +44,9 @@ SHARDS = ("shard0", "shard1")
 DOCUMENTS = 600
 
 
-def plain_store(cls, kafka_config, config, **kwargs) -> OffsetStore:
-    """The offsets store of a stream that started before the transaction was left open."""
+def plain_store(cls, kafka_config, config, *, running=(), settle_s=None, **kwargs) -> OffsetStore:
+    """The offsets store of a stream that started before the transaction was left open (it settles
+    nothing, so ``for_connector``'s settling arguments do not apply)."""
     return cls(kafka_config, config.offsets_topic, **kwargs)
 
 

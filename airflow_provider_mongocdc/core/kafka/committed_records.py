@@ -46,8 +46,10 @@ class Settling(Protocol):
 
     wait_s: float
 
-    def settle(self, open_ones: list[OpenTransaction], attempt: int) -> bool:
-        """True: wait again (``attempt`` counts from 1); False: read what is committed. May raise."""
+    def settle(self, open_ones: list[OpenTransaction], attempt: int, ended: set[tuple[int, int]]) -> bool:
+        """True: wait ``wait_s`` again (``attempt`` counts from 1); False: read what is committed.
+        ``ended``: the transactions (partition, start offset) that it ended itself in this read's
+        earlier attempts; it adds those it ends now. May raise."""
 
 
 @dataclass
@@ -72,8 +74,9 @@ def read_settled(
     """The committed records of ``topic``. Without ``settling``, up to the last stable offsets seen
     when the read started. With it, each partition is read to its end, and while a transaction is
     open there (the end stays below the high watermark) the read waits ``settling.wait_s`` for it
-    to end, then asks ``settling`` what to do (wait again after taking its writer over, stop and
-    say it is open, or fail)."""
+    to end, then asks ``settling`` what to do (wait again, for a live writer or after taking its
+    writer over, stop and say it is open, or fail). A read that waits again has ``read_timeout_s``
+    for the rest of its reading after each wait."""
     deadline = time.monotonic() + read_timeout_s
     consumer = Consumer(consumer_config(kafka_config))
     try:
@@ -251,6 +254,7 @@ class _Reader:
         self.read_until(lambda: all(pid in self.eof for pid in ends) and self.reached(ends))
         targets = {pid: high for pid, (_end, high) in self.held().items()}
         attempt = 0
+        ended: set[tuple[int, int]] = set()
         while targets:
             if self.read_until(lambda: self.reached(targets), time.monotonic() + settling.wait_s):
                 break
@@ -259,8 +263,11 @@ class _Reader:
             }
             open_ones = describe_open(self.kafka_config, self.topic, held, self.read_timeout_s)
             attempt += 1
-            if not settling.settle(open_ones, attempt):
+            if not settling.settle(open_ones, attempt, ended):
                 return CommittedRead(self.records, open_ones)
+            # Waiting for a live writer's transaction may take up to its transaction.timeout.ms:
+            # the read's own time limit (for the brokers to answer) counts from each wait's end.
+            self.deadline = max(self.deadline, time.monotonic() + settling.wait_s + self.read_timeout_s)
         return CommittedRead(self.records)
 
     def position(self, pid: int) -> int:

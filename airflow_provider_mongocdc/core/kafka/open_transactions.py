@@ -11,9 +11,10 @@ still open (:class:`OpenTransaction`) when that does not happen.
 
 Who opened a transaction comes from Kafka's transaction admin requests (KIP-664: the partition's
 active producers, then the transactional id of the producer whose transaction starts at the LSO),
-made with kafka-python's admin client, which has them (librdkafka has not); the record at the LSO
-(its key and time, read uncommitted) is described too, and is all there is when the admin
-requests are refused.
+made with kafka-python's admin client, which has them (librdkafka has not), and the
+transaction's start, timeout and state by its coordinator (whether its commit or abort is already
+under way); the record at the LSO (its key and time, read uncommitted) is described too, and is all
+there is when the admin requests are refused.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class OpenTransaction:
     transactional_id: str | None = None  # KIP-664 (None: not known)
     started_at: datetime | None = None  # the transaction's start, by its coordinator
     timeout_ms: int | None = None  # its transaction.timeout.ms
+    # Its coordinator's state (Ongoing; PrepareCommit, PrepareAbort, ...: its end is decided and
+    # under way, the coordinator completes it without the writer); None: not known.
+    state: str | None = None
 
     @property
     def since(self) -> datetime | None:
@@ -214,7 +218,7 @@ def admin_client_config(kafka_config: Mapping[str, Any], timeout_s: float) -> di
 def _named(
     kafka_config: Mapping[str, Any], found: list[OpenTransaction], timeout_s: float
 ) -> list[OpenTransaction]:
-    """``found`` with each transaction's transactional id, start and timeout (KIP-664)."""
+    """``found`` with each transaction's transactional id, start, timeout and state (KIP-664)."""
     if not found:
         return found
     from dataclasses import replace
@@ -256,5 +260,13 @@ def _named(
             transactional_id=transactional_id,
             started_at=started,
             timeout_ms=description.transaction_timeout_ms if description is not None else None,
+            state=_state_name(description.state) if description is not None else None,
         )
     return named
+
+
+def _state_name(state: Any) -> str | None:
+    """A coordinator's transaction state as Kafka names it (``Ongoing``, ``PrepareCommit``, ...)."""
+    if state is None:
+        return None
+    return str(getattr(state, "value", state))

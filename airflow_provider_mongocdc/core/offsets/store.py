@@ -60,6 +60,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
     utcnow,
 )
 from airflow_provider_mongocdc.core.offsets.writers import (
+    SETTLE_S,
     Observe,
     TakeOver,
     offsets_admin_transactional_id,
@@ -140,11 +141,26 @@ class OffsetStore:
         return cls(kafka_config, config.offsets_topic, **kwargs)
 
     @classmethod
-    def for_connector(cls, kafka_config: Mapping[str, Any], config, **kwargs: Any) -> OffsetStore:
+    def for_connector(
+        cls,
+        kafka_config: Mapping[str, Any],
+        config,
+        *,
+        running: Iterable[str] = (),
+        settle_s: float = SETTLE_S,
+        **kwargs: Any,
+    ) -> OffsetStore:
         """The store a run of connector ``config`` reads where it starts from: it sees everything
         committed before it read (its own writers' transactions left open are ended, another
-        writer's is an error)."""
-        settling = TakeOver(dict(kafka_config), config.topic_prefix, config.offsets_topic)
+        writer's is an error). ``running``: the transactional ids of the writers of the same run
+        that run beside this reader, each started after the run took its id over (the window
+        writers of a window run's streams, :func:`~airflow_provider_mongocdc.core.window.streams.check_offsets`):
+        their transactions are waited for, never taken over
+        (:class:`~airflow_provider_mongocdc.core.offsets.writers.TakeOver`). ``settle_s``: how long
+        a read waits for open transactions before it settles them."""
+        settling = TakeOver(
+            dict(kafka_config), config.topic_prefix, config.offsets_topic, settle_s, frozenset(running)
+        )
         return cls(kafka_config, config.offsets_topic, settling=settling, **kwargs)
 
     def __repr__(self) -> str:

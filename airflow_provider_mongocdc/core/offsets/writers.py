@@ -8,13 +8,16 @@ transaction that a killed one left open there hides what the others committed af
 every ``read_committed`` reader until it ends (:mod:`airflow_provider_mongocdc.core.kafka.open_transactions`).
 
 A run reads where it starts with :class:`TakeOver`: it waits until the transactions open when it
-began to read have ended; one still open after :data:`SETTLE_S` that belongs to one of the
-connector's own writers is ended by taking over its ``transactional.id`` (``init_transactions``
-aborts it: its writer is dead, or it would have committed within seconds); one of any other writer
-fails the run with :class:`~airflow_provider_mongocdc.core.base.errors.OffsetError` naming it, how
-long it has been open and how to end it. Readers that only show the offsets (``mongocdc offsets
-show``, the MongoDB CDC page, the change watcher, the gap check) use :class:`Observe`: they wait
-:data:`OBSERVE_S` and then show what is committed, saying that a transaction is open.
+began to read have ended. One still open after :data:`SETTLE_S` that belongs to one of the
+connector's own writers is waited for when its writer is alive (its commit or abort is already
+under way at its coordinator, or its writer is one of the reader's own run that runs beside it:
+a sibling stream), else ended by taking over its ``transactional.id`` (``init_transactions``
+aborts it: a writer the run did not start and whose commit is not under way is a killed one); one
+of any other writer fails the run with
+:class:`~airflow_provider_mongocdc.core.base.errors.OffsetError` naming it, how long it has been
+open and how to end it. Readers that only show the offsets (``mongocdc offsets show``, the MongoDB
+CDC page, the change watcher, the gap check) use :class:`Observe`: they wait :data:`OBSERVE_S` and
+then show what is committed, saying that a transaction is open.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mongocdc.core.base.errors import OffsetError
+from airflow_provider_mongocdc.core.kafka.client import DEFAULT_PRODUCER_CONFIG
 from airflow_provider_mongocdc.core.kafka.open_transactions import OpenTransaction
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.offsets.keys import is_lease_key, lease_key, parse_key, request_owner
@@ -33,11 +37,21 @@ from airflow_provider_mongocdc.core.offsets.keys import is_lease_key, lease_key,
 log = logging.getLogger("airflow_provider_mongocdc.core.offsets.store")
 
 # How long a run waits for the transactions open on the offsets topic when it began to read to end
-# before it takes over its own writers' (a live writer's transaction there lasts milliseconds: its
-# offset record is the last it sends before it commits).
+# before it settles them (a live writer's transaction there usually lasts milliseconds: its offset
+# record is the last it sends before it commits; a slow commit lasts longer, see TakeOver).
 SETTLE_S = 15.0
 # How long a reader that only shows the offsets waits before it says a transaction is open.
 OBSERVE_S = 3.0
+# The coordinator states of a transaction whose end is decided (KIP-664 DescribeTransactions): the
+# coordinator writes its markers itself, without its writer.
+ENDING_STATES = frozenset(
+    {"PrepareCommit", "PrepareAbort", "PrepareEpochFence", "CompleteCommit", "CompleteAbort"}
+)
+# How long past its transaction.timeout.ms a transaction waited for may still be open before it is
+# taken over: the coordinator looks for timed-out transactions every 10 s
+# (transaction.abort.timed.out.transaction.cleanup.interval.ms), and the reader's clock is not the
+# broker's.
+EXPIRY_GRACE_S = 30.0
 
 
 # -- the transactional ids ------------------------------------------------------------------------------
@@ -117,7 +131,7 @@ class Observe:
 
     wait_s: float = OBSERVE_S
 
-    def settle(self, open_ones: list[OpenTransaction], attempt: int) -> bool:
+    def settle(self, open_ones: list[OpenTransaction], attempt: int, ended: set[tuple[int, int]]) -> bool:
         for open_one in open_ones:
             log.warning(
                 "Offsets topic %s: %s; offsets committed after it are not shown until it ends",
@@ -129,36 +143,74 @@ class Observe:
 
 @dataclass(frozen=True)
 class TakeOver:
-    """Wait :data:`SETTLE_S`; then end the connector's own open transactions by taking over their
-    writers, and refuse to read past any other writer's (an :class:`OffsetError`)."""
+    """Wait ``wait_s`` (:data:`SETTLE_S`); then wait on for the connector's open transactions whose
+    writers are alive, end the others by taking over their writers, and refuse to read past any
+    other writer's (an :class:`OffsetError`).
+
+    How long a transaction has been open does not tell whether its writer is alive: a live writer's
+    transaction on the offsets topic lasts from its offset record (the last record it sends) to the
+    end of its commit, which first waits until the brokers have every event of the batch, for up to
+    the writer's ``transaction.timeout.ms`` (10 minutes, ``core/kafka/writer.py``). Taking such a
+    writer over fences it: a sibling stream whose commit is merely slow would fail and be retried.
+    So a transaction still open after ``wait_s`` is
+
+    * waited for when its end is decided: its coordinator's state is PrepareCommit, PrepareAbort
+      or Complete* (:data:`ENDING_STATES`). The coordinator writes its markers without the writer;
+      taking it over would not end it sooner, only fence a writer whose commit is succeeding.
+    * waited for when its writer is one of ``running``: the transactional ids of the writers of the
+      reader's own run that run beside it, each started after the run took that id over (the
+      window writers of a window run's streams: its driver takes all of them over before any
+      stream starts, :func:`~airflow_provider_mongocdc.core.window.streams.check_offsets`). A
+      transaction of theirs is then that live writer's own, and it ends by itself: when the writer
+      commits or aborts, when the writer's retried task starts (``init_transactions``), or when the
+      broker aborts it after its ``transaction.timeout.ms``. The wait never depends on a sibling
+      that has yet to start (in ``local[2]`` with three shards one waits for a core until another
+      ends): its dead predecessor's transaction was ended before any stream of the run started.
+      Without the admin requests that name a writer, a transaction whose first record only a
+      running writer writes (its key) counts as theirs.
+    * taken over otherwise, at once: a writer the reader's run did not start and whose commit is
+      not under way is a killed one (an earlier run's, an operator action's, a lease change's);
+      its transaction would hide every later commit until the broker's timeout. A transaction
+      still open after its writer was taken over fails the read.
+
+    A transaction waited for that is still open :data:`EXPIRY_GRACE_S` past its
+    ``transaction.timeout.ms`` is taken over too: by then the broker has aborted it and fenced its
+    writer, so no live writer is harmed, and the take-over ends what the broker did not.
+    """
 
     kafka_config: Mapping[str, Any]
     topic_prefix: str
     offsets_topic: str
     wait_s: float = SETTLE_S
+    running: frozenset[str] = frozenset()
 
-    def settle(self, open_ones: list[OpenTransaction], attempt: int) -> bool:
-        """Take over the connector's writers of ``open_ones`` (True: wait again), or raise."""
-        if attempt > 1:
-            raise OffsetError(
-                f"The offsets topic {self.offsets_topic!r} cannot be read to its end: "
-                + "; ".join(open_one.describe() for open_one in open_ones),
-                cause="the transaction stayed open after its writer's transactional.id was taken over",
-                fix=f"check the Kafka brokers' transaction coordinator, or abort it with "
-                f"{open_ones[0].abort_command(self.kafka_config.get('bootstrap.servers'))}; then run again",
-            )
-        own: set[str] = set()
+    def settle(self, open_ones: list[OpenTransaction], attempt: int, ended: set[tuple[int, int]]) -> bool:
+        """Wait for the live writers' transactions of ``open_ones`` and take over the other writers
+        of the connector (True: wait again), or raise."""
+        taking: list[OpenTransaction] = []
+        writers: set[str] = set()
         for open_one in open_ones:
-            if open_one.transactional_id is not None:
-                if not is_own(open_one.transactional_id, self.topic_prefix, self.offsets_topic):
-                    raise foreign_transaction_error(open_one, self.kafka_config, self.topic_prefix)
-                own.add(open_one.transactional_id)
+            own = self._writers(open_one)
+            alive = self._alive(open_one, own, attempt)
+            if alive is not None:
+                log.info(
+                    "Offsets topic %s: %s, %s; waiting for it to end (%s)",
+                    open_one.topic,
+                    open_one.describe(),
+                    alive,
+                    open_one.expiry(),
+                )
                 continue
-            writers = writers_of_record(open_one.key, self.topic_prefix, self.offsets_topic)
-            if not writers:
-                raise foreign_transaction_error(open_one, self.kafka_config, self.topic_prefix)
-            own.update(writers)
-        for open_one in open_ones:
+            if (open_one.partition, open_one.start_offset) in ended:
+                raise OffsetError(
+                    f"The offsets topic {self.offsets_topic!r} cannot be read to its end: {open_one.describe()}",
+                    cause="the transaction stayed open after its writer's transactional.id was taken over",
+                    fix=f"check the Kafka brokers' transaction coordinator, or abort it with "
+                    f"{open_one.abort_command(self.kafka_config.get('bootstrap.servers'))}; then run again",
+                )
+            taking.append(open_one)
+            writers.update(own)
+        for open_one in taking:
             log.warning(
                 "Offsets topic %s: %s, left by a writer of connector %r that no longer runs; taking "
                 "it over to end the transaction",
@@ -166,8 +218,44 @@ class TakeOver:
                 open_one.describe(),
                 self.topic_prefix,
             )
-        take_over(self.kafka_config, own)
+        if writers:
+            take_over(self.kafka_config, writers)
+        ended.update((open_one.partition, open_one.start_offset) for open_one in taking)
         return True
+
+    def _writers(self, open_one: OpenTransaction) -> list[str]:
+        """The connector's writers that may hold ``open_one`` open; another writer's raises."""
+        if open_one.transactional_id is not None:
+            if not is_own(open_one.transactional_id, self.topic_prefix, self.offsets_topic):
+                raise foreign_transaction_error(open_one, self.kafka_config, self.topic_prefix)
+            return [open_one.transactional_id]
+        writers = writers_of_record(open_one.key, self.topic_prefix, self.offsets_topic)
+        if not writers:
+            raise foreign_transaction_error(open_one, self.kafka_config, self.topic_prefix)
+        return writers
+
+    def _alive(self, open_one: OpenTransaction, writers: list[str], attempt: int) -> str | None:
+        """Why ``open_one``'s writer is alive and its transaction ends by itself (waited for), or
+        None (taken over)."""
+        if self._past_timeout(open_one, attempt):
+            return None
+        if open_one.state in ENDING_STATES:
+            return f"whose end is under way (its coordinator's state is {open_one.state})"
+        if self.running.intersection(writers):
+            return "of a writer of this run that runs beside it (a commit under way)"
+        return None
+
+    def _past_timeout(self, open_one: OpenTransaction, attempt: int) -> bool:
+        """Whether ``open_one`` is open :data:`EXPIRY_GRACE_S` past its ``transaction.timeout.ms``
+        (the writers' own when Kafka did not tell it; counted from this read's first wait when
+        nothing tells since when it is open)."""
+        timeout_ms = open_one.timeout_ms
+        if timeout_ms is None:
+            timeout_ms = int({**DEFAULT_PRODUCER_CONFIG, **self.kafka_config}["transaction.timeout.ms"])
+        seconds = open_one.open_seconds()
+        if seconds is None:
+            seconds = attempt * self.wait_s
+        return seconds > timeout_ms / 1000 + EXPIRY_GRACE_S
 
 
 def foreign_transaction_error(

@@ -275,15 +275,22 @@ def run_window(
     *,
     sleep: Callable[[float], None] = time.sleep,
     check_end: bool = True,
+    streams: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Run the window of one stream: fence older writers, read the offset, stream, commit.
 
     Raises :class:`WindowEndNotReachedError` (after committing what was read) when the stream
     stalled before an end in the past; with ``check_end=False`` the summary reports it instead
     (``stop_reason=cluster_time_stalled``) and the caller raises :func:`end_not_reached_error`.
+    ``streams``: the partitions of the streams of the same run (this one's and its siblings'),
+    whose window writers the run took over before it started any of them
+    (:func:`~airflow_provider_mongocdc.core.window.streams.check_offsets`): a sibling's transaction
+    open on the offsets topic when this stream reads it is a live stream's commit under way, waited
+    for and never taken over (:class:`~airflow_provider_mongocdc.core.offsets.writers.TakeOver`).
     """
     policy = BackoffPolicy.from_config(config)
-    store = OffsetStore.for_connector(kafka_config, config)
+    running = [window_transactional_id(config.topic_prefix, partition) for partition in streams]
+    store = OffsetStore.for_connector(kafka_config, config, running=running)
     with TransactionalWriter(
         kafka_config, window_transactional_id(config.topic_prefix, target.partition)
     ) as writer:
@@ -316,11 +323,16 @@ def run_stream_tasks(
     connector: Mapping[str, Any],
     kafka: Mapping[str, Any],
     params: Mapping[str, Any],
+    streams: Iterable[str] = (),
 ) -> Iterator[dict[str, Any]]:
     """A Spark task's work: the windows of its streams (JSON-able targets), one summary each. A
     stalled stream is reported in its summary; the driver raises :func:`end_not_reached_error`
-    once every stream has committed."""
+    once every stream has committed. ``streams``: the partitions of every stream of the run, whose
+    writers the driver took over before the tasks started (see :func:`run_window`)."""
     config = ConnectorConfig.from_properties(connector)
     window_params = WindowParams.from_params(params, config)
+    streams = list(streams)
     for target in targets:
-        yield run_window(StreamTarget.from_json(target), config, kafka, window_params, check_end=False)
+        yield run_window(
+            StreamTarget.from_json(target), config, kafka, window_params, check_end=False, streams=streams
+        )

@@ -120,7 +120,10 @@ def check_offsets(
 
     Every stream's window writer is taken over first: a transaction that a killed stream left open
     on the offsets topic is ended before anything reads it, so no stream starts from an offset
-    older than its last committed one, and no writer of the killed run can commit any more."""
+    older than its last committed one, and no writer of the killed run can commit any more. It is
+    also why the run's streams, once started, wait for each other's transactions on the offsets
+    topic instead of taking them over (``run_window(..., streams=...)``): none of them can then be
+    a dead predecessor's, so each is a live sibling's commit under way."""
     targets = list(targets)
     take_over(kafka_config, [window_transactional_id(config.topic_prefix, t.partition) for t in targets])
     store = OffsetStore.for_connector(kafka_config, config)
