@@ -763,6 +763,7 @@ def _table_apply(task: Mapping[str, Any]) -> tuple[TableApply, list[int]]:
         compact_every_s=settings.compact_every_s,
         vacuum_every_s=settings.vacuum_every_s,
         vacuum_retention_s=settings.vacuum_retention_s,
+        fail_on_misfit=settings.refuses_misfits(topic.namespace),
     )
     return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
         "partitions"

@@ -178,6 +178,8 @@ class MongoDeltaApplyOperator(MongoCdcSparkSubmitOperator):
                     "version": table.get("version"),
                     "events": table.get("events", 0),
                     "positions": table.get("positions"),
+                    # per declared column: this run's misfits and the table's total
+                    "misfits": table.get("misfits") or {},
                 }
                 asset = table_asset(config.topic_prefix, table["collection"], table["table"])
                 outlet_events[outlet].add(asset, extra=extra)

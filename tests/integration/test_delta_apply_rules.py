@@ -303,3 +303,50 @@ def test_a_column_declared_again_is_filled_again_from_the_documents(
     assert prices == {str(n): (100 if n < 3 else n) for n in range(6)}, prices
     notes = [note for t in summary["tables"] for note in t["notes"]]
     assert any("declared again" in note for note in notes), notes
+
+
+def test_misfits_are_counted_per_run_and_in_total_and_a_table_may_refuse_them(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    from bson import Decimal128
+
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many(
+        [{"_id": n, "total": Decimal128(f"{n}.5"), "points": 2**31 + n if n < 2 else n} for n in range(6)]
+    )
+    props = connector(unique_name, database)
+    delta = {
+        "location": str(tmp_path / "lake"),
+        "columns": {f"{database}.items": {"total": "double", "points": "integer"}},
+    }
+    snapshot(mongodb_uri, kafka, props)
+    first = apply(kafka, props, delta)
+    table = tmp_path / "lake" / database / "items"
+    topic = f"{unique_name}.{database}.items"
+
+    # Decimal128 into double is a conversion; values above 2^31 do not fit an integer.
+    rows = {row["_id"]: row for row in table_rows(table)}
+    assert rows["3"]["total"] == 3.5 and rows["0"]["points"] is None and rows["3"]["points"] == 3
+    (summary,) = first["tables"]
+    assert summary["misfits"]["points"]["count"] == 2 and summary["misfits"]["points"]["total"] == 2
+    assert "total" not in summary["misfits"], summary["misfits"]
+    items.update_one({"_id": 4}, {"$set": {"points": "many"}})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    (second,) = apply(kafka, props, delta)["tables"]
+    assert second["misfits"]["points"] == {"count": 1, "example": "_id 4: str 'many'", "total": 3}
+    recorded = DeltaTable(str(table))  # what the page reads: the table's own record
+    assert recorded.transaction_version(f"mongocdc:{topic}:misfits:points") == 3
+    assert recorded.transaction_version(f"mongocdc:{topic}:misfits-last:points") == 1
+
+    # fail_on_misfit: the first misfit fails the apply, naming it; nothing is applied.
+    items.update_one({"_id": 5}, {"$set": {"points": 2**40}})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    version = DeltaTable(str(table)).version()
+    with pytest.raises(TableError) as raised:
+        apply(kafka, props, {**delta, "fail_on_misfit": [f"{database}.items"]})
+    text = str(raised.value)
+    assert "The value of points of the document _id 5 does not fit the column points (integer)" in text
+    assert "int 1099511627776" in text and "nothing of this batch was applied" in text
+    assert DeltaTable(str(table)).version() == version

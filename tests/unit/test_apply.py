@@ -693,3 +693,13 @@ def test_an_update_without_a_document_is_applied_to_a_document_holding_any_date(
         ))  # fmt: skip
         assert patched["v"] == 1 and int(patched["d"]) == int(patched["w"]) == -62135596800001, mode
         assert int(patched["e"]) == 253402300800000, mode
+
+
+def test_fail_on_misfit_names_the_tables_that_refuse_misfits():
+    settings = DeltaSettings.from_mapping({"location": "/data", "fail_on_misfit": ["shop.orders"]})
+    assert settings.refuses_misfits("shop.orders") and not settings.refuses_misfits("shop.customers")
+    assert DeltaSettings.from_mapping({"location": "/data", "fail_on_misfit": True}).refuses_misfits("a.b")
+    assert not DeltaSettings.from_mapping({"location": "/data"}).refuses_misfits("a.b")
+    assert DeltaSettings.from_mapping(settings.to_json()) == settings
+    with pytest.raises(ConfigError, match="'fail_on_misfit' must be true, false or a list"):
+        DeltaSettings.from_mapping({"location": "/data", "fail_on_misfit": "orders"})

@@ -31,7 +31,13 @@ from airflow_provider_mongocdc.core.apply.events import ChangeEvent, Changes
 from airflow_provider_mongocdc.core.apply.layout import TableLayout
 from airflow_provider_mongocdc.core.apply.patch import Patcher
 from airflow_provider_mongocdc.core.apply.snapshots import KIND_WORDS, SnapshotStatus, SnapshotTracker
-from airflow_provider_mongocdc.core.apply.state import TableState, check_owner, undeclared_app_id
+from airflow_provider_mongocdc.core.apply.state import (
+    TableState,
+    check_owner,
+    last_misfits_app_id,
+    misfits_app_id,
+    undeclared_app_id,
+)
 from airflow_provider_mongocdc.core.apply.topics import (
     check_same_topic,
     first_records,
@@ -108,6 +114,7 @@ class TableJob:
     compact_every_s: float | None = None
     vacuum_every_s: float | None = None
     vacuum_retention_s: float = 7 * 86400.0
+    fail_on_misfit: bool = False
 
 
 def _due(last: int | None, every: float | None, now_s: int) -> bool:
@@ -130,7 +137,8 @@ class TableApply:
         self.kafka_config = kafka_config
         self.snapshot_status = snapshot_status
         self.clock = clock
-        self.misfits = Misfits()
+        self.misfits = Misfits(refuse=job.fail_on_misfit, table=store.uri)
+        self.misfit_totals: dict[str, int] = {}  # per declared column, since the table was created
         self.summary: dict[str, Any] = {
             "topic": job.topic,
             "collection": job.namespace,
@@ -164,6 +172,10 @@ class TableApply:
                 state.topic_id = facts.identity  # recorded from the next commit on
         self.summary["notes"].extend(store.check_layout(self.job.layout))
         state.undeclared = tuple(store.stale_columns())
+        self.misfit_totals = {
+            column.name: store.app_version(misfits_app_id(topic, column.name)) or 0
+            for column in self.job.layout.declared
+        }
         if records:
             ends = topic_ends(self.kafka_config, topic, partitions, 0.0)
             starts = {p: max(first, state.positions.get(p, first)) for p, first in ends.earliest.items()}
@@ -226,10 +238,17 @@ class TableApply:
             max(0, ends.ends.get(p, 0) - state.positions.get(p, 0)) for p in partitions
         )
         self.summary["version"] = self.store.version()
-        self.summary["misfits"] = self.misfits.to_json()
+        self.summary["misfits"] = self.misfits.to_json(self._totals())
         self.summary["misfit_lines"] = self.misfits.describe(job.layout.declared)
         self.summary["duration_s"] = round(time.monotonic() - began, 3)
         return self.summary
+
+    def _totals(self) -> dict[str, int]:
+        """Per declared column, the values that did not fit it since the table was created."""
+        return {
+            column.name: self.misfit_totals.get(column.name, 0) + self.misfits.counts.get(column.name, 0)
+            for column in self.job.layout.declared
+        }
 
     def _evolve(self, state: TableState) -> list[str]:
         """Declared columns new to the table added and filled from ``_doc``; those declared again
@@ -317,6 +336,12 @@ class TableApply:
         """One Delta commit of ``batch`` (rows, sweep, positions); the state it reaches."""
         applied_us = int(self.clock() * 1_000_000)
         commit = batch.commit(self.job.layout, applied_us, self.misfits)
+        for column, total in self._totals().items():  # the table's misfit counts, with this commit's
+            if total:
+                commit.versions[misfits_app_id(self.job.topic, column)] = total
+                commit.versions[last_misfits_app_id(self.job.topic, column)] = self.misfits.counts.get(
+                    column, 0
+                )
         name = self.job.namespace
         description = (
             f"MongoDB collection {self.job.namespace} applied from the Kafka topic {self.job.topic} by "

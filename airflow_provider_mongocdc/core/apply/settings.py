@@ -52,11 +52,30 @@ KEYS = (
     "compact_every",
     "vacuum_every",
     "vacuum_retention",
+    "fail_on_misfit",
 )
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USER_PASSWORD = re.compile(r"^[^@/]*:[^@/]*@")
 _NAMESPACE = re.compile(r"^[^.]+\.[^.].*$")
 EXAMPLE = '{"location": "/data/delta/shop", "columns": {"shop.orders": {"total": "double"}}}'
+
+
+def _fail_on_misfit(value: Any, what: str) -> tuple[str, ...]:
+    """``fail_on_misfit``: true (every table), false, or a list of ``<database>.<collection>``."""
+    if value is True:
+        return ("*",)
+    if value is False or value is None:
+        return ()
+    if isinstance(value, list) and all(
+        isinstance(name, str) and (name == "*" or _NAMESPACE.match(name)) for name in value
+    ):
+        return tuple(value)
+    raise ConfigError(
+        f"{what}: 'fail_on_misfit' must be true, false or a list of <database>.<collection>, got {value!r}",
+        cause="a table with fail_on_misfit fails its apply on the first value that does not fit a declared "
+        "column, instead of leaving the column null",
+        fix='give e.g. "fail_on_misfit": ["shop.orders"], or true for every table',
+    )
 
 
 def _optional_duration(value: Any, what: str) -> float | None:
@@ -78,6 +97,9 @@ class DeltaSettings:
     compact_every_s: float | None = DEFAULT_COMPACT_EVERY_S
     vacuum_every_s: float | None = DEFAULT_VACUUM_EVERY_S
     vacuum_retention_s: float | None = DEFAULT_VACUUM_RETENTION_S
+    # Tables (``<db>.<collection>``) whose apply fails on the first value that does not fit its
+    # declared column instead of leaving it null; ``("*",)``: every table.
+    fail_on_misfit: tuple[str, ...] = ()
 
     @classmethod
     def from_mapping(cls, value: Any, what: str = "'delta'") -> DeltaSettings:
@@ -164,6 +186,7 @@ class DeltaSettings:
             ),
             vacuum_every_s=None if retention is None else vacuum_every,  # no retention: no vacuum
             vacuum_retention_s=retention,
+            fail_on_misfit=_fail_on_misfit(value.get("fail_on_misfit", False), what),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -181,6 +204,7 @@ class DeltaSettings:
             "compact_every": self.compact_every_s,
             "vacuum_every": self.vacuum_every_s,
             "vacuum_retention": self.vacuum_retention_s,
+            "fail_on_misfit": list(self.fail_on_misfit),
         }
 
     @property
@@ -200,6 +224,10 @@ class DeltaSettings:
     def layout(self, namespace: str) -> TableLayout:
         """The layout of the table of ``namespace`` (``<database>.<collection>`` as in its topic)."""
         return TableLayout(tuple(self.columns.get(namespace, ())), self.soft_delete)
+
+    def refuses_misfits(self, namespace: str) -> bool:
+        """Whether the table of ``namespace`` fails on a value that does not fit a declared column."""
+        return "*" in self.fail_on_misfit or namespace in self.fail_on_misfit
 
     def wanted(self, namespace: str) -> bool:
         return not self.collections or namespace in self.collections

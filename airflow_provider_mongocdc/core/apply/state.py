@@ -8,6 +8,9 @@ written in the same commit as the rows they cover, read back with the table's st
   ``...:snapshot-began:<partition>``: where in the topic the generation under way began;
 - ``mongocdc:<topic>:undeclared:<column>``: 1 once rows were written while the column was not
   declared (null there), 0 once it was declared again and filled again from ``_doc``;
+- ``mongocdc:<topic>:misfits:<column>`` and ``...:misfits-last:<column>``: how many values of a
+  declared column did not fit it since the table was created, and in the last run that committed
+  (the MongoDB CDC page shows them);
 - ``mongocdc:<topic>:topic-id``: the topic's identity (62 bits of its Kafka topic id), so that a
   topic deleted and created again is not taken for the one the positions are in;
 - ``mongocdc:<topic>:compacted`` and ``...:vacuumed``: when the table was last compacted and
@@ -50,6 +53,14 @@ def topic_id_app_id(topic: str) -> str:
 
 def undeclared_app_id(topic: str, column: str) -> str:
     return f"{APP_PREFIX}:{topic}:undeclared:{column}"
+
+
+def misfits_app_id(topic: str, column: str) -> str:
+    return f"{APP_PREFIX}:{topic}:misfits:{column}"
+
+
+def last_misfits_app_id(topic: str, column: str) -> str:
+    return f"{APP_PREFIX}:{topic}:misfits-last:{column}"
 
 
 def compacted_app_id(topic: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from functools import cache
@@ -24,6 +25,7 @@ from bson.codec_options import DatetimeConversion
 from bson.json_util import JSONOptions
 
 from airflow_provider_mongocdc.core.apply.layout import DeclaredColumn, TableLayout, decimal_digits
+from airflow_provider_mongocdc.core.base.errors import TableError
 
 _INT_RANGES = {
     "long": (-(2**63), 2**63 - 1),
@@ -170,17 +172,20 @@ _CONVERTERS = {
 
 @dataclass
 class Misfits:
-    """Values that did not fit their declared column, per column: how many and a first example."""
+    """Values that did not fit their declared column, per column: how many and a first example.
+    ``refuse``: the table's ``fail_on_misfit``, the first one is an error naming it (``table``)."""
 
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+    refuse: bool = False
+    table: str = ""
 
     def add(self, column: DeclaredColumn, key: str, value: Any) -> None:
+        if self.refuse:
+            raise misfit_error(self.table, column, key, value)
         self.counts[column.name] = self.counts.get(column.name, 0) + 1
         if column.name not in self.examples:
-            shown = repr(value)
-            shown = shown if len(shown) <= 80 else shown[:79] + "…"
-            self.examples[column.name] = f"_id {key}: {type(value).__name__} {shown}"
+            self.examples[column.name] = f"_id {key}: {type(value).__name__} {_shown(value)}"
 
     def merge(self, other: Misfits) -> None:
         for name, count in other.counts.items():
@@ -196,10 +201,33 @@ class Misfits:
             if name in by_name
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, totals: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Per column: this run's count, its first example, and with ``totals`` the table's count
+        since it was created (columns with misfits in earlier runs only too)."""
+        shown = {
             name: {"count": count, "example": self.examples.get(name)} for name, count in self.counts.items()
         }
+        for name, total in (totals or {}).items():
+            if total:
+                shown.setdefault(name, {"count": 0, "example": None})["total"] = total
+        return shown
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:79] + "…"
+
+
+def misfit_error(table: str, column: DeclaredColumn, key: str, value: Any) -> TableError:
+    """The error of a misfit in a table that refuses them (``fail_on_misfit``)."""
+    return TableError(
+        f"The value of {column.path} of the document _id {key} does not fit the column {column.name} "
+        f"({column.type}) of the table at {table}: {type(value).__name__} {_shown(value)}",
+        cause="the table is applied with fail_on_misfit, which refuses a value its declared column cannot "
+        "hold instead of leaving the column null",
+        fix="declare the column with a type that takes the value, correct the document in MongoDB, or "
+        "leave fail_on_misfit off; nothing of this batch was applied, the table stays at its last commit",
+    )
 
 
 def parse_document(text: str) -> Any:
