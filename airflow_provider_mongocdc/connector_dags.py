@@ -60,6 +60,19 @@ SNAPSHOT_TIMEOUT = timedelta(hours=6)
 # How long a window task reads at most (it stops between transactions and the next run continues),
 # and an open window's longest max_open: its execution_timeout less 5 minutes.
 WINDOW_MAX_DURATION_S = WINDOW_TIMEOUT.total_seconds() - 300
+# Retries. A failed or killed window is retried soon, from its last commit: Airflow's first retry
+# 5 to 10 s after the failure (the delay, plus a share of it that differs per task instance), each
+# further one after twice as long, never more than 2 minutes (a task cleared many times). While
+# an open window killed with SIGKILL waits for it, the change watcher asks for no other run
+# (core/offsets/open_window.py, killed_window_of). The snapshot and the Delta apply keep one retry
+# after 2 minutes (the DAG's default_args).
+WINDOW_RETRIES = {
+    "retries": 4,
+    "retry_delay": timedelta(seconds=5),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=2),
+}
+DEFAULT_RETRIES = {"retries": 1, "retry_delay": timedelta(minutes=2)}
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 # Airflow's longest DAG id (airflow.sdk.definitions._internal.node.validate_key).
@@ -663,7 +676,7 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
         + (OPEN_DOC.format(settings=connector.open.describe()) if connector.open else "")
         + (DELTA_DOC.format(location=connector.delta.location) if connector.delta else ""),
         **common,
-        default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
+        default_args=dict(DEFAULT_RETRIES),
     ) as dag:
         snapshot = MongoSnapshotOperator(
             task_id="snapshot",
@@ -676,6 +689,7 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
             # Stops at a point between transactions before the task's timeout; the next run continues.
             max_duration=WINDOW_MAX_DURATION_S,
             open_window=connector.open.to_entry() if connector.open else None,
+            **WINDOW_RETRIES,
             **connector.arguments(MongoStreamWindowOperator),
         )
         snapshot >> window
@@ -812,6 +826,9 @@ OPEN_DOC = """
 **Open windows.** Each window stays open while changes keep coming ({settings}): a change is in
 Kafka about a commit interval after it was written, and the change watcher asks for no window
 while one is open. The window task (and its Spark driver) runs as long as the window is open.
+A window task that failed or was killed is retried 5 to 10 s later (each further retry waits
+longer, at most 2 minutes) and continues from its last commit; the watcher asks for no other
+window while a window killed with SIGKILL waits for its retry (its task still holds the lease).
 """
 
 DELTA_DOC = """

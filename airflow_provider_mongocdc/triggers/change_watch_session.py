@@ -34,7 +34,7 @@ from airflow_provider_mongocdc.core.mongo.stream_errors import is_history_lost, 
 from airflow_provider_mongocdc.core.offsets.keys import watch_key
 from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
 from airflow_provider_mongocdc.core.offsets.model import Position, compact
-from airflow_provider_mongocdc.core.offsets.open_window import open_window_of
+from airflow_provider_mongocdc.core.offsets.open_window import killed_window_of, open_window_of
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalStanding, incremental_standing
 from airflow_provider_mongocdc.core.watch.settings import POLLS_PER_CHECK
@@ -297,7 +297,10 @@ class WatchSession:
         else:
             notes += self.watch.incremental(None, "", now)
         mine = [(partition, states[partition]) for partition in partitions if partition in states]
-        notes += self.watch.window_open(open_window_of(mine, lease, datetime.now(timezone.utc)))
+        moment = datetime.now(timezone.utc)
+        # An open window, or one killed while open whose retry is due (its task holds the lease).
+        window = open_window_of(mine, lease, moment) or killed_window_of(mine, lease, moment)
+        notes += self.watch.window_open(window)
         for note in notes:
             self.log.info("Change watcher of connector %s: %s", self.trigger.connector, note)
 

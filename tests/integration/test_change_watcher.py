@@ -468,3 +468,74 @@ def test_no_event_while_a_window_is_open_and_events_again_once_it_closed(
         asyncio.run(scenario())
     finally:
         ConnectorLease(kafka, unique_name).release(lease=lease)
+
+
+def test_no_event_while_a_killed_open_windows_task_holds_the_lease_for_its_retry(
+    mongosim, kafka_bootstrap, gap_connections, unique_name, capsys
+):
+    # What a window killed with SIGKILL while open leaves (its task's process group killed, so
+    # neither a last commit nor a release ran): its marker, committed a while ago, and the lease of
+    # its task instance, live. Airflow's retry of that task takes the lease again and continues
+    # from the last commit, so the changes since wait for it: no event meanwhile, however old they
+    # get. Once the retry closed (its last commit, its release), changes are asked for as before.
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_provider_mongocdc.core.offsets.lease import WINDOW, ConnectorLease
+    from airflow_provider_mongocdc.core.offsets.model import OffsetState
+    from airflow_provider_mongocdc.core.offsets.open_window import open_marker
+
+    sim = mongosim("replset")
+    ids = gap_connections(sim.uri)
+    props = {"topic.prefix": unique_name, "collection.include.list": "shop\\.orders"}
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    client = MongoClient(sim.uri)
+    store = OffsetStore(kafka, f"{unique_name}.offsets")
+    partition = OffsetPartition(unique_name, "rs0")
+    last_commit = Position(cluster_time=operation_time(client))
+    now = datetime.now(timezone.utc)
+    killed_at = now - timedelta(seconds=90)
+    owner = f"{unique_name}/run/window"
+    leases = ConnectorLease(kafka, unique_name)
+    leases.acquire(owner, WINDOW, 600)
+    marker = open_marker(
+        since=killed_at - timedelta(minutes=5),
+        now=killed_at,
+        events=40,
+        commits=12,
+        lag_ms=800,
+        next_commit_within_s=6,
+        closes_by=killed_at + timedelta(minutes=45),
+    )
+    store.write(partition, OffsetState(position=last_commit, events=40, open_window=marker))
+    # The changes after the last commit, older than max_delay by the time the watcher counts them.
+    client.shop.orders.insert_many([{"_id": n} for n in range(5)])
+
+    async def scenario():
+        watching = Watching(watcher(props, ids, max_delay_s=1), capsys)
+        await watching.until(
+            "the killed window noticed (or an event)",
+            lambda: "it was killed" in watching.log() or watching.events,
+        )
+        assert watching.events == [], "a window was asked for while the killed window's retry is due"
+        for line in await watching.statuses(2):
+            assert "it was killed" in line
+        assert watching.events == []
+        # The retry: the same owner takes the lease anew, its window reads the 5 changes and closes
+        # (its last commit removes the marker), its task releases the lease.
+        retry = leases.acquire(owner, WINDOW, 600)
+        closed_at = second_after(client, operation_time(client))
+        store.write(partition, OffsetState(position=closed_at, events=45, windows=1))
+        leases.release(lease=retry)
+        await watching.until(
+            "the retry's close noticed",
+            lambda: "counting changes for the next window" in watching.log(),
+        )
+        client.shop.orders.insert_one({"_id": "after"})
+        event = await watching.event(1)
+        assert (event["reason"], event["pending"]) == ("max_delay", 1)
+        await watching.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        leases.release(owner)

@@ -462,3 +462,46 @@ def test_a_parse_of_change_driven_and_delta_entries_imports_neither_client(tmp_p
         ]
     )
     assert clients == "[]"
+
+
+def test_a_failed_or_killed_window_is_retried_within_seconds_and_later_tries_wait_longer(
+    tmp_path, monkeypatch
+):
+    # Airflow's scheduler (the DAG as it serializes it) gives each try's retry its time: the window's
+    # first retry starts within 10 s of the failure (a window killed while open continues from its
+    # last commit at once), each further one waits longer, none more than 2 minutes (a task cleared
+    # many times); the snapshot and the Delta apply keep one retry after 2 minutes.
+    import uuid
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.models.taskinstance import TaskInstance
+
+    entry = {
+        "name": "sales",
+        "config": {"topic.prefix": "sales"},
+        "window_schedule": {"changes": {"max_delay": "30s"}, "open": {}},
+        "delta": {"location": "/data/delta/sales"},
+    }
+    bag = load(dag_folder(tmp_path, [entry]), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["mongocdc_sales_hourly"]))
+    failed_at = datetime(2027, 1, 15, 10, 0, tzinfo=timezone.utc)
+
+    def retry_delays(task_id: str, tries) -> list[float]:
+        task = dag.get_task(task_id)
+        delays = []
+        for try_number in tries:
+            ti = TaskInstance(task, dag_version_id=uuid.uuid4(), run_id="asset_triggered__x")
+            ti.try_number, ti.end_date = try_number, failed_at
+            delays.append((ti.next_retry_datetime() - failed_at).total_seconds())
+        return delays
+
+    window = dag.get_task("window")
+    assert 1 <= retry_delays("window", [1])[0] <= 10
+    assert window.retries >= 3
+    delays = retry_delays("window", range(1, window.retries + 1))
+    assert all(later > earlier for earlier, later in zip(delays, delays[1:])), delays
+    assert max(retry_delays("window", range(1, 30))) <= timedelta(minutes=2).total_seconds()
+    for task_id in ("snapshot", "delta_apply"):
+        assert dag.get_task(task_id).retries == 1
+        assert retry_delays(task_id, [1]) == [120.0]

@@ -10,7 +10,12 @@ from bson.timestamp import Timestamp
 
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
-from airflow_provider_mongocdc.core.offsets.open_window import OPEN_GRACE_S, open_marker, open_window_of
+from airflow_provider_mongocdc.core.offsets.open_window import (
+    OPEN_GRACE_S,
+    killed_window_of,
+    open_marker,
+    open_window_of,
+)
 from airflow_provider_mongocdc.core.watch.settings import WatchSettings
 from airflow_provider_mongocdc.core.watch.watcher import MAX_DELAY, ChangeWatch
 
@@ -158,3 +163,62 @@ def test_while_a_window_is_open_the_offsets_are_read_again_when_its_next_commit_
     w.counted("rs0", 10, Timestamp(int(now) + 1, 1), Timestamp(int(now) + 2, 1), None)
     w.fire(w.due(now + 3), now + 3)
     assert w.offsets_due(now + 3)
+
+
+def test_a_window_killed_while_open_leaves_its_marker_and_its_lease_for_the_retry_of_its_task():
+    # SIGKILL of the window task's process group: no last commit removes the marker, no release
+    # frees the lease; the lease stays live (until its expiry) and Airflow's retry of the same task
+    # instance takes it again. Past the marker's until, that is a killed window, not an open one.
+    states = [(PARTITION, state(marker()))]
+    later = NOW + timedelta(seconds=63)
+    assert open_window_of(states, lease(), later) is None
+    killed = killed_window_of(states, lease(), later)
+    assert killed["killed"] is True and killed["held_by"] == "dag/run/window"
+    assert killed["since"] == "2027-01-15T09:55:00Z" and killed["last_commit_at"] == "2027-01-15T10:00:00Z"
+    assert killed["events"] == 120 and killed["lease_expires_at"] == "2027-01-15T10:10:00Z"
+    # The retry's new lease (same owner, taken anew) before its window's first commit: the same.
+    retry = Lease("dag/run/window", WINDOW, later, later + timedelta(minutes=55))
+    assert killed_window_of(states, retry, later)["lease_expires_at"] == "2027-01-15T10:56:03Z"
+    # An open window is no killed one; nor is anything without a live window lease or a marker.
+    assert killed_window_of(states, lease(), NOW) is None
+    assert killed_window_of(states, lease(left_s=-1), later) is None
+    assert killed_window_of(states, None, later) is None  # a failed window released its lease
+    assert killed_window_of(states, lease(SNAPSHOT), later) is None
+    assert killed_window_of([(PARTITION, state(None))], lease(), later) is None
+
+
+def test_no_event_while_a_killed_window_waits_for_its_retry_and_events_again_once_its_lease_is_gone():
+    w = ChangeWatch("shop", WatchSettings(min_changes=5, max_delay_s=30, min_headroom_s=0, poll_interval_s=1))
+    t0 = int(NOW.timestamp())
+    w.committed({"rs0": Position(cluster_time=Timestamp(t0, 1))}, t0)
+    w.window_open(open_window_of([(PARTITION, state(marker()))], lease(), NOW))
+    # Killed: the changes after its last commit wait for the retry, which carries them.
+    later = NOW + timedelta(seconds=63)
+    killed = killed_window_of([(PARTITION, state(marker()))], lease(), later)
+    assert w.window_open(killed) == [
+        "the window open since 2027-01-15T09:55:00Z (120 events in 40 commits) has not committed "
+        "since 2027-01-15T10:00:00Z, and its task still holds the connector's lease (dag/run/window, "
+        "until 2027-01-15T10:10:00Z): it was killed, and its retry continues from its last commit; no "
+        "event meanwhile (without a retry the lease frees itself at its expiry)"
+    ]
+    assert w.window_open(killed) == []  # said once
+    assert w.due(t0 + 600) == [] and w.streaming() == [] and w.to_open() == {}
+    assert w.offsets_due(t0 + 63)  # read at every poll: the retry's marker is noticed at once
+    assert "it was killed" in w.status(t0 + 63, 12)
+    assert w.report(t0 + 63)["open_window"]["killed"] is True
+    # Its retry opened the window again (a new marker): open, still no event.
+    reopened = NOW + timedelta(seconds=80)
+    window = open_window_of([(PARTITION, state(marker(now=reopened)))], lease(), reopened)
+    assert w.window_open(window) == [
+        "a window is open since 2027-01-15T09:55:00Z: 120 events so far in 40 commits, committed lag "
+        "0.9 s; no event while it is open"
+    ]
+    assert w.due(t0 + 600) == []
+    # Without a retry the lease expires (or is released): counting for the next window again.
+    w.window_open(killed)
+    assert w.window_open(None) == [
+        "the killed window holds no event back any more (its retry closed it, or its lease was "
+        "released or expired): counting changes for the next window"
+    ]
+    w.counted("rs0", 10, Timestamp(t0 + 1, 1), Timestamp(t0 + 2, 1), None)
+    assert w.due(t0 + 600) == ["min_changes", MAX_DELAY]

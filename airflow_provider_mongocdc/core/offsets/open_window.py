@@ -9,6 +9,13 @@ is due: its idle time and commit interval from the commit, plus :data:`OPEN_GRAC
 its maximum open time) and while the connector's lease is held by a window, so a window killed
 with SIGKILL stops counting as open at its marker's ``until`` or when its lease expires, whichever
 comes first (a failed window releases its lease at once).
+
+A window killed with SIGKILL while open (its task's process group: spark-submit stays in it) runs
+neither its last commit nor its task's release: its marker stays past ``until`` and its task
+instance's lease stays live. That is what :func:`killed_window_of` finds. Airflow's retry of that
+task instance takes the same owner's lease again and continues from the last commit, and no other
+run's window can take the lease before it expires, so the change watcher asks for no window
+meanwhile; the retry's opening commit writes a marker of its own, its last one removes it.
 """
 
 from __future__ import annotations
@@ -89,6 +96,32 @@ def open_window_of(
     }
     if not markers:
         return None
+    return _window(markers, lease)
+
+
+def killed_window_of(
+    states: Iterable[tuple[OffsetPartition, OffsetState]], lease: Lease | None, now: datetime
+) -> dict[str, Any] | None:
+    """The connector's window killed while open, whose task instance still holds the lease: the
+    markers it left count no longer (none is live: :func:`open_window_of` is None) while the lease
+    is live and held by a window (the killed task's, renewed until it died, or its retry's, taken
+    anew under the same owner). As :func:`open_window_of` gives an open window, with ``killed``
+    True and ``lease_expires_at``; None otherwise (no marker left, a live one, no live window
+    lease). Without a retry it ends at the lease's expiry, before which no other window could start."""
+    if lease is None or lease.kind != WINDOW or not lease.live(now):
+        return None
+    markers = {
+        partition.rs: dict(state.open_window)
+        for partition, state in states
+        if isinstance(state.open_window, Mapping)
+    }
+    if not markers or any(live_marker(marker, now) for marker in markers.values()):
+        return None
+    return {**_window(markers, lease), "killed": True, "lease_expires_at": iso_z(lease.expires_at)}
+
+
+def _window(markers: Mapping[str, Mapping[str, Any]], lease: Lease) -> dict[str, Any]:
+    """The window of ``markers`` (one per stream) held under ``lease``."""
     lags = [item["lag_ms"] for item in markers.values() if _count(item.get("lag_ms")) == item.get("lag_ms")]
     openings = [moment for moment in (_moment(item.get("since")) for item in markers.values()) if moment]
     commits = [
@@ -117,7 +150,15 @@ def next_commit_due(window: Mapping[str, Any]) -> datetime | None:
 
 
 def describe_open_window(window: Mapping[str, Any]) -> str:
-    """An open window in words, for logs: since when, events so far, committed lag."""
+    """An open window in words, for logs: since when, events so far, committed lag (a killed one:
+    since when, its last commit, the lease its task holds)."""
+    if window.get("killed"):
+        return (
+            f"the window open since {window.get('since')} ({window.get('events', 0)} events in "
+            f"{window.get('commits', 0)} commits) has not committed since {window.get('last_commit_at')}, "
+            f"and its task still holds the connector's lease ({window.get('held_by')}, until "
+            f"{window.get('lease_expires_at')}): it was killed, and its retry continues from its last commit"
+        )
     lag = window.get("lag_seconds")
     lag_text = f"{lag:g} s" if isinstance(lag, (int, float)) else "unknown"
     return (

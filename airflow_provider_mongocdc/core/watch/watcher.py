@@ -19,7 +19,11 @@ offsets set``) is counted from again. While an incremental snapshot is requested
 window is open (:meth:`ChangeWatch.window_open`: its marker in the offsets topic, see
 :mod:`airflow_provider_mongocdc.core.offsets.open_window`) no event is sent and no stream is read
 (:meth:`ChangeWatch.streaming`): the open window carries the changes as they come; when it closes
-the streams are opened again from its last commit. The watcher only reads: it never commits an offset and never takes the
+the streams are opened again from its last commit. A window killed while open whose task still holds
+the connector's lease (:func:`~airflow_provider_mongocdc.core.offsets.open_window.killed_window_of`)
+counts as open until that ends: Airflow's retry of the task takes the lease again and carries the
+changes from the last commit, and a run asked for meanwhile would only wait behind it (or fail on
+the lease) and carry nothing. The watcher only reads: it never commits an offset and never takes the
 connector's lease. Rules and reasons: docs/design.md, "Change-driven windows".
 """
 
@@ -45,6 +49,14 @@ INCREMENTAL_SNAPSHOT = "incremental_snapshot"
 # position a window could start from (no offset yet, a snapshot in progress); blocked until its
 # committed position changes (purged from the oplog, or refused by MongoDB).
 WATCHED, DISABLED, WAITING, BLOCKED = "watched", "disabled", "waiting", "blocked"
+# The connector's window as the offsets topic shows it: open, or killed while open (its retry due).
+OPEN, KILLED = "open", "killed"
+
+
+def _window_kind(window: Mapping | None) -> str | None:
+    if window is None:
+        return None
+    return KILLED if window.get("killed") else OPEN
 
 
 def _time(ts: Timestamp | None) -> str | None:
@@ -189,15 +201,26 @@ class ChangeWatch:
         return notes
 
     def window_open(self, window: Mapping | None) -> list[str]:
-        """The connector's open window as the offsets topic shows it (None: none is open). Returns
-        the lines to log: when one opens and when it closes."""
+        """The connector's open window as the offsets topic shows it (None: none is open), or the
+        window killed while open whose task still holds the lease (``killed``: its retry is due).
+        Returns the lines to log: when one opens, is found killed, and closes."""
         notes: list[str] = []
-        if (window is None) != (self.open_window is None):
-            notes.append(
-                f"{describe_open_window(window)}; no event while it is open"
-                if window is not None
-                else "the open window closed: counting changes for the next window"
-            )
+        was, kind = _window_kind(self.open_window), _window_kind(window)
+        if kind != was:
+            if kind == OPEN:
+                notes.append(f"{describe_open_window(window)}; no event while it is open")
+            elif kind == KILLED:
+                notes.append(
+                    f"{describe_open_window(window)}; no event meanwhile (without a retry the lease "
+                    "frees itself at its expiry)"
+                )
+            elif was == KILLED:
+                notes.append(
+                    "the killed window holds no event back any more (its retry closed it, or its "
+                    "lease was released or expired): counting changes for the next window"
+                )
+            else:
+                notes.append("the open window closed: counting changes for the next window")
         if window is not None and self.open_window is None:
             # The open window reads each change as it comes: the streams rest while it is open and
             # are opened again when it closes, from the position it committed (a commit moves
@@ -286,11 +309,14 @@ class ChangeWatch:
         event waits for its window (to notice the window's commit at once), and while a window is
         open once its next commit is due (:func:`next_commit_due`: it may have closed by then; a
         window that keeps committing moves that time on, so a long open window is read about once
-        per idle time, not at every poll)."""
+        per idle time, not at every poll); at every poll while a killed window waits for its retry
+        (the retry's first commit is noticed at once)."""
         if self.outstanding is not None:
             return True
         if self.open_window is None:
             return False
+        if self.open_window.get("killed"):
+            return True
         due = next_commit_due(self.open_window)
         return due is None or now >= due.timestamp()
 
@@ -384,12 +410,13 @@ class ChangeWatch:
 
     def _open_window_status(self) -> dict | None:
         """The open window as the status and the page show it: since when, events so far, the
-        committed lag at its last commit (seconds), who holds it."""
+        committed lag at its last commit (seconds), who holds it, and whether it was killed (its
+        retry due)."""
         window = self.open_window
         if window is None:
             return None
         keys = ("since", "events", "commits", "last_commit_at", "lag_seconds", "held_by")
-        return {key: window.get(key) for key in keys}
+        return {**{key: window.get(key) for key in keys}, "killed": bool(window.get("killed"))}
 
     def status(self, now: float, polls: int) -> str:
         """One line for the log: what is pending, what is watched, the last event."""
