@@ -82,13 +82,16 @@ def served_positions(positions: Mapping[str, Any] | None) -> list[dict[str, Any]
 
 def asset_extra(config: ConnectorConfig, application: str, summary: Mapping[str, Any]) -> dict[str, Any]:
     """The asset event's extra of a run: JSON-friendly, without credentials, and with no key that
-    Airflow's UI and REST API would mask (see :func:`served_positions`)."""
+    Airflow's UI and REST API would mask (see :func:`served_positions`). ``connector`` is the
+    connector's name (its ``name`` property, the topic prefix when it has none), ``topic_prefix``
+    its topic prefix."""
     counts = dict(summary.get("events_by_collection") or summary.get("collections") or {})
     topics = topics_by_collection(config, counts)
     window = application == "stream_window"
     count = "events" if window else "documents"
     extra: dict[str, Any] = {
-        "connector": config.topic_prefix,
+        "connector": config.name or config.topic_prefix,
+        "topic_prefix": config.topic_prefix,
         "run": application,
         "status": summary.get("status") or summary.get("action") or "ok",
         "topics": {topics[ns]: n for ns, n in counts.items()},

@@ -85,7 +85,7 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
         check_table(task)
     log.info(
         "Delta apply of %s to %s: %d table(s) %s",
-        config.topic_prefix,
+        config.in_words(),
         settings.location,
         len(tasks),
         ", ".join(task["topic"] for task in tasks) or "(no collection topic yet)",

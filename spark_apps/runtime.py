@@ -3,6 +3,7 @@
 An application is started as ``spark-submit <app>.py --job-spec PATH [--result PATH]``. The job
 spec (see core.jobspec) holds connections and configuration; the result file receives the run
 summary, or the error with its cause and fix, which the operator turns into the task's outcome.
+Without ``--result`` the summary is printed instead, as one ``MONGOCDC_SUMMARY {...}`` line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typing import Any
 from airflow_provider_mongocdc.core.base import errors
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.base.process_death import process_death
-from airflow_provider_mongocdc.core.jobspec import JobSpec, write_failure, write_result
+from airflow_provider_mongocdc.core.jobspec import SUMMARY_MARKER, JobSpec, write_failure, write_result
 
 log = logging.getLogger("airflow_provider_mongocdc")
-SUMMARY_MARKER = "MONGOCDC_SUMMARY "
 LOG_LEVEL_CONF = "spark.mongocdc.log.level"
 PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
@@ -163,7 +163,8 @@ def run(
         spark = LazySparkSession(f"mongocdc-{application}-{prefix}")
         summary = job(spark, spec)
         write_result(args.result, summary)
-        print(SUMMARY_MARKER + json.dumps(summary, default=str), flush=True)
+        if args.result is None:  # run by hand: the summary is its output (the operator reads the file)
+            print(SUMMARY_MARKER + json.dumps(summary, default=str), flush=True)
         return 0
     except MongoCdcError as error:
         log.error("%s failed: %s", application, error)

@@ -53,15 +53,17 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     )
     starts = check_offsets(config, spec.kafka, targets)
     if all(position is None for position in starts.values()):
-        log.info("Streaming disabled by snapshot.mode=initial_only for %s", config.topic_prefix)
+        log.info("Streaming disabled by snapshot.mode=initial_only for %s", config.in_words())
         return merge_summaries(
             [empty_summary(target.partition, params) for target in targets],
             params.window_end,
             time.monotonic() - started,
         )
     log.info(
-        "Window of %s up to %s over %d stream(s): %s",
-        config.topic_prefix,
+        "%s of %s %s %s over %d stream(s): %s",
+        "Open window" if params.open else "Window",
+        config.in_words(),
+        "from" if params.open else "up to",  # an open window reads on past its end
         iso_z(params.window_end),
         len(targets),
         ", ".join(t.partition for t in targets),
@@ -92,7 +94,8 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     if error is not None:
         for item in summary["partitions"]:
             log.warning(
-                "Stream %s: %s, %d events committed, offset %s",
+                "Window of %s, stream %s: %s, %d events committed, offset %s",
+                config.in_words(),
                 item["partition"],
                 item["stop_reason"],
                 item["events"],

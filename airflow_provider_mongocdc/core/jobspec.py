@@ -78,6 +78,11 @@ class JobSpec:
         return f"JobSpec({self.redacted()!r})"
 
 
+# What precedes a run's summary JSON in a line: the output of an application run without a result
+# file, and the task log at DEBUG (the operator reads the result file).
+SUMMARY_MARKER = "MONGOCDC_SUMMARY "
+
+
 def write_result(path: str | os.PathLike | None, summary: dict[str, Any]) -> None:
     if path:
         Path(path).write_text(json.dumps({"status": "ok", "summary": summary}, default=str))

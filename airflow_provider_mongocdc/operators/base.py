@@ -28,7 +28,7 @@ import airflow_provider_mongocdc
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.process_death import spark_submit_died
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
+from airflow_provider_mongocdc.core.jobspec import SUMMARY_MARKER, JobSpec, read_result
 from airflow_provider_mongocdc.lineage import asset_extra, connector_asset, literal_topic_prefix
 from airflow_provider_mongocdc.operators.spark_options import SparkSubmitSettings, checked_spark_log_level
 
@@ -91,6 +91,13 @@ def json_object(value: Mapping[str, Any] | str, what: str, fix: str) -> dict[str
     if not isinstance(value, Mapping):
         raise ConfigError(f"{what} must be a JSON object", cause=f"got {type(value).__name__}", fix=fix)
     return dict(value)
+
+
+def without_none(value: Any) -> Any:
+    """``value`` with the entries of its mappings that are None left out (what a log line shows)."""
+    if isinstance(value, Mapping):
+        return {key: without_none(item) for key, item in value.items() if item is not None}
+    return value
 
 
 def parse_connector_config(connector_config: Mapping[str, Any] | str) -> ConnectorConfig:
@@ -289,10 +296,10 @@ class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
             }
             self._use_rendered_spark_connection()  # the hook built with the arguments set above
             self.log.info(
-                "Running %s for connector %s: %s",
+                "Running %s for %s: %s",
                 self.application_name,
-                config.topic_prefix,
-                {k: v for k, v in spec.redacted().items() if k != "connector"},
+                config.in_words(),
+                without_none({k: v for k, v in spec.redacted().items() if k != "connector"}),
             )
             try:
                 if getattr(self, "_lease_lost", None) is not None:
@@ -319,4 +326,7 @@ class MongoCdcSparkSubmitOperator(SparkSubmitSettings, SparkSubmitOperator):
                 "driver did not run the mongocdc application (check the spark-submit output). Fix: "
                 "run the task again; nothing past the last committed offset was recorded."
             )
+        # The summary's JSON is the task's XCom (and at DEBUG, the task log's); the log at INFO
+        # holds the readable lines of summarize().
+        self.log.debug("%s%s", SUMMARY_MARKER, json.dumps(result["summary"], default=str))
         return self.report_run(context, config, self.summarize(context, result["summary"]))

@@ -12,8 +12,9 @@ from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
+from airflow_provider_mongocdc.core.window.summary import counts_words
 from airflow_provider_mongocdc.lineage import kafka_namespace, literal_topic_prefix
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 # The AssetAlias of an apply task: each run attaches the Asset of every table it changed.
 DELTA_ASSET_ALIAS = "mongocdc.delta"
@@ -126,12 +127,14 @@ class MongoDeltaApplyOperator(MongoCdcSparkSubmitOperator):
         return spec
 
     def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
         self.log.info(
-            "Delta apply to %s: %d events %s, %d rows written, %d deleted, %d swept in %d commits over "
-            "%d table(s); %d records behind; %.1f s",
+            "Delta apply of %s to %s: %d events%s, %d rows written, %d deleted, %d swept in %d commits "
+            "over %d table(s); %d records behind; %.1f s",
+            config.in_words(),
             summary.get("location"),
             summary.get("events", 0),
-            summary.get("events_by_op", {}),
+            counts_words(summary.get("events_by_op")),
             summary.get("rows_written", 0),
             summary.get("rows_deleted", 0),
             summary.get("rows_swept", 0),
@@ -141,13 +144,17 @@ class MongoDeltaApplyOperator(MongoCdcSparkSubmitOperator):
             summary.get("duration_s", 0.0),
         )
         for table in summary.get("tables") or []:
+            version = table.get("version")
             self.log.info(
-                "Table %s (%s): version %s, %d events, positions %s",
+                "Table %s (%s): %s, %d events, topic positions %s",
                 table.get("table"),
                 table.get("collection"),
-                table.get("version"),
+                "no version yet" if version is None else f"version {version}",
                 table.get("events", 0),
-                table.get("positions"),
+                ", ".join(
+                    f"partition {p} at offset {o}" for p, o in sorted((table.get("positions") or {}).items())
+                )
+                or "none applied yet",
             )
             for line in table.get("misfit_lines") or []:
                 self.log.warning("Table %s: %s", table.get("table"), line)
@@ -172,7 +179,8 @@ class MongoDeltaApplyOperator(MongoCdcSparkSubmitOperator):
                 if not table.get("commits"):
                     continue
                 extra = {
-                    "connector": config.topic_prefix,
+                    "connector": config.name or config.topic_prefix,
+                    "topic_prefix": config.topic_prefix,
                     "topic": table.get("topic"),
                     "collection": table.get("collection"),
                     "version": table.get("version"),

@@ -9,10 +9,10 @@ from typing import Any
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.offsets.lease import WINDOW
+from airflow_provider_mongocdc.core.offsets.lease import WINDOW, task_owner
 from airflow_provider_mongocdc.core.window.params import OpenSettings, WindowParams, parse_time
-from airflow_provider_mongocdc.core.window.summary import describe_incremental, describe_open_span
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator
+from airflow_provider_mongocdc.core.window.summary import describe_window, position_words
+from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
 
 
 def window_end_for(context: Any, now: datetime | None = None) -> datetime:
@@ -100,6 +100,8 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         if self.max_duration is not None:
             params["max_duration_s"] = float(self.max_duration)
         params["stream_in_driver"] = self._stream_in_driver()
+        if context and "ti" in context:  # its retries count what its earlier tries committed
+            params["task_run"] = task_owner(context)
         if self.open_window is not None:
             params.update(OpenSettings.from_entry(self.open_window).to_params())
         # Validate here, before anything is submitted.
@@ -119,38 +121,19 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         window_metrics(config.topic_prefix, summary)
 
     def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
+        config = parse_connector_config(self.connector_config)
+        for line in describe_window(summary, config.in_words()):
+            self.log.info("%s", line)
         if summary.get("status") == "skipped":
-            self.log.info("Stream window skipped: %s", summary.get("message"))
             return summary
-        lag = summary.get("lag_ms") or {}
-        self.log.info(
-            "Stream window up to %s: %d events %s in %d transactions, %d bytes, %d batches; "
-            "lag p50=%s ms p95=%s ms max=%s ms; %.1f s; positions %s -> %s",
-            summary.get("window_end"),
-            summary.get("events", 0),
-            summary.get("events_by_op", {}),
-            summary.get("transactions", 0),
-            summary.get("bytes", 0),
-            summary.get("batches_committed", 0),
-            lag.get("p50"),
-            lag.get("p95"),
-            lag.get("max"),
-            summary.get("duration_s", 0.0),
-            summary.get("start_position"),
-            summary.get("end_position"),
-        )
-        incremental = describe_incremental(summary.get("incremental_snapshot"))
-        if incremental:
-            self.log.info("%s", incremental)
-        opened = describe_open_span(summary.get("open_window"))
-        if opened:
-            self.log.info("%s", opened)
         for partition in summary.get("partitions", []):
             if not partition.get("reached_end"):
                 self.log.warning(
-                    "Stream %s stopped before the window end (%s); the next window continues from %s",
+                    "Stream window of %s, stream %s: stopped before the window end (%s); the next "
+                    "window continues from %s",
+                    config.in_words(),
                     partition.get("partition"),
                     partition.get("stop_reason"),
-                    partition.get("end_position"),
+                    position_words(partition.get("end_position")),
                 )
         return summary

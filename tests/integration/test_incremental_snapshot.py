@@ -24,13 +24,13 @@ from pymongo import MongoClient
 from structlog.testing import capture_logs
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.core.jobspec import SUMMARY_MARKER
 from airflow_provider_mongocdc.core.mongo.connection import connection_details
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from airflow_provider_mongocdc.operators.stream_window import MongoStreamWindowOperator
-from airflow_provider_mongocdc.spark_apps.runtime import SUMMARY_MARKER
 from tests.integration.window_helpers import (
     connector,
     end_after_insert,

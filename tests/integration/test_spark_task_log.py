@@ -266,3 +266,81 @@ def test_failed_window_task_log_leads_with_the_error_in_words(
     ]
     assert len(provider_frames) == 1, f"the provider's frames of the traceback: {provider_frames}"
     assert failure.value.__cause__ is None and failure.value.__suppress_context__, "a chained exception"
+
+
+def test_an_open_window_of_a_named_connector_logs_its_name_readable_lines_and_where_it_stopped(
+    mongodb_uri, kafka_bootstrap, unique_name, operator_connections
+):
+    # A connector of the connector list: its name (the entry's) is not its topic prefix. Its open
+    # window opens at the run's data interval end, reads on past it and closes when idle; then an
+    # empty window. The task logs say the connector's name, call the prefix the topic prefix, hold
+    # readable lines only (no summary JSON, no "None") and end the open window where it stopped;
+    # the XCom and the asset event say the same.
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_provider_mongocdc.core.base.timefmt import parse_iso
+    from airflow_provider_mongocdc.core.offsets.model import Position
+
+    db_name = f"named_{unique_name[-8:]}"
+    name = f"orders_{unique_name[-6:]}"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    props = {**connector(unique_name, db_name), "name": name}
+    store, partition = seed_offset(mongodb_uri, kafka, connector(unique_name, db_name))
+    connections = operator_connections("log", mongodb_uri, kafka)
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        opened_at = client.admin.command("hello")["operationTime"]  # the run's data interval end
+        end = end_after_insert(client[db_name].items, {"_id": 1}, f"{db_name}_m")
+    assert end.time > opened_at.time
+
+    outlet_events: dict = defaultdict(lambda: SimpleNamespace(extra=None))
+    logs = {}
+    with task_log() as logs["open"]:
+        opened = _operator(
+            MongoStreamWindowOperator, props, connections, open_window={"idle": "3s", "commit_interval": "1s"}
+        ).execute(
+            {
+                "data_interval_end": datetime.fromtimestamp(opened_at.time, timezone.utc),
+                "outlet_events": outlet_events,
+            }
+        )
+    assert opened["events"] == 1, opened
+    stopped = Position.from_json(store.read(partition).to_json()).cluster_time
+    stopped_at = datetime.fromtimestamp(stopped.time, timezone.utc)
+    assert stopped.time >= end.time
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        quiet_end = end_after_insert(client[f"{db_name}_m"].quiet, {"_id": 1}, f"{db_name}_m")
+    with task_log() as logs["empty"]:
+        empty = _operator(MongoStreamWindowOperator, props, connections).execute(
+            {"data_interval_end": datetime.fromtimestamp(quiet_end.time, timezone.utc)}
+        )
+    assert empty["events"] == 0, empty
+
+    # The open window ends where it stopped: in its XCom, its asset event and its log line.
+    assert parse_iso(opened["window_end"]) == stopped_at, (opened["window_end"], stopped_at)
+    (event,) = outlet_events.values()
+    assert event.extra["window_end"] == opened["window_end"]
+    stopped_text = stopped_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    window_lines = [line for line in logs["open"].text if line.startswith("Stream window of ")]
+    assert window_lines and f" up to {stopped_text}: " in window_lines[0], logs["open"].show()
+    # The asset event names the connector by its name, and its topic prefix as such.
+    assert (event.extra["connector"], event.extra["topic_prefix"]) == (name, unique_name), event.extra
+
+    for task, log in logs.items():
+        ours = [line for line, mine in log.lines if mine]
+        assert ours, log.show()
+        assert not [line for line in log.text if SUMMARY_LINE.strip() in line], (
+            f"the {task} window logged its summary's JSON:\n" + log.show()
+        )
+        assert not [line for line in ours if "None" in line], f"'None' in the {task} window's log:\n" + (
+            log.show()
+        )
+        # Every line of the provider's that names the connector names it by its name; its topic
+        # prefix is called so (topic names start with it).
+        naming = [line for line in ours if re.search(rf"(?<![\w.-]){unique_name}(?![\w.-])", line)]
+        assert naming, log.show()
+        for line in naming:
+            assert name in line and f"topic prefix {unique_name}" in line, (
+                f"the {task} window's line {line!r} names the connector by its topic prefix:\n" + log.show()
+            )
+        assert any(name in line for line in ours if "Stream window" in line), log.show()

@@ -79,6 +79,18 @@ def test_lineage_and_asset_extra_name_the_collections_and_their_topics():
     json.dumps(extra)  # an asset event's extra must be JSON
 
 
+def test_the_asset_event_names_the_connector_by_its_name_and_its_topic_prefix_as_such():
+    # A connector of the connector list: its name is the entry's ("default"), its prefix "shop".
+    named = ConnectorConfig.from_properties({"topic.prefix": "shop", "name": "default"})
+    summary = {"events": 1, "events_by_collection": {"inv.items": 1}, "bytes": 10}
+    for run in ("stream_window", "snapshot"):
+        extra = asset_extra(named, run, summary)
+        assert extra["connector"] == "default" and extra.get("topic_prefix") == "shop", extra
+        assert extra["topics"] == {"shop.inv.items": 1}
+    unnamed = asset_extra(ConnectorConfig.from_properties({"topic.prefix": "shop"}), "stream_window", summary)
+    assert unnamed["connector"] == "shop" and unnamed.get("topic_prefix") == "shop", unnamed
+
+
 def test_the_asset_event_of_an_open_window_says_since_when_its_events_and_committed_lag():
     config = ConnectorConfig.from_properties({"topic.prefix": "shop"})
     opened = {

@@ -55,6 +55,14 @@ from airflow_provider_mongocdc.core.config.properties import (
 log = logging.getLogger(__name__)
 
 
+def describe_connector(name: str | None, topic_prefix: str) -> str:
+    """A connector as log lines name it: ``connector default (topic prefix shop)``, or
+    ``connector of topic prefix shop`` when it has no name (its ``name`` property)."""
+    if name and name != topic_prefix:
+        return f"connector {name} (topic prefix {topic_prefix})"
+    return f"connector of topic prefix {topic_prefix}"
+
+
 @dataclass(frozen=True)
 class ConnectorConfig:
     """A validated connector configuration. Build it with :meth:`from_properties`."""
@@ -124,6 +132,10 @@ class ConnectorConfig:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived values ----------------------------------------------------------------------------
+    def in_words(self) -> str:
+        """The connector in words, as log lines name it (:func:`describe_connector`)."""
+        return describe_connector(self.name, self.topic_prefix)
+
     @property
     def offsets_topic(self) -> str:
         """The offsets topic: ``offset.storage.topic`` or ``<topic.prefix>.offsets``."""

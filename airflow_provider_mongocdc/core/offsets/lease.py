@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mongocdc.core.base.errors import DeliveryError, LeaseHeldError, OffsetError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
+from airflow_provider_mongocdc.core.config.connector import describe_connector
 from airflow_provider_mongocdc.core.events.schema import Record
 
 # The Kafka side (confluent_kafka, the offsets store and its bson) is imported when a ConnectorLease
@@ -242,6 +243,11 @@ class ConnectorLease:
             kafka_config, config.topic_prefix, config.offsets_topic, connector_name=config.name, **kwargs
         )
 
+    def described(self) -> str:
+        """``Connector default (topic prefix shop)``: how the lease's log lines name its connector."""
+        words = describe_connector(self.connector_name, self.topic_prefix)
+        return words[:1].upper() + words[1:]
+
     def __repr__(self) -> str:
         return f"ConnectorLease({self.topic_prefix!r}, topic={self.store.topic!r})"
 
@@ -300,7 +306,7 @@ class ConnectorLease:
             return mine
 
         lease = self._exclusively(write)
-        log.info("Connector %s: lease taken by %s", self.topic_prefix, lease.describe())
+        log.info("%s: lease taken by %s", self.described(), lease.describe())
         return lease
 
     def _check_owner(self, lease: Lease | None, records: list[tuple[bytes | None, bytes | None]]) -> None:
@@ -341,7 +347,7 @@ class ConnectorLease:
             return renewed
 
         renewed = self._exclusively(write)
-        log.debug("Connector %s: lease renewed until %s", self.topic_prefix, iso_z(renewed.expires_at))
+        log.debug("%s: lease renewed until %s", self.described(), iso_z(renewed.expires_at))
         return renewed
 
     def release(self, owner: str | None = None, *, force: bool = False, lease: Lease | None = None) -> bool:
@@ -366,8 +372,8 @@ class ConnectorLease:
             mine = lease.same_as(current) if lease is not None else current.owner == owner
             if not force and not mine:
                 log.warning(
-                    "Connector %s: lease not released, it is held by %s",
-                    self.topic_prefix,
+                    "%s: lease not released, it is held by %s",
+                    self.described(),
                     current.describe(),
                 )
                 return False, current
@@ -377,7 +383,7 @@ class ConnectorLease:
 
         released, current = self._exclusively(write)
         if released:
-            log.info("Connector %s: lease released by %s", self.topic_prefix, owner or "force")
+            log.info("%s: lease released by %s", self.described(), owner or "force")
         return released, current
 
     @contextmanager
@@ -414,8 +420,8 @@ class ConnectorLease:
                         lost = lost_error(self.topic_prefix, lease, current)
                 except Exception as error:  # a failed release must not hide the run's own outcome
                     log.warning(
-                        "Connector %s: could not release the lease of %s (%s); it expires at %s",
-                        self.topic_prefix,
+                        "%s: could not release the lease of %s (%s); it expires at %s",
+                        self.described(),
                         owner,
                         error,
                         iso_z(lease.expires_at),
@@ -442,8 +448,8 @@ class ConnectorLease:
                     raise
                 attempt += 1
                 log.info(
-                    "Connector %s: another process changed the lease at the same time; reading it again",
-                    self.topic_prefix,
+                    "%s: another process changed the lease at the same time; reading it again",
+                    self.described(),
                 )
                 time.sleep(random.uniform(0.05, 0.5))  # contenders retry at different times
             finally:
@@ -510,9 +516,8 @@ class LeaseKeeper:
                     return
                 wait = max(0.5, min(self.interval, (left - margin) / 3))
                 log.warning(
-                    "Connector %s: could not renew the lease of %s (%s); next attempt in %.0f s, it "
-                    "expires at %s",
-                    prefix,
+                    "%s: could not renew the lease of %s (%s); next attempt in %.0f s, it expires at %s",
+                    self.connector_lease.described(),
                     self.lease.owner,
                     error,
                     wait,
@@ -529,6 +534,6 @@ class LeaseKeeper:
                 self.on_lost(error)
             except Exception:  # the loss is reported by hold() in any case
                 log.exception(
-                    "Connector %s: stopping the run after the lease was lost failed",
-                    self.connector_lease.topic_prefix,
+                    "%s: stopping the run after the lease was lost failed",
+                    self.connector_lease.described(),
                 )

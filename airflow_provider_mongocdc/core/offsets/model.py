@@ -218,6 +218,10 @@ class OffsetState:
     # While an open window of the partition runs: its marker (core/offsets/open_window.py), as
     # stored JSON, written with each of its commits and removed by its last; None otherwise.
     open_window: Mapping[str, Any] | None = None
+    # What the tries of the Airflow task instance that committed last have committed so far
+    # (core/window/batch.py: ``task``, the events and their counts), as stored JSON; a retry of
+    # that task instance counts them in its summary. None: not written by a task's window.
+    run: Mapping[str, Any] | None = None
 
     # -- convenience --
     @property
@@ -285,6 +289,8 @@ class OffsetState:
             data["connector"] = self.connector
         if self.open_window is not None:
             data["open_window"] = dict(self.open_window)
+        if self.run is not None:
+            data["run"] = dict(self.run)
         data["format"] = FORMAT_VERSION
         return data
 
@@ -302,6 +308,7 @@ class OffsetState:
             incremental=data.get("incremental_snapshot"),
             connector=data.get("connector") if isinstance(data.get("connector"), str) else None,
             open_window=data.get("open_window") if isinstance(data.get("open_window"), Mapping) else None,
+            run=data.get("run") if isinstance(data.get("run"), Mapping) else None,
         )
 
     def to_bytes(self) -> bytes:

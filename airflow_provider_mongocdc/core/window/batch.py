@@ -125,8 +125,13 @@ class WindowBatch:
         self._begun_counted = 0  # the BEGIN records of the builder's tracker already counted
 
     def begin(self, state: OffsetState | None, start: Position) -> None:
+        """The stored ``state`` and the window's ``start``; a retry of the task instance that
+        committed ``state`` counts what its earlier tries committed (the state's ``run``)."""
         self.state = state
         self.committed_position = start
+        task = self.scope.params.task_run
+        if task is not None and state is not None and state.run and state.run.get("task") == task:
+            self.tally.carry(state.run)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.scope.clock_ms() / 1000, timezone.utc)
@@ -141,7 +146,7 @@ class WindowBatch:
         log.info(
             "Window of %s open from %s: closes after %g s without a change or %g s open, commits "
             "every %g s while changes come",
-            self.scope.partition.describe(),
+            self.scope.describe(),
             start.describe(),
             params.open_idle_s,
             params.max_open_s,
@@ -281,7 +286,7 @@ class WindowBatch:
         marker = state.open_window or {}
         log.info(
             "Window of %s open since %s: %d events so far in %d commits, committed lag %s ms",
-            self.scope.partition.describe(),
+            self.scope.describe(),
             marker.get("since"),
             marker.get("events", 0),
             marker.get("commits", 0),
@@ -310,6 +315,8 @@ class WindowBatch:
             )
         if incremental is not None:
             state = dataclasses.replace(state, incremental=incremental.to_json())
+        if self.scope.params.task_run is not None:  # what the task instance's tries committed
+            state = dataclasses.replace(state, run=self.tally.run_record(self.scope.params.task_run))
         return state
 
     def _marker(self, pending_events: int) -> dict[str, Any]:
@@ -338,7 +345,7 @@ class WindowBatch:
         log.info(
             "Window of %s: the stream failed inside MongoDB transaction %s; rolling back to the "
             "last commit (%s) to read it again whole",
-            self.scope.partition.describe(),
+            self.scope.describe(),
             self.open_transaction,
             self.committed_position.describe(),
         )
@@ -356,6 +363,6 @@ class WindowBatch:
             log.warning(
                 "Window of %s: could not abort the open Kafka transaction (%s); it is "
                 "aborted when the next run's writer starts",
-                self.scope.partition.describe(),
+                self.scope.describe(),
                 error,
             )

@@ -104,7 +104,7 @@ class IncrementalPhase:
             message=progress.message,
         )
         # The task log's line is the operator's, from the summary (window_summary.describe_incremental).
-        log.debug("Window of %s: %s", self.scope.partition.describe(), progress.describe())
+        log.debug("Window of %s: %s", self.scope.describe(), progress.describe())
         return summary
 
     def _progress(
@@ -117,7 +117,7 @@ class IncrementalPhase:
                 log.warning(
                     "Window of %s: the incremental snapshot waits: it needs a connector that reads one "
                     "change stream (mongodb.connection.mode=sharded on a sharded cluster)",
-                    self.scope.partition.describe(),
+                    self.scope.describe(),
                 )
             return None
         progress = reconcile(stored, request, self._resolve_collections)
@@ -157,7 +157,7 @@ class IncrementalPhase:
             except ConnectionFailedError as error:
                 log.warning(
                     "Window of %s: %s; the next window tries again (streaming is not affected)",
-                    self.scope.partition.describe(),
+                    self.scope.describe(),
                     error,
                 )
                 summary["error"] = str(error)
@@ -186,7 +186,7 @@ class IncrementalPhase:
             log.warning(
                 "Window of %s: the stream did not reach the high watermark of the incremental "
                 "snapshot chunk of %s (%s); the next window reads it again",
-                self.scope.partition.describe(),
+                self.scope.describe(),
                 chunk.namespace,
                 reason,
             )

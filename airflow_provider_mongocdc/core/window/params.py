@@ -214,6 +214,10 @@ class WindowParams:
     # The run's id in the events' __debezium.context.runId header (core/events/headers.py): the
     # application sets one for all its streams; None: each stream's window makes its own.
     run_id: str | None = None
+    # The Airflow task instance the window runs for (``dag/run/task``, the same for all its tries;
+    # None: not run by a task): each commit records what its tries committed, so that a retry
+    # counts the events of the tries before it (core/window/batch.py).
+    task_run: str | None = None
     # An open window: closed after this long without a change (None: a bounded window) or after
     # max_open_s open.
     open_idle_s: float | None = None
@@ -285,6 +289,7 @@ class WindowParams:
             incremental_snapshots=bool(params.get("incremental_snapshots", True)),
             stream_in_driver=params.get("stream_in_driver", False),
             run_id=params.get("run_id") or None,
+            task_run=params.get("task_run") or None,
             open_idle_s=float(params["open_idle_s"]) if params.get("open_idle_s") is not None else None,
             max_open_s=float(params.get("max_open_s") or DEFAULT_MAX_OPEN_S),
         )
@@ -299,6 +304,7 @@ class WindowParams:
             "incremental_snapshots": self.incremental_snapshots,
             "stream_in_driver": self.stream_in_driver,
             "run_id": self.run_id,
+            "task_run": self.task_run,
             "open_idle_s": self.open_idle_s,
             "max_open_s": self.max_open_s,
         }

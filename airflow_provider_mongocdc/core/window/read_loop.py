@@ -254,7 +254,7 @@ class ReadLoop:
         self.position = self.batch.recover(self.position)
         log.warning(
             "Change stream of %s interrupted (%s); re-opening from %s in %s (attempt %d of %d)",
-            partition.describe(),
+            self.scope.describe(),
             error_text(error),
             self.position.describe(),
             format_duration_ms(delay),
@@ -278,7 +278,7 @@ class ReadLoop:
         except PyMongoError as error:
             log.warning(
                 "Window of %s: could not read the invalidate event (%s); using the server's resume token",
-                self.scope.partition.describe(),
+                self.scope.describe(),
                 error_text(error),
             )
             return reported

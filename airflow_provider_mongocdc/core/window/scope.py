@@ -22,3 +22,8 @@ class StreamScope:
     replica_set: str
     params: WindowParams
     clock_ms: Callable[[], int]
+
+    def describe(self) -> str:
+        """The stream in words, as the window's log lines name it: ``connector default (topic
+        prefix shop), stream rs0``."""
+        return f"{self.config.in_words()}, stream {self.partition.rs}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from bson.timestamp import Timestamp
@@ -34,7 +35,12 @@ from airflow_provider_mongocdc.core.kafka.admin import end_offsets
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.mongo.connection import connect
 from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
-from airflow_provider_mongocdc.core.offsets.model import Position, describe_position, position_time
+from airflow_provider_mongocdc.core.offsets.model import (
+    Position,
+    describe_position,
+    position_time,
+    timestamp_datetime,
+)
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
 from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
@@ -99,9 +105,9 @@ class StreamWindow:
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
         request = self._setup()
-        partition, window_end = self.scope.partition, self.scope.params.window_end
+        window_end = self.scope.params.window_end
         if self.start is None:
-            log.info("Window of %s: streaming disabled by snapshot.mode=initial_only", partition.describe())
+            log.info("Window of %s: streaming disabled by snapshot.mode=initial_only", self.scope.describe())
             return self._summary(StopReason.INITIAL_ONLY, started)
         start_time = position_time(self.start)
         params = self.scope.params
@@ -112,7 +118,7 @@ class StreamWindow:
             # the requested snapshot goes on from the stored position.
             log.info(
                 "Window of %s: the stored position (%s) is not before the window end %s; nothing to stream",
-                partition.describe(),
+                self.scope.describe(),
                 self.start.describe(),
                 iso_z(window_end),
             )
@@ -121,7 +127,7 @@ class StreamWindow:
             self.batch.open(self.start)
         else:
             log.info(
-                "Window of %s from %s to %s", partition.describe(), self.start.describe(), iso_z(window_end)
+                "Window of %s from %s to %s", self.scope.describe(), self.start.describe(), iso_z(window_end)
             )
         self.batch.tally.phases["setup"] = time.monotonic() - started
         try:
@@ -179,7 +185,7 @@ class StreamWindow:
         if self.scope.params.open:
             log.info(
                 "Window of %s closed (%s) at %s: %d events in %d commits",
-                self.scope.partition.describe(),
+                self.scope.describe(),
                 f"no change for {self.scope.params.open_idle_s:g} s"
                 if reason == StopReason.IDLE
                 else str(reason),
@@ -238,7 +244,7 @@ class StreamWindow:
             "reached_end": reason
             in (StopReason.END_REACHED, StopReason.ALREADY_PAST_END, StopReason.IDLE, StopReason.MAX_OPEN)
             or (reason == StopReason.INVALIDATED and self.reader.invalidated_at is None),
-            "window_end": iso_z(self.scope.params.window_end),
+            "window_end": iso_z(self._window_end()),
             "start_position": describe_position(self.start),
             "end_position": describe_position(self.batch.committed_position or self.start),
             **self.batch.tally.summary(time.monotonic() - started, reconnects=self.reader.reconnects),
@@ -247,6 +253,15 @@ class StreamWindow:
         if self.batch.opened_at is not None:
             summary["open_window"] = self._open_summary(reason)
         return summary
+
+    def _window_end(self) -> datetime:
+        """Where the window ends: its end, or for an open window where it stopped (the cluster
+        time of its committed position, as the offset's ``last_window_end``)."""
+        if self.batch.opened_at is not None:
+            stopped = position_time(self.batch.committed_position)
+            if stopped is not None:
+                return timestamp_datetime(stopped)
+        return self.scope.params.window_end
 
     def _open_summary(self, reason: StopReason) -> dict[str, Any]:
         """An open window's part of its summary: when it opened and closed, why, what it committed."""

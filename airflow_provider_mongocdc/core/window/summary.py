@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from airflow_provider_mongocdc.core.base.timefmt import iso_z
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.window.params import WindowParams
 
 
@@ -108,6 +108,36 @@ class WindowTally:
         self.batches_committed = 0
         self.phases = {"setup": 0.0, "read": 0.0, "build": 0.0, "send": 0.0, "commit": 0.0}
         self.rng = random.Random(0)
+        self.earlier_events = 0  # committed by earlier tries of the window's task instance
+
+    def carry(self, run: Mapping[str, Any]) -> None:
+        """Count what the earlier tries of the window's task instance committed (an offset state's
+        ``run``, see :meth:`run_record`): a killed try's committed events are delivered, and the
+        task instance's summary counts them."""
+        self.totals = WindowStats(
+            events=_number(run.get("events")),
+            events_by_op=_table(run.get("events_by_op")),
+            events_by_collection=_table(run.get("events_by_collection")),
+            tombstones=_number(run.get("tombstones")),
+            skipped_oversize=_number(run.get("skipped_oversize")),
+        )
+        self.batches_committed = _number(run.get("batches"))
+        self.earlier_events = self.totals.events
+
+    def run_record(self, task: str) -> dict[str, Any]:
+        """What the tries of task instance ``task`` have committed once the pending batch is: the
+        ``run`` its commit stores with the offset (events and their counts, commits)."""
+        totals, pending = self.totals, self.pending
+        record: dict[str, Any] = {"task": task, "events": totals.events + pending.events}
+        for name in ("events_by_op", "events_by_collection"):
+            table = dict(getattr(totals, name))
+            for key, number in getattr(pending, name).items():
+                table[key] = table.get(key, 0) + number
+            record[name] = table
+        record["tombstones"] = totals.tombstones + pending.tombstones
+        record["skipped_oversize"] = totals.skipped_oversize + pending.skipped_oversize
+        record["batches"] = self.batches_committed + 1
+        return record
 
     def committed(self, written_bytes: int, transactions: int) -> None:
         """The pending batch is committed: ``written_bytes`` in its Kafka transaction, with
@@ -129,6 +159,7 @@ class WindowTally:
         totals = self.totals
         return {
             "events": totals.events,
+            "events_earlier_tries": self.earlier_events,
             "events_by_op": dict(totals.events_by_op),
             "events_by_collection": dict(totals.events_by_collection),
             "tombstones": totals.tombstones,
@@ -144,6 +175,18 @@ class WindowTally:
             "duration_s": round(duration_s, 3),
             "phases_s": {name: round(value, 3) for name, value in self.phases.items()},
         }
+
+
+def _number(value: Any) -> int:
+    """A stored count, 0 for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _table(value: Any) -> dict[str, int]:
+    """A stored table of counts by name, without entries that are not counts."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(key): _number(number) for key, number in value.items()}
 
 
 def percentiles(samples: list[int], maximum: int | None) -> dict[str, int | None]:
@@ -204,6 +247,7 @@ def empty_summary(
         "start_position": None,
         "end_position": None,
         "events": 0,
+        "events_earlier_tries": 0,
         "events_by_op": {},
         "events_by_collection": {},
         "tombstones": 0,
@@ -251,6 +295,10 @@ def merge_summaries(
     incremental = next(
         (item["incremental_snapshot"] for item in partitions if item.get("incremental_snapshot")), None
     )
+    opened = [item["open_window"] for item in partitions if item.get("open_window")]
+    if opened:  # an open window ends where its streams stopped (each stream's window_end)
+        ends = [parse_iso(item["window_end"]) for item in partitions if item.get("window_end")]
+        window_end = max([window_end, *[end for end in ends if end is not None]])
     summary = {
         "status": "skipped" if skipped else "completed",
         "message": (
@@ -262,6 +310,7 @@ def merge_summaries(
         "window_end": iso_z(window_end),
         "reached_end": all(item["reached_end"] for item in partitions),
         "events": totals.events,
+        "events_earlier_tries": sum(item.get("events_earlier_tries", 0) for item in partitions),
         "events_by_op": dict(sorted(totals.events_by_op.items())),
         "events_by_collection": dict(sorted(totals.events_by_collection.items())),
         "tombstones": totals.tombstones,
@@ -279,7 +328,6 @@ def merge_summaries(
         "incremental_snapshot": incremental,
         "partitions": partitions,
     }
-    opened = [item["open_window"] for item in partitions if item.get("open_window")]
     if opened:
         summary["open_window"] = merge_open_windows(opened)
     return summary
@@ -301,6 +349,63 @@ def merge_open_windows(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
         "max_open_s": parts[0]["max_open_s"],
         "commit_interval_s": parts[0]["commit_interval_s"],
     }
+
+
+def counts_words(table: Mapping[str, Any] | None) -> str:
+    """``(c 2, u 1)`` of a table of counts, nothing for an empty one."""
+    items = sorted((table or {}).items())
+    return f" ({', '.join(f'{key} {count}' for key, count in items)})" if items else ""
+
+
+def position_words(position: Mapping[str, Any] | None) -> str:
+    """A summary's position (``describe_position``) in words: its time and cluster time."""
+    if not position:
+        return "no stored position"
+    if position.get("sec") is None:
+        return "a resume token without a cluster time"
+    words = f"cluster time {position['sec']}:{position.get('ord', 0)}"
+    return f"{position['time']} ({words})" if position.get("time") else words
+
+
+def describe_window(summary: Mapping[str, Any], connector: str) -> list[str]:
+    """The task log's lines about a window's summary of ``connector`` (in words, e.g. ``connector
+    default (topic prefix shop)``): what it emitted up to where, its lag, each stream's positions,
+    its incremental snapshot and its open span; each a readable line (the summary's JSON is the
+    task's XCom)."""
+    if summary.get("status") == "skipped":
+        return [f"Stream window of {connector} skipped: {summary.get('message')}"]
+    events = summary.get("events", 0)
+    earlier = summary.get("events_earlier_tries") or 0
+    line = (
+        f"Stream window of {connector} up to {summary.get('window_end')}: {events} events"
+        f"{counts_words(summary.get('events_by_op'))}"
+    )
+    if earlier:
+        line += f", {earlier} of them committed by earlier tries"
+    line += (
+        f", in {summary.get('transactions', 0)} transactions, {summary.get('bytes', 0)} bytes, "
+        f"{summary.get('batches_committed', 0)} commits"
+    )
+    lag = summary.get("lag_ms") or {}
+    if lag.get("p50") is not None:
+        line += f"; lag p50 {lag['p50']} ms, p95 {lag.get('p95')} ms, max {lag.get('max')} ms"
+    else:
+        line += "; no change read, no lag measured"
+    line += f"; {float(summary.get('duration_s') or 0.0):.1f} s"
+    lines = [line]
+    starts = summary.get("start_position") or {}
+    for partition, end in sorted((summary.get("end_position") or {}).items()):
+        lines.append(
+            f"Stream window of {connector}, stream {partition}: from "
+            f"{position_words(starts.get(partition))} to {position_words(end)}"
+        )
+    incremental = describe_incremental(summary.get("incremental_snapshot"))
+    if incremental:
+        lines.append(incremental)
+    opened = describe_open_span(summary.get("open_window"))
+    if opened:
+        lines.append(opened)
+    return lines
 
 
 def describe_open_span(part: Mapping[str, Any] | None) -> str | None:
