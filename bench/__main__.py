@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import delta, events, machine, produce, sidebyside, spark, submit, task_tree, watch, window
+from bench import delta, events, follow, machine, produce, sidebyside, spark, submit, task_tree, watch, window
 from bench.services import Services
 
 
@@ -135,6 +135,10 @@ def _delta(services: Services, quick: bool) -> dict[str, Any]:
     }
 
 
+def _follow(services: Services, quick: bool) -> dict[str, Any]:
+    return follow.run(services, rates=[10, 1000], seconds=30 if quick else 120)
+
+
 def _delta_report(figures: dict[str, Any]) -> list[str]:
     lines = delta.report_apply(figures["apply"])
     if "apply_no_schemas" in figures:
@@ -215,6 +219,13 @@ BENCHES = [
         "Delta apply: changes per CPU-second on a 1 000 000-row table, start, files after 100 applies",
         _delta,
         _delta_report,
+    ),
+    Bench(
+        "follow",
+        "n",
+        "Delta tables while an open window runs: write -> first table version at 10 and 1 000 writes/s, CPU per change",
+        _follow,
+        follow.report,
     ),
     Bench(
         "debezium",

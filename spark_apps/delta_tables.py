@@ -29,7 +29,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -55,7 +55,7 @@ from airflow_provider_mongocdc.core.apply.layout import (
 )
 from airflow_provider_mongocdc.core.apply.run import TableApply, TableJob
 from airflow_provider_mongocdc.core.apply.settings import MIN_VACUUM_RETENTION_S, DeltaSettings
-from airflow_provider_mongocdc.core.apply.snapshots import read_status
+from airflow_provider_mongocdc.core.apply.snapshots import SnapshotStatus, read_status
 from airflow_provider_mongocdc.core.apply.state import (
     TableState,
     compacted_app_id,
@@ -744,7 +744,9 @@ def check_writable(location: str, conn_id: str | None) -> None:
 
 
 # -- one table's apply, in the driver or in a Spark task -----------------------------------------------
-def _table_apply(task: Mapping[str, Any]) -> tuple[TableApply, list[int]]:
+def _table_apply(
+    task: Mapping[str, Any], status: Callable[[str], SnapshotStatus | None] | None = None
+) -> tuple[TableApply, list[int]]:
     config = ConnectorConfig.from_properties(task["connector"])
     settings = DeltaSettings.from_mapping(task["delta"])
     topic = DataTopic(task["topic"], task["database"], task["collection"])
@@ -765,15 +767,21 @@ def _table_apply(task: Mapping[str, Any]) -> tuple[TableApply, list[int]]:
         vacuum_retention_s=settings.vacuum_retention_s,
         fail_on_misfit=settings.refuses_misfits(topic.namespace),
     )
-    return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
-        "partitions"
-    ) or []
+    if status is None:
+        return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
+            "partitions"
+        ) or []
+    return TableApply(job, store, kafka, lambda: status(topic.topic)), task.get("partitions") or []
 
 
-def apply_table_task(task: Mapping[str, Any]) -> dict[str, Any]:
+def apply_table_task(
+    task: Mapping[str, Any], status: Callable[[str], SnapshotStatus | None] | None = None
+) -> dict[str, Any]:
     """Apply one topic to its table (``task``: what :func:`table_task` wrote); returns its summary.
-    Runs in the application's driver or in a Spark task (importable from the shipped code)."""
-    apply, _ = _table_apply(task)
+    Runs in the application's driver or in a Spark task (importable from the shipped code).
+    ``status``: the connector's snapshot status of a topic (default: read from the offsets topic
+    each time)."""
+    apply, _ = _table_apply(task, status)
     return apply.run()
 
 

@@ -38,6 +38,7 @@ from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_stream_tasks
 from airflow_provider_mongocdc.core.window.streams import check_offsets, plan_streams
 from airflow_provider_mongocdc.core.window.summary import empty_summary, merge_summaries
+from airflow_provider_mongocdc.spark_apps import delta_follow
 from airflow_provider_mongocdc.spark_apps.runtime import main
 
 APPLICATION = "stream_window"
@@ -82,12 +83,19 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     )
     checked = time.monotonic()
     jobs = [target.to_json() for target in targets]
-    if len(targets) == 1 and params.stream_in_driver:
-        summaries, phases = run_in_driver(task, jobs)
-    else:
-        summaries, phases = run_in_spark_tasks(spark, task, jobs)
+    # An open window's tables follow its topics while it is open (spark_apps/delta_follow.py).
+    follower = delta_follow.start(spec) if params.open_idle_s is not None else None
+    try:
+        if len(targets) == 1 and params.stream_in_driver:
+            summaries, phases = run_in_driver(task, jobs)
+        else:
+            summaries, phases = run_in_spark_tasks(spark, task, jobs)
+    finally:
+        tables = follower.stop() if follower is not None else None
     phases = {"driver_checks": round(checked - started, 3), **phases}
     summary = merge_summaries(summaries, params.window_end, time.monotonic() - started)
+    if tables is not None:
+        summary["tables"] = tables
     # Driver phases in wall seconds (each stream's own phases are in its partitions[].phases_s).
     summary["phases_s"] = phases
     error = end_not_reached_error(summary, params)

@@ -415,3 +415,36 @@ def test_core_imports_neither_airflow_nor_pyspark():
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert "airflow_provider_mongocdc.core.events.builder" in result["modules"], result["modules"]
     assert not result["loaded"], f"importing airflow_provider_mongocdc.core loads {result['loaded'][:10]}"
+
+
+def test_an_open_windows_tables_follow_its_topics_with_the_connections_storage_options(monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "aws", "login": "key-id", "password": "s3cret"})
+    )
+    delta = {"location": "s3://lake/cdc", "conn_id": "lake", "follow_every": "2s"}
+    operator = MongoStreamWindowOperator(
+        task_id="window",
+        connector_config={"topic.prefix": "shop"},
+        stream_in_driver=True,
+        open_window=True,
+        delta=delta,
+    )
+    params = operator.job_params(context(), parse_connector_config(operator.connector_config))
+    follow = params["follow_delta"]
+    assert follow["every"] == 2.0 and follow["delta"]["location"] == "s3://lake/cdc"
+    assert follow["storage_options"]["AWS_SECRET_ACCESS_KEY"] == "s3cret"  # in the job spec file only
+    for kept_off in (
+        MongoStreamWindowOperator(  # a bounded window: the apply after it
+            task_id="window", connector_config={"topic.prefix": "shop"}, stream_in_driver=True, delta=delta
+        ),
+        MongoStreamWindowOperator(  # following switched off
+            task_id="window",
+            connector_config={"topic.prefix": "shop"},
+            stream_in_driver=True,
+            open_window=True,
+            delta={**delta, "follow_every": None},
+        ),
+    ):
+        assert "follow_delta" not in kept_off.job_params(
+            context(), parse_connector_config(kept_off.connector_config)
+        )

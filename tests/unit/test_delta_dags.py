@@ -38,6 +38,22 @@ def test_the_delta_key_adds_the_apply_after_the_window_in_the_connectors_pool(tm
     assert "delta_apply" not in [t.task_id for t in bag.dags["mongocdc_sales_resnapshot"].tasks]
 
 
+def test_an_open_windows_tables_follow_it_and_a_bounded_ones_are_applied_after_it(
+    tmp_path: Path, monkeypatch
+):
+    opened = {
+        **ENTRY,
+        "name": "live",
+        "config": {"topic.prefix": "live"},
+        "window_schedule": {"changes": {"min_changes": 1, "max_delay": "5s"}, "open": {"idle": "30s"}},
+    }
+    bag = load(dag_folder(tmp_path, [ENTRY, opened]), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    window = bag.dags["mongocdc_live_hourly"].get_task("window")
+    assert window.delta["location"] == "/data/delta/sales" and window.downstream_task_ids == {"delta_apply"}
+    assert bag.dags["mongocdc_sales_hourly"].get_task("window").delta is None
+
+
 def test_an_invalid_delta_entry_is_a_dag_naming_the_problem(tmp_path: Path, monkeypatch):
     entry = {**ENTRY, "delta": {"location": "/d", "columns": {"shop.orders": {"total": "money"}}}}
     bag = load(dag_folder(tmp_path, [entry]), monkeypatch)

@@ -42,6 +42,9 @@ MIN_VACUUM_RETENTION_S = 3600.0
 # transaction open (so a MongoDB transaction split over partitions is never applied in part); the
 # apply waits at most this long for one.
 DEFAULT_QUIET_WAIT_S = 60.0
+# While an open window runs, its tables follow the topics: a pass whenever a topic moved, at most
+# this often (core/apply/follow.py).
+DEFAULT_FOLLOW_EVERY_S = 5.0
 KEYS = (
     "location",
     "conn_id",
@@ -53,6 +56,7 @@ KEYS = (
     "vacuum_every",
     "vacuum_retention",
     "fail_on_misfit",
+    "follow_every",
 )
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USER_PASSWORD = re.compile(r"^[^@/]*:[^@/]*@")
@@ -100,6 +104,7 @@ class DeltaSettings:
     # Tables (``<db>.<collection>``) whose apply fails on the first value that does not fit its
     # declared column instead of leaving it null; ``("*",)``: every table.
     fail_on_misfit: tuple[str, ...] = ()
+    follow_every_s: float | None = DEFAULT_FOLLOW_EVERY_S  # None: applied after the window only
 
     @classmethod
     def from_mapping(cls, value: Any, what: str = "'delta'") -> DeltaSettings:
@@ -187,6 +192,9 @@ class DeltaSettings:
             vacuum_every_s=None if retention is None else vacuum_every,  # no retention: no vacuum
             vacuum_retention_s=retention,
             fail_on_misfit=_fail_on_misfit(value.get("fail_on_misfit", False), what),
+            follow_every_s=_optional_duration(
+                value.get("follow_every", DEFAULT_FOLLOW_EVERY_S), "follow_every"
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -205,6 +213,7 @@ class DeltaSettings:
             "vacuum_every": self.vacuum_every_s,
             "vacuum_retention": self.vacuum_retention_s,
             "fail_on_misfit": list(self.fail_on_misfit),
+            "follow_every": self.follow_every_s,
         }
 
     @property

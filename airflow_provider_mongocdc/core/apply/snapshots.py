@@ -36,8 +36,10 @@ from typing import Any
 from airflow_provider_mongocdc.core.apply.events import LAST, ChangeEvent
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.topics import TopicNamer
+from airflow_provider_mongocdc.core.kafka.committed_records import CommittedFollower
 from airflow_provider_mongocdc.core.offsets.model import SNAPSHOT_IN_PROGRESS, OffsetPartition, OffsetState
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
+from airflow_provider_mongocdc.core.offsets.writers import Observe
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
 
 NONE, BLOCKING, INCREMENTAL = 0, 1, 2
@@ -90,10 +92,32 @@ def read_status(
     kafka_config: Mapping[str, Any], config: ConnectorConfig, topic: str
 ) -> SnapshotStatus | None:
     """The snapshot status of ``topic``'s collection in the connector's offsets topic; None when the
-    topic holds no offsets of the connector (Debezium's topics), or a transaction is open there (what
-    it commits is not known yet)."""
+    topic holds no offsets of the connector (Debezium's topics). A transaction open there after what
+    was read: the status is not ``settled`` (what it commits is not known yet)."""
     store = OffsetStore(kafka_config, config.offsets_topic, read_timeout_s=30.0)
-    contents = store.read_everything()
+    return _status_of(store.read_everything(), config, topic)
+
+
+class StatusReader:
+    """:func:`read_status` again and again from one kept reader of the offsets topic, which fetches
+    only what was committed since its last read (a table follower reads it twice per pass)."""
+
+    def __init__(self, kafka_config: Mapping[str, Any], config: ConnectorConfig):
+        self.config = config
+        self.store = OffsetStore(kafka_config, config.offsets_topic, read_timeout_s=30.0)
+        self.follower = CommittedFollower(kafka_config, config.offsets_topic, 30.0, Observe())
+
+    def __call__(self, topic: str) -> SnapshotStatus | None:
+        read = self.follower.read()
+        contents = self.store.read_everything(read.records)
+        contents.open_transactions = read.open_transactions
+        return _status_of(contents, self.config, topic)
+
+    def close(self) -> None:
+        self.follower.close()
+
+
+def _status_of(contents: OffsetTopicContents, config: ConnectorConfig, topic: str) -> SnapshotStatus | None:
     states = {
         partition: state
         for partition, state in contents.states.items()

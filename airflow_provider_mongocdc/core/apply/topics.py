@@ -369,3 +369,40 @@ def check_same_topic(
         cause=f"{cause}; the apply cannot tell which of its records the table holds",
         fix=fix,
     )
+
+
+class StableEnds:
+    """The last stable offset of each partition of topics, asked again and again through one
+    admin client (a table follower's check whether a topic moved: one request per look)."""
+
+    def __init__(self, kafka_config: Mapping[str, Any]):
+        self.kafka_config = kafka_config
+        self._admin = admin_client(kafka_config)
+        self._partitions: dict[str, list[int]] = {}
+
+    def __call__(self, topics: list[str]) -> dict[str, dict[int, int]]:
+        try:
+            missing = [topic for topic in topics if topic not in self._partitions]
+            if missing:
+                metadata = self._admin.list_topics(timeout=TIMEOUT_S).topics
+                for topic in missing:
+                    info = metadata.get(topic)
+                    if info is not None and info.error is None:
+                        self._partitions[topic] = sorted(info.partitions)
+            asked = {
+                TopicPartition(topic, partition): OffsetSpec.latest()
+                for topic in topics
+                for partition in self._partitions.get(topic, ())
+            }
+            ends: dict[str, dict[int, int]] = {topic: {} for topic in topics}
+            if asked:
+                futures = self._admin.list_offsets(
+                    asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S
+                )
+                for part, future in futures.items():
+                    ends[part.topic][part.partition] = future.result().offset
+            return ends
+        except KafkaException as error:
+            raise _kafka_error(
+                self.kafka_config, "read the end offsets of the connector's topics", error
+            ) from None
