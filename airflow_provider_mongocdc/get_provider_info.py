@@ -76,9 +76,14 @@ def get_provider_info() -> dict:
                 "hook-name": "MongoDB (change data capture)",
                 "ui-field-behaviour": {
                     "hidden-fields": ["port", "schema"],
-                    "relabeling": {"host": "Seed list or connection string", "login": "User name"},
+                    # Admin > Connections lists the host; only the Password field is hidden.
+                    "relabeling": {
+                        "host": "Seed list or connection string, without the password",
+                        "login": "User name",
+                    },
                     "placeholders": {
-                        "host": "mongodb://host1:27017,host2:27017/?replicaSet=rs0 or rs0/host1:27017,host2:27017",
+                        "host": "mongodb://host1:27017,host2:27017/?replicaSet=rs0 or rs0/host1:27017,host2:27017 "
+                        "(the password goes in Password)",
                         "login": "leave empty without authentication",
                     },
                 },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -19,9 +20,13 @@ from airflow_provider_mongocdc.core.base.errors import ConfigError, MongoCdcErro
 from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails, connect
 from airflow_provider_mongocdc.core.mongo.topology import Topology, discover
 
+log = logging.getLogger(__name__)
+
 CONN_TYPE = "mongocdc"
 # Connections made for apache-airflow-providers-mongo work too (its "mongo" type).
 ACCEPTED_CONN_TYPES = (CONN_TYPE, "mongo")
+# The connections whose host holds a password, already said in this process.
+_PASSWORD_IN_HOST_WARNED: set[str] = set()
 
 
 def _extra(extras: dict[str, Any], conn_type: str, name: str, default: Any = None) -> Any:
@@ -89,6 +94,7 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
         host, auth_source = _mongo_provider_fields(conn, extras, options, host, auth_source)
     elif conn.schema and not auth_source:
         auth_source = conn.schema
+    _warn_password_in_host(conn.conn_id, host)
     kwargs: dict[str, Any] = {
         "replica_set": _extra(extras, conn_type, "replica_set", extras.get("replicaSet")) or None,
         "username": conn.login or None,
@@ -103,6 +109,35 @@ def details_from_connection(conn, **overrides: Any) -> MongoConnectionDetails:
     }
     kwargs.update({key: value for key, value in overrides.items() if value is not None})
     return MongoConnectionDetails(**kwargs)
+
+
+def _host_user_with_password(host: str) -> str | None:
+    """The user name of a host that holds a password (``mongodb://user:secret@host1,host2/...``,
+    also ``user:secret@host`` without a scheme), as the driver reads its user information: before
+    the last ``@`` of the part ahead of the first ``/``. None when the host holds no password."""
+    scheme_free = host.partition("://")[2] or host
+    address = scheme_free.partition("/")[0]
+    if "@" not in address:
+        return None
+    user, _, password = address.rpartition("@")[0].partition(":")
+    return user if password else None
+
+
+def _warn_password_in_host(conn_id: str, host: str) -> None:
+    """Warn once per connection and process when its host holds a password: Airflow shows the host
+    in its list of connections, and hides only the Password field."""
+    user = _host_user_with_password(host)
+    if user is None or conn_id in _PASSWORD_IN_HOST_WARNED:
+        return
+    _PASSWORD_IN_HOST_WARNED.add(conn_id)
+    log.warning(
+        "Connection %r: its host holds the password of user %r, which Admin > Connections shows to "
+        "everyone who may list connections. Fix: move it to the Password field (and the user name "
+        "to the User name field) and remove %r from the host.",
+        conn_id,
+        user,
+        f"{user}:***@",
+    )
 
 
 def _checked_type(conn) -> str:

@@ -15,7 +15,7 @@ from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.operators.base import json_object, parse_connector_config
 from airflow_provider_mongocdc.operators.snapshot import MongoSnapshotOperator
-from airflow_provider_mongocdc.resnapshot_form import COLLECTION_FORMAT
+from airflow_provider_mongocdc.resnapshot_form import COLLECTION_FORMAT, COLLECTION_PATTERN, collection_error
 
 if TYPE_CHECKING:
     from airflow_provider_mongocdc.core.offsets.store import OffsetStore
@@ -35,12 +35,7 @@ def parse_collections(value: Any) -> list[str]:
             name = str(item).strip()
             database, _, collection = name.partition(".")
             if name and (not database or not collection):
-                raise ConfigError(
-                    f"`{name}` is not `<database>.<collection>`",
-                    cause="each collection to copy again is named with its database",
-                    fix=f"write it as <database>.{name.strip('.') or '<collection>'}, e.g. shop.orders, "
-                    "or leave collections empty to copy every captured collection",
-                )
+                raise collection_error(name)
     namespaces = parse_namespaces(value) or []
     return [f"{db}.{coll}" for db, coll in namespaces]
 
@@ -72,16 +67,18 @@ def resnapshot_params() -> dict[str, Any]:
             None,
             type=["null", "array"],
             # Refused when the run is requested, before it exists: the API server validates the
-            # form's conf and the form shows its answer, which prints this schema (description first).
+            # form's conf (its format check answers in words) and the form shows its answer above
+            # its fields. The pattern says the same rule to any JSON Schema validator.
             items={
                 "description": "<database>.<collection>, e.g. shop.orders, not orders",
                 "type": "string",
-                # Its name is the rule in words: the API server's answer names it, not a regex.
+                "pattern": COLLECTION_PATTERN,
                 "format": COLLECTION_FORMAT,
             },
             title="Collections",
-            description="One <database>.<collection> per line, e.g. shop.orders. Empty: every "
-            "captured collection.",
+            description="One <database>.<collection> per line, e.g. shop.orders. A line without its "
+            "database (orders) or its collection (shop.) is refused when you press Trigger, with the "
+            "reason at the top of this form. Empty: every captured collection.",
         ),
         "filters": Param(
             None,

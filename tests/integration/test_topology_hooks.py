@@ -88,6 +88,53 @@ def test_seed_list_with_credentials_and_the_ui_test_button(monkeypatch, mongosim
     assert not ok and "refused the credentials" in message and "not-it" not in message
 
 
+@pytest.mark.simulator_only
+def test_a_password_inside_the_host_connects_and_is_named_once_without_it(monkeypatch, mongosim, caplog):
+    # Admin > Connections lists each connection's host: a password written into the connection
+    # string is shown there. The hook connects with it and says, once, to move it.
+    sim = mongosim("replset", members=1, auth=("cdc", "uri-secret"))
+    seeds = ",".join(sim.member_addresses)
+    set_connection(
+        monkeypatch,
+        "cdc_uri_password",
+        conn_type="mongocdc",
+        host=f"mongodb://cdc:uri-secret@{seeds}/?replicaSet=rs0&authSource=admin",
+    )
+    set_connection(monkeypatch, "mongo_uri_password", conn_type="mongo", host=f"cdc:uri-secret@{seeds}")
+    with caplog.at_level(logging.WARNING):
+        hook = MongoTopologyHook("cdc_uri_password", connect_max_attempts=2)
+        ok, message = hook.test_connection()
+        assert ok, message
+        assert hook.discover().replica_sets[0].primary
+        hook.get_conn().admin.command("ping")
+        hook.close()
+        MongoTopologyHook("cdc_uri_password").get_connection_details()
+        MongoTopologyHook("mongo_uri_password").get_connection_details()
+        MongoTopologyHook("mongo_uri_password").get_connection_details()
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert "uri-secret" not in caplog.text
+    for conn_id in ("cdc_uri_password", "mongo_uri_password"):
+        said = [text for text in warnings if f"'{conn_id}'" in text]
+        assert len(said) == 1, warnings
+        assert "holds the password of user 'cdc'" in said[0], said[0]
+        assert "Admin > Connections" in said[0] and "move it to the Password field" in said[0], said[0]
+
+    # Moved to the Password field (and the user name to User name): connected, nothing to say.
+    caplog.clear()
+    set_connection(
+        monkeypatch,
+        "cdc_password_field",
+        conn_type="mongocdc",
+        host=f"mongodb://{seeds}/?replicaSet=rs0&authSource=admin",
+        login="cdc",
+        password="uri-secret",
+    )
+    with caplog.at_level(logging.WARNING):
+        ok, message = MongoTopologyHook("cdc_password_field", connect_max_attempts=2).test_connection()
+    assert ok, message
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
+
+
 def test_hook_retries_per_its_connect_parameters(monkeypatch):
     set_connection(monkeypatch, "cdc_down", conn_type="mongocdc", host="rs0/127.0.0.1:9")
     hook = MongoTopologyHook(

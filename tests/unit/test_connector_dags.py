@@ -5,10 +5,12 @@ as it opens, and re-snapshot messages in words."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.timetables.simple import OnceTimetable
@@ -201,20 +203,76 @@ def test_resnapshot_form_is_valid_as_it_opens_and_left_empty(tmp_path, monkeypat
 
 def test_resnapshot_form_refuses_a_collection_without_its_database_before_any_run(tmp_path, monkeypatch):
     # What the API server does with the trigger form's conf (POST .../dagRuns): the serialized DAG's
-    # params, merged with the conf, validated; the error's text is the answer's detail.
-    serialized = DagSerialization.from_dict(DagSerialization.to_dict(resnapshot_dag(tmp_path, monkeypatch)))
+    # params, merged with the conf, validated; the error's text is the answer's detail, which the
+    # form shows as it is above its fields (and the task run validates the DAG's own params alike).
+    dag = resnapshot_dag(tmp_path, monkeypatch)
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     for good in (["shop.orders", " shop.customers ", "", "shop.a.b"], [], None):
         serialized.params.deep_merge({"collections": good}).validate()
-    for bad in ("orders", ".orders", "shop.", " shop. "):
-        with pytest.raises(ParamValidationError) as raised:
-            serialized.params.deep_merge({"collections": ["shop.customers", bad]}).validate()
-        message = str(raised.value)
-        # The rule in words, never a regular expression.
-        first = message.splitlines()[0]
-        assert first == (
-            f"Invalid input for param collections: {bad!r} is not a '<database>.<collection>, e.g. shop.orders'"
-        ), message
-        assert "\\" not in message and "^" not in message and "pattern" not in message, message
+    for bad, fix in (
+        ("orders", "write it as <database>.orders"),
+        (".orders", "write it as <database>.orders"),
+        ("shop.", "write it as shop.<collection>"),
+        (" shop. ", "write it as shop.<collection>"),
+    ):
+        for merge in (
+            lambda conf: serialized.params.deep_merge(conf).validate(),
+            lambda conf: copy.deepcopy(dag.params).update(conf),  # as a task run takes its conf
+        ):
+            with pytest.raises(ParamValidationError) as raised:
+                merge({"collections": ["shop.customers", bad]})
+            message = str(raised.value)
+            # One line that names the field and says the rule: no schema, no regular expression.
+            assert message.startswith(
+                f"Invalid input for param collections: `{bad.strip()}` is not `<database>.<collection>`."
+            ), message
+            assert f"Fix: {fix}, e.g. shop.orders" in message, message
+            assert "\n" not in message and "Failed validating" not in message, message
+            assert "\\" not in message and "^" not in message and "pattern" not in message, message
+
+
+# Values of a Collections line, and whether the re-snapshot takes them (blank lines are skipped).
+COLLECTION_LINES = {
+    "shop.orders": True,
+    " shop.customers ": True,
+    "\tshop.orders": True,
+    "shop.a.b": True,
+    "shop..": True,
+    "my shop.orders": True,
+    "shop. orders": True,
+    "": True,
+    "  ": True,
+    "orders": False,
+    ".orders": False,
+    "shop.": False,
+    " shop. ": False,
+    ".": False,
+    "..": False,
+    " .orders": False,
+}
+
+
+def test_resnapshot_form_schema_says_the_collection_rule_to_any_json_schema_validator(tmp_path, monkeypatch):
+    # The form's schema as the API server holds it, checked as a JSON Schema validator in a browser
+    # or an API client checks it: with the standard keywords only (no format of the server's).
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(resnapshot_dag(tmp_path, monkeypatch)))
+    schema = serialized.params.get_param("collections").schema
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert validator.format_checker is None
+    taken = {}
+    for line in COLLECTION_LINES:
+        try:
+            parse_collections([line])
+            taken[line] = True
+        except ConfigError:
+            taken[line] = False
+    assert taken == COLLECTION_LINES
+    checked = {line: validator.is_valid([line]) for line in COLLECTION_LINES}
+    assert checked == COLLECTION_LINES, "the schema and the re-snapshot disagree"
+    assert validator.is_valid(None) and validator.is_valid([])
+    # The rule in words next to the field, and for each line.
+    assert "<database>.<collection>" in serialized.params.get_param("collections").description
+    assert "<database>.<collection>" in schema["items"]["description"]
 
 
 def test_resnapshot_collection_without_database_is_rejected_in_words():

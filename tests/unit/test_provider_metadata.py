@@ -425,8 +425,10 @@ def test_mongodb_form_defaults_do_not_change_the_connection(host):
 def test_every_mongodb_form_field_a_user_fills_is_shown_and_labelled(airflow_forms):
     standard = airflow_forms["mongocdc"]["standard_fields"]
     host = standard["host"]
-    assert not host["hidden"] and host["title"] == "Seed list or connection string"
+    assert not host["hidden"] and host["title"] == "Seed list or connection string, without the password"
     assert "mongodb://host1:27017,host2:27017/?replicaSet=rs0" in host["placeholder"]
+    # Admin > Connections lists the host: the form says where the password goes instead.
+    assert host["placeholder"].endswith("(the password goes in Password)"), host["placeholder"]
     # A standard field without declared behaviour is absent from the API's answer: shown as is.
     for name in ("login", "password"):
         assert not (standard.get(name) or {}).get("hidden"), f"the MongoDB form hides {name}"
