@@ -17,7 +17,9 @@ from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
 from airflow_provider_mongocdc.core.offsets.writers import (
     EXPIRY_GRACE_S,
     TakeOver,
+    chunk_transactional_id,
     control_transactional_id,
+    lease_transactional_id,
     offsets_admin_transactional_id,
     window_transactional_id,
 )
@@ -110,3 +112,14 @@ def test_another_applications_transaction_is_an_error_even_while_waiting_for_a_s
     with pytest.raises(OffsetError, match="is not a writer of connector 'shop'"):
         reader.settle([foreign], 1, set())
     assert taken == []
+
+
+def test_with_a_running_lease_holder_its_writers_are_waited_for_but_not_the_lease_writer(taken):
+    reader = TakeOver({"bootstrap.servers": "k:9092"}, PREFIX, TOPIC, holder_runs=True)
+    chunk = chunk_transactional_id(PREFIX, "20260101T000000Z-abc", "0001")
+    for transactional_id in (window_transactional_id(PREFIX, "rs0"), chunk, control_transactional_id(PREFIX)):
+        settle(reader, open_for(300, transactional_id=transactional_id, state="Ongoing"))
+    assert taken == []
+    # A contender's lease change is taken over (each lease change takes the lease writer over).
+    settle(reader, open_for(20, transactional_id=lease_transactional_id(PREFIX), state="Ongoing"))
+    assert taken == [{lease_transactional_id(PREFIX)}]

@@ -164,6 +164,87 @@ def held_error(topic_prefix: str, lease: Lease, kind: str, owner: str) -> LeaseH
     )
 
 
+def lease_value(records: Iterable[tuple[bytes | None, bytes | None]], key: bytes) -> bytes | None:
+    """The last committed value of the lease ``key`` in ``records`` (None: none, or released)."""
+    value: bytes | None = None
+    for record_key, record_value in records:
+        if record_key == key:
+            value = record_value
+    return value
+
+
+@dataclass(frozen=True)
+class LeaseSettling:
+    """How a read of the lease settles the transactions open on the offsets topic: the lease tells
+    whose writers are alive.
+
+    A lease read must see every lease change committed before it: a read_committed reader stops
+    at the first transaction still open (the last stable offset), and a lease taken, renewed or
+    released after it would be hidden, so a read that only showed what is committed (``Observe``)
+    could hand the lease to a second holder. The read therefore waits for the open transactions or
+    ends them, as a run's reader does (:class:`~airflow_provider_mongocdc.core.offsets.writers.TakeOver`);
+    which it does follows from the lease committed before the first open transaction (read up to
+    the last stable offset when one stays open past ``wait_s``). Every run of the connector takes
+    the lease before it writes, and ends the transactions that killed writers left open before its
+    own writers start, so that lease is the one of the run that wrote the open transactions:
+
+    * it is live and held by another owner than the reader's, or the reader renews its own lease
+      (``renewing``): its holder runs, and the open transactions of the connector's writers (but
+      the lease writer's) may be its live windows', chunks', control's or offsets change's
+      commits under way. They are waited for, never taken over (``TakeOver(holder_runs=True)``):
+      a holder renewing its lease, or a second run refused by the lease, never fences a live
+      writer. A waited transaction still open past its ``transaction.timeout.ms`` is taken over
+      as any (the broker has fenced its writer).
+    * it is free or expired (no holder runs: a lease past its expiry is free), or it is the
+      reader's own owner's and the reader takes it anew (a retry of the task instance, which
+      supersedes the earlier try) or releases it (its run has ended): the writers are killed or
+      superseded ones, taken over at once as before, so their transactions never hold back the
+      next holder.
+
+    The lease writer's own transactions are another contender's change of the lease: each lease
+    change takes the lease writer over before it reads (``_exclusively``), which ends a killed
+    holder's open lease transaction; one opened since is taken over, and its contender retries.
+    ``owner``: the reader's lease owner (None: a reader that holds nothing, such as a forced
+    release).
+    """
+
+    kafka_config: Mapping[str, Any]
+    topic_prefix: str
+    offsets_topic: str
+    key: bytes
+    wait_s: float
+    read_timeout_s: float = 60.0
+    owner: str | None = None
+    renewing: bool = False
+
+    def settle(self, open_ones, attempt: int, ended: set[tuple[int, int]]) -> bool:
+        from airflow_provider_mongocdc.core.offsets.writers import TakeOver
+
+        holder_runs = self.holder_runs(self.seen())
+        return TakeOver(
+            self.kafka_config, self.topic_prefix, self.offsets_topic, self.wait_s, holder_runs=holder_runs
+        ).settle(open_ones, attempt, ended)
+
+    def holder_runs(self, seen: Lease | None) -> bool:
+        """Whether the lease ``seen`` (committed before the open transactions) has a holder that
+        runs, whose writers' transactions are waited for."""
+        if seen is None or not seen.live():
+            return False
+        return self.renewing or seen.owner != self.owner
+
+    def seen(self) -> Lease | None:
+        """The lease committed before the first transaction open now (None: free, or unreadable,
+        which the lease change itself reports)."""
+        from airflow_provider_mongocdc.core.kafka.committed_records import read_settled
+
+        records = read_settled(self.kafka_config, self.offsets_topic, self.read_timeout_s, None).records
+        value = lease_value(records, self.key)
+        try:
+            return Lease.from_json(json.loads(value)) if value is not None else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
 class LeaseLostError(LeaseHeldError):
     """A running holder lost the connector's lease (it expired and was taken, or was released)."""
 
@@ -218,21 +299,24 @@ class ConnectorLease:
     ):
         from airflow_provider_mongocdc.core.offsets.keys import lease_key
         from airflow_provider_mongocdc.core.offsets.store import OffsetStore
-        from airflow_provider_mongocdc.core.offsets.writers import TakeOver, lease_transactional_id
+        from airflow_provider_mongocdc.core.offsets.writers import SETTLE_S, lease_transactional_id
 
         self.kafka_config = dict(kafka_config)
         self.topic_prefix = topic_prefix
         self.connector_name = connector_name
         topic = offsets_topic or f"{topic_prefix}.offsets"
+        self.key = lease_key(topic_prefix, connector)
         # Taking the lease reads it as it stands: another holder's commit is never hidden by a
-        # transaction a killed writer of the connector left open.
+        # transaction a killed writer of the connector left open, and a live holder's writers are
+        # never fenced by a lease read (LeaseSettling).
         self.store = OffsetStore(
             self.kafka_config,
             topic,
             read_timeout_s=read_timeout_s,
-            settling=TakeOver(self.kafka_config, topic_prefix, topic),
+            settling=LeaseSettling(
+                self.kafka_config, topic_prefix, topic, self.key, SETTLE_S, read_timeout_s
+            ),
         )
-        self.key = lease_key(topic_prefix, connector)
         self.transactional_id = lease_transactional_id(topic_prefix)
 
     @classmethod
@@ -252,13 +336,19 @@ class ConnectorLease:
         return f"ConnectorLease({self.topic_prefix!r}, topic={self.store.topic!r})"
 
     # -- reading --
-    def current(self, records: Iterable[tuple[bytes | None, bytes | None]] | None = None) -> Lease | None:
+    def current(
+        self,
+        records: Iterable[tuple[bytes | None, bytes | None]] | None = None,
+        *,
+        owner: str | None = None,
+        renewing: bool = False,
+    ) -> Lease | None:
         """The stored lease (live or expired), or None when free; from ``records`` when given (the
-        offsets topic's committed records, read before)."""
-        value: bytes | None = None
-        for key, record_value in self.store.read_committed_records() if records is None else records:
-            if key == self.key:
-                value = record_value
+        offsets topic's committed records, read before). ``owner`` and ``renewing``: who reads,
+        which tells whose open transactions the read waits for (:class:`LeaseSettling`)."""
+        if records is None:
+            records = self._reading(owner, renewing).read_committed_records()
+        value = lease_value(records, self.key)
         if value is None:
             return None
         try:
@@ -270,12 +360,25 @@ class ConnectorLease:
                 fix="release it (ConnectorLease(...).release(force=True)) and run again",
             ) from None
 
+    def _reading(self, owner: str | None, renewing: bool = False):
+        """The store a read by ``owner`` (None: no holder; ``renewing``: the holder renewing its
+        lease) reads with: :attr:`store`, its :class:`LeaseSettling` told who reads (a store set
+        by the caller with another settling is used as it is)."""
+        import copy
+
+        settling = self.store.settling
+        if not isinstance(settling, LeaseSettling):
+            return self.store
+        store = copy.copy(self.store)
+        store.settling = replace(settling, owner=owner, renewing=renewing)
+        return store
+
     def check(
         self, owner: str | None = None, kind: str = WINDOW, *, now: datetime | None = None
     ) -> Lease | None:
         """The live lease, or None. Raises :class:`LeaseHeldError` when another owner than
         ``owner`` holds a live lease (``kind`` names what the caller wants to run)."""
-        lease = self.current()
+        lease = self.current(owner=owner)
         if lease is None or not lease.live(now):
             return None
         if owner is not None and lease.owner != owner:
@@ -295,7 +398,7 @@ class ConnectorLease:
         ttl = as_ttl(ttl)
 
         def write(writer: TransactionalWriter) -> Lease:
-            records = self.store.read_committed_records()
+            records = self._reading(owner).read_committed_records()
             lease = self.current(records)
             now = _utcnow()
             self._check_owner(lease, records)
@@ -339,7 +442,7 @@ class ConnectorLease:
         ttl = as_ttl(ttl if ttl is not None else lease.expires_at - lease.acquired_at)
 
         def write(writer: TransactionalWriter) -> Lease:
-            current = self.current()
+            current = self.current(owner=lease.owner, renewing=True)
             if not lease.same_as(current):
                 raise lost_error(self.topic_prefix, lease, current)
             renewed = replace(current, expires_at=_utcnow() + ttl)
@@ -366,7 +469,7 @@ class ConnectorLease:
         owner = lease.owner if lease is not None else owner
 
         def write(writer: TransactionalWriter) -> tuple[bool, Lease | None]:
-            current = self.current()
+            current = self.current(owner=None if force else owner)
             if current is None:
                 return False, None
             mine = lease.same_as(current) if lease is not None else current.owner == owner

@@ -127,13 +127,17 @@ def take_over(kafka_config: Mapping[str, Any], transactional_ids: Iterable[str],
 # -- how a reader settles open transactions ------------------------------------------------------------
 @dataclass(frozen=True)
 class Observe:
-    """Show what is committed after :data:`OBSERVE_S`, saying which transactions are open."""
+    """Show what is committed after :data:`OBSERVE_S`, saying which transactions are open
+    (logged at ``log_level``: a reader that polls while the connector's writers commit, such as
+    a snapshot's progress, says it at DEBUG)."""
 
     wait_s: float = OBSERVE_S
+    log_level: int = logging.WARNING
 
     def settle(self, open_ones: list[OpenTransaction], attempt: int, ended: set[tuple[int, int]]) -> bool:
         for open_one in open_ones:
-            log.warning(
+            log.log(
+                self.log_level,
                 "Offsets topic %s: %s; offsets committed after it are not shown until it ends",
                 open_one.topic,
                 open_one.describe(),
@@ -173,6 +177,10 @@ class TakeOver:
       its transaction would hide every later commit until the broker's timeout. A transaction
       still open after its writer was taken over fails the read.
 
+    * waited for, with ``holder_runs``, when its writer is any of the connector's but the lease
+      writer: the reader knows from the connector's lease that a holder runs whose writers these
+      may be (:class:`~airflow_provider_mongocdc.core.offsets.lease.ConnectorLease`'s reads).
+
     A transaction waited for that is still open :data:`EXPIRY_GRACE_S` past its
     ``transaction.timeout.ms`` is taken over too: by then the broker has aborted it and fenced its
     writer, so no live writer is harmed, and the take-over ends what the broker did not.
@@ -183,6 +191,7 @@ class TakeOver:
     offsets_topic: str
     wait_s: float = SETTLE_S
     running: frozenset[str] = frozenset()
+    holder_runs: bool = False
 
     def settle(self, open_ones: list[OpenTransaction], attempt: int, ended: set[tuple[int, int]]) -> bool:
         """Wait for the live writers' transactions of ``open_ones`` and take over the other writers
@@ -243,6 +252,8 @@ class TakeOver:
             return f"whose end is under way (its coordinator's state is {open_one.state})"
         if self.running.intersection(writers):
             return "of a writer of this run that runs beside it (a commit under way)"
+        if self.holder_runs and set(writers) - {lease_transactional_id(self.topic_prefix)}:
+            return "of a writer of the connector's live lease holder (a commit under way)"
         return None
 
     def _past_timeout(self, open_one: OpenTransaction, attempt: int) -> bool:

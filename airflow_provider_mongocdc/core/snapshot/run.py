@@ -31,7 +31,11 @@ from airflow_provider_mongocdc.core.mongo.change_stream import current_position,
 from airflow_provider_mongocdc.core.mongo.connection import connect, connection_details
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.offsets.store import OffsetStore, OffsetTopicContents
-from airflow_provider_mongocdc.core.offsets.writers import control_transactional_id
+from airflow_provider_mongocdc.core.offsets.writers import (
+    Observe,
+    chunk_transactional_id,
+    control_transactional_id,
+)
 from airflow_provider_mongocdc.core.snapshot.assessment import (
     Assessment,
     base_summary,
@@ -83,10 +87,22 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     its writer took over the chunk's ``transactional.id`` (fencing every earlier writer of it):
     another run of the same snapshot (a Spark retry, or a second snapshot task that resumed it)
     may have committed it since the task started, and it must not be copied twice.
+
+    The offsets are read while the sibling tasks commit their chunks (a chunk's transaction on
+    the offsets topic stays open from its marker to the end of its commit, which waits for the
+    chunk's events, possibly longer than the take-over's settle time): the writers of the run's
+    other chunks and its control writer (``task["running"]``, see :meth:`SnapshotRun._task`) are
+    waited for, never taken over. This task's own chunks are not among them: a transaction of
+    theirs is a killed earlier attempt's, taken over as before.
     """
     config = ConnectorConfig.from_properties(task["connector"])
     partition = OffsetPartition(**task["partition"])
-    store = OffsetStore.for_connector(task["kafka"], config)
+    chunks = [Chunk.from_json(document) for document in chunk_documents]
+    own = {
+        chunk_transactional_id(config.topic_prefix, task["snapshot_id"], chunk.chunk_id) for chunk in chunks
+    }
+    running = set(task.get("running", ())) - own
+    store = OffsetStore.for_connector(task["kafka"], config, running=running)
     finished = store.finished_chunks(partition, task["snapshot_id"])
 
     def committed(chunk_id: str) -> bool:
@@ -106,7 +122,7 @@ def copy_chunks(task: dict[str, Any], chunk_documents: list[dict[str, Any]]) -> 
     results = []
     client = None
     try:
-        for chunk in [Chunk.from_json(document) for document in chunk_documents]:
+        for chunk in chunks:
             if chunk.chunk_id in finished:
                 results.append(ChunkResult(chunk.chunk_id, chunk.namespace, already_committed=True).to_dict())
                 continue
@@ -145,7 +161,15 @@ class SnapshotRun:
         self.store = assessment.store
         self.partitions = assessment.partitions
         self.control = control
-        self.copying = ParallelCopy(tasks, assessment.store, self.plan_partition)
+        # The progress of the copy is read while the chunks commit: it only shows, never takes a
+        # writer over (a chunk whose commit is slow would be fenced and fail).
+        progress_store = OffsetStore(
+            self.store.kafka_config,
+            self.store.topic,
+            read_timeout_s=self.store.read_timeout_s,
+            settling=Observe(log_level=logging.DEBUG),
+        )
+        self.copying = ParallelCopy(tasks, progress_store, self.plan_partition)
         # The run's id in the read events' __debezium.context.runId header (core/events/headers.py).
         self.run_id = new_run_id()
 
@@ -311,7 +335,7 @@ class SnapshotRun:
         pending = [chunk for chunk in plan.chunks if chunk.chunk_id not in finished]
         final = plan.final_chunk
         regular = [chunk for chunk in pending if final is None or chunk.chunk_id != final.chunk_id]
-        task = self._task(plan, starts)
+        task = self._task(plan, starts, pending)
         if regular:
             self.copying.run(task, regular, self.config.snapshot_max_threads, progress)
         if final is not None and final.chunk_id not in finished:
@@ -321,10 +345,22 @@ class SnapshotRun:
         phases["complete"] = round(time.monotonic() - completing, 3)
         return summary | {"phases_s": dict(phases)}
 
-    def _task(self, plan: SnapshotPlan, starts: Mapping[OffsetPartition, Position]) -> dict[str, Any]:
-        """What every task of the plan needs (the argument of :func:`copy_chunks`)."""
+    def _task(
+        self, plan: SnapshotPlan, starts: Mapping[OffsetPartition, Position], pending: list[Chunk]
+    ) -> dict[str, Any]:
+        """What every task of the plan needs (the argument of :func:`copy_chunks`).
+
+        ``running``: the writers of this run that commit beside its tasks, whose transactions the
+        tasks' reads wait for instead of taking them over: the writers of the chunks it copies
+        (``pending``) and its control writer. None of them can be a killed earlier writer's: a new
+        snapshot's chunk ids are new, a resumed one's unfinished chunks were taken over before any
+        task started (:meth:`_stored_plan`), and the control writer was taken over by this run
+        before it read (``run_snapshot``)."""
         partition = self.plan_partition
         spec = self.found.spec
+        prefix = self.config.topic_prefix
+        running = [chunk_transactional_id(prefix, plan.snapshot_id, chunk.chunk_id) for chunk in pending]
+        running.append(control_transactional_id(prefix))
         return {
             "connector": spec.connector,
             "mongo": spec.mongo,
@@ -339,6 +375,7 @@ class SnapshotRun:
             "replica_set": self.found.replica_set,
             # One run id for every chunk this run copies (Debezium's runId header: one per task start).
             "run_id": self.run_id,
+            "running": running,
         }
 
     def _complete(self, plan: SnapshotPlan, progress: Progress, starts, resumed: bool) -> dict[str, Any]:
