@@ -325,6 +325,27 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
     assert "Trigger Dag - mongocdc_resnapshot" in form, form[-2000:]
     for field in ("Mode", "Collections", "manual: chosen collections (or all), the offset stays"):
         assert field in form, form[-2000:]
+    # A collection without its database: Trigger gets the API server's refusal, one line in words
+    # above the form's fields, and no run.
+    runs_path = "/api/v2/dags/mongocdc_resnapshot/dagRuns"
+    runs = stack.api.call("GET", runs_path).json()["total_entries"]
+    browser.find_element(By.ID, "element_collections").send_keys("orders")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid='trigger-dag-submit']").click()
+    refusal = "Invalid input for param collections: `orders` is not `<database>.<collection>`."
+    alert = wait.until(
+        lambda b: b.find_element(By.XPATH, f"//*[starts-with(normalize-space(.), {refusal!r})]")
+    )
+    assert "Fix: write it as <database>.orders, e.g. shop.orders" in alert.text, alert.text
+    assert "\n" not in alert.text.strip() and "Failed validating" not in alert.text, alert.text
+    # Airflow's form shows it above its fields: the page scrolls up to it from Trigger.
+    field = browser.find_element(By.ID, "element_collections")
+    above = browser.execute_script(
+        "return arguments[0].getBoundingClientRect().bottom <= arguments[1].getBoundingClientRect().top;",
+        alert,
+        field,
+    )
+    assert above, alert.text
+    assert stack.api.call("GET", runs_path).json()["total_entries"] == runs
 
     # The MongoDB CDC tab of a connector's DAG: that connector's row only.
     browser.get(f"{base}/dags/mongocdc_orders_hourly/plugin/mongocdc-connector")
