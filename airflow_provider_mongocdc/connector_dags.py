@@ -6,8 +6,9 @@ A DAG file (see ``dags/mongocdc_connectors.py``) calls::
 
 The list is a JSON file, ``{"connectors": [<entry>, ...]}`` (or a bare list of entries); an entry's
 keys, their defaults and the DAG ids (:mod:`.core.base.dag_ids`): README, "The example DAGs". A
-``config_variable`` is read when a task runs (macro ``mongocdc_connector_config()``), never while
-the DAG files are parsed. An entry that is not valid yields none of its DAGs but a DAG of its own,
+``config_variable`` is read when a task runs (macro ``mongocdc_connector_config()``); while the DAG
+files are parsed only its ``topic.prefix`` is looked at (one topic prefix belongs to one connector,
+see :class:`Taken`). An entry that is not valid yields none of its DAGs but a DAG of its own,
 ``mongocdc_invalid_<name>``, whose name, description and Docs name the entry, the problem and the
 fix, and whose one task fails with that message (it runs once by itself). It is no import error on
 purpose: Airflow 3.3 marks every DAG of a file with an import error stale (gone from the DAG list,
@@ -556,8 +557,9 @@ def invalid_entry_dag(entry: Any, index: int, error: str, source: str, taken: se
 
 
 class Taken:
-    """The names and inline topic prefixes of the entries read so far: a later entry that repeats
-    one is invalid (one topic prefix, with its offsets and lease, belongs to one connector)."""
+    """The names and topic prefixes of the entries read so far: a later entry that repeats one is
+    invalid (one topic prefix, with its offsets and lease, belongs to one connector), wherever its
+    configuration lives (inline, or the Variable as it holds it now: :func:`listed_prefix`)."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
@@ -568,17 +570,35 @@ class Taken:
             raise ConnectorEntryError(
                 f"{connector.label}: the name {connector.name!r} is already used by {self.names[connector.name]}"
             )
-        prefix = (connector.config or {}).get("topic.prefix")
-        if isinstance(prefix, str) and prefix in self.prefixes:
+        prefix, where = listed_prefix(connector)
+        if prefix is not None and prefix in self.prefixes:
             raise ConnectorEntryError(
-                f"{connector.label}: its topic.prefix {prefix!r} is that of {self.prefixes[prefix]}; "
+                f"{connector.label}: its topic.prefix {prefix!r}{where} is that of {self.prefixes[prefix]}; "
                 "a topic prefix (with its offsets topic and its lease) belongs to one connector, and two "
                 "connectors sharing one would each commit positions past changes only the other emits. "
                 "Give each connector its own topic.prefix"
             )
         self.names[connector.name] = connector.label
-        if isinstance(prefix, str):
-            self.prefixes[prefix] = connector.label
+        if prefix is not None:
+            self.prefixes[prefix] = connector.label + where
+
+
+def listed_prefix(connector: Connector) -> tuple[str | None, str]:
+    """The connector's ``topic.prefix`` and, when it is not inline, where it is set (words for a
+    message): its Variable is read as it holds it now; None when it cannot be read (not set yet:
+    the connector's tasks say so when they run). The runs refuse offsets and leases written under
+    another connector's name in any case, for a Variable may change after the list was parsed."""
+    if connector.config is not None:
+        prefix = connector.config.get("topic.prefix")
+        return (prefix if isinstance(prefix, str) else None), ""
+    try:
+        properties = json.loads(connector.connector_config())
+    except Exception:  # noqa: BLE001 - not set or not readable now: its tasks report it
+        return None, ""
+    prefix = properties.get("topic.prefix") if isinstance(properties, Mapping) else None
+    if not isinstance(prefix, str) or not prefix:
+        return None, ""
+    return prefix, f" (in the Airflow Variable {connector.config_variable!r})"
 
 
 def connector_dags(

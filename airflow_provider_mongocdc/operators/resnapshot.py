@@ -304,13 +304,25 @@ class MongoResnapshotOperator(MongoSnapshotOperator):
         """Record an incremental snapshot request (or its stop) in the offsets topic; the windows
         do the copying. Returns at once, without the lease and without spark-submit."""
         from airflow_provider_mongocdc.core.events.filters import Filters
-        from airflow_provider_mongocdc.core.offsets.store import OffsetStore
+        from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
+        from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_prefix_owner
         from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
         from airflow_provider_mongocdc.hooks.kafka import KafkaConfigHook
 
-        store = OffsetStore(KafkaConfigHook(self.kafka_conn_id).get_kafka_config(), config.offsets_topic)
+        kafka_config = KafkaConfigHook(self.kafka_conn_id).get_kafka_config()
+        store = OffsetStore(kafka_config, config.offsets_topic)
         store.ensure_topic()
         prefix = config.topic_prefix
+        # Another connector's windows would copy what this one asks for: refused as its runs are.
+        read = store.read_records()
+        lease = ConnectorLease(kafka_config, prefix, store.topic).current(read.records)
+        check_prefix_owner(
+            store.read_everything(read.records).states,
+            lease.connector if lease else None,
+            prefix,
+            config.name,
+            store.topic,
+        )
         stored = store.incremental_request(prefix, prefix)
         current = IncrementalRequest.from_json(stored) if stored else None
         active = active_progress(store, prefix, current)

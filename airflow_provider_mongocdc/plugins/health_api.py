@@ -58,6 +58,7 @@ from airflow_provider_mongocdc.core.health.record import (
     Reading,
     Sources,
     connector_record,
+    other_owner_of,
     running_incremental,
     shown_error,
     utcnow,
@@ -360,7 +361,7 @@ def gather(connector: Connector, *, refresh: bool, now: datetime) -> dict[str, A
         sources["offsets"] = offsets
         if offsets.value is None:
             sources["oplog"] = Reading(None, offsets.as_of, "not checked: the offsets could not be read")
-        else:
+        elif other_owner_of(offsets.value, who) is None:  # another connector's positions: not probed
             view = offsets.value
 
             def details():

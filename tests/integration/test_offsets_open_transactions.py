@@ -10,7 +10,9 @@ commit over.
    offsets show`` and the MongoDB CDC page's reading say it is open.
 3. A window commit whose offset lies behind the committed one is refused before it is written.
 4. Two connectors (names) with one topic prefix: the second may neither commit over the first's
-   offsets nor take its lease; ``mongocdc offsets adopt`` hands them over.
+   offsets nor take its lease; ``mongocdc offsets adopt`` hands them over. Its snapshot, its window
+   and its incremental snapshot request are refused in words as soon as the prefix's positions (of
+   any partition) or its lease name the first, and change nothing.
 """
 
 from __future__ import annotations
@@ -232,6 +234,92 @@ def test_two_connectors_with_one_topic_prefix_cannot_commit_over_each_other_unti
     summary = run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
     assert summary["events"] == 1  # the other collection's insert
     assert store.read(partition).connector == "second" and store.read(partition).windows == 2
+
+
+class ChunksInThreads:
+    """The snapshot's chunk copies as threads of this process (``ChunkTasks`` without Spark)."""
+
+    def start(self, description: str) -> None:
+        pass
+
+    def run(self, copy, groups: list) -> list:
+        return [copy(group) for group in groups]
+
+
+def test_a_run_of_another_connector_is_refused_by_the_prefixs_positions_or_lease_and_changes_nothing(
+    mongodb_uri, kafka_bootstrap, unique_name, operator_connections
+):
+    from types import SimpleNamespace
+
+    from airflow_provider_mongocdc.core.jobspec import JobSpec
+    from airflow_provider_mongocdc.core.snapshot.run import run_snapshot
+    from airflow_provider_mongocdc.operators.resnapshot import MongoResnapshotOperator
+
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    database = unique_name[:40]
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        client[database].items.insert_many([{"_id": n} for n in range(3)])
+
+    # The first connector's positions, of a partition the second never streams (another
+    # deployment under the same topic prefix): the second's snapshot copies nothing.
+    positions = f"{unique_name}_p"
+    second = connector(positions, database, {"name": "second"})
+    store = SettledOffsetStore(kafka, f"{positions}.offsets")
+    store.ensure_topic()
+    elsewhere = OffsetPartition(positions, "rs_elsewhere")
+    store.write(
+        elsewhere, OffsetState(position=Position(cluster_time=Timestamp(1_800_000_000, 1)), connector="first")
+    )
+    spec = JobSpec("snapshot", second, {"connection_string": mongodb_uri}, kafka, {})
+    with pytest.raises(OffsetError) as refused:
+        run_snapshot(spec, ChunksInThreads())
+    words = str(refused.value)
+    assert "Connector 'second'" in words and "last written by connector 'first'" in words, words
+    assert "topic.prefix of its own" in words and "mongocdc offsets adopt" in words, words
+    assert set(store.read_all()) == {elsewhere}  # no snapshot of the second started
+
+    # The first connector's lease (its window runs, or was killed), on positions nobody named (set
+    # by mongocdc offsets set): the second's window and snapshot are refused, nothing is committed.
+    leased = f"{unique_name}_l"
+    first = connector(leased, database, {"name": "first"})
+    second = {**first, "name": "second"}
+    store, partition = seed_offset(mongodb_uri, kafka, second)
+    seeded = store.read(partition)
+    assert seeded.connector is None
+    ConnectorLease.for_config(kafka, ConnectorConfig.from_properties(first)).acquire(
+        "mongocdc_first_hourly/scheduled__1/window", WINDOW, 600
+    )
+    with MongoClient(mongodb_uri, serverSelectionTimeoutMS=20000) as client:
+        end = end_after_insert(client[database].items, {"_id": 10}, f"{database}_m")
+    config = ConnectorConfig.from_properties(second)
+    (target,) = plan_streams(connection_details({"connection_string": mongodb_uri}), config)
+    with pytest.raises(LeaseHeldError) as refused:
+        run_window(target, config, kafka, WindowParams(end, idle_timeout_s=60))
+    words = str(refused.value)
+    assert "Connector 'second'" in words and "last taken by connector 'first'" in words, words
+    assert "topic.prefix of its own" in words, words
+    with pytest.raises(LeaseHeldError, match="last taken by connector 'first'"):
+        run_snapshot(
+            JobSpec("snapshot", second, {"connection_string": mongodb_uri}, kafka, {}), ChunksInThreads()
+        )
+    assert store.read_all() == {partition: seeded}
+
+    # The second's incremental snapshot request would have the first's windows copy: refused too.
+    context = {
+        "ti": SimpleNamespace(
+            dag_id="mongocdc_second_resnapshot", task_id="resnapshot", run_id="manual__1", map_index=-1
+        )
+    }
+    operator = MongoResnapshotOperator(
+        task_id="resnapshot",
+        connector_config=second,
+        mode="incremental",
+        reason="test",
+        **operator_connections("second", mongodb_uri, kafka),
+    )
+    with pytest.raises(LeaseHeldError, match="last taken by connector 'first'"):
+        operator.execute(context)
+    assert store.incremental_request(leased, leased) is None
 
 
 def test_a_transaction_open_from_the_topics_first_record_is_seen_and_taken_over(kafka_config, unique_name):

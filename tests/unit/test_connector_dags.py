@@ -156,6 +156,48 @@ def test_a_second_entry_with_the_same_topic_prefix_is_invalid_and_names_both(tmp
     assert "Give each connector its own topic.prefix" in text
 
 
+def test_a_topic_prefix_held_in_a_variable_is_taken_like_an_inline_one(tmp_path, monkeypatch):
+    # The Variable's prefix counts where the configuration lives (read while the list is parsed,
+    # for this check only): an inline entry after it, and a Variable entry after an inline one,
+    # are the invalid entry's DAG with the words of a repeated inline prefix.
+    monkeypatch.setenv("AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG", json.dumps({"topic.prefix": "shop"}))
+    monkeypatch.setenv("AIRFLOW_VAR_USERS_CDC", json.dumps({"topic.prefix": "orders"}))
+    connectors = [
+        {"name": "default", "config_variable": "mongocdc_connector_config"},
+        {"name": "shopdup", "config": {"topic.prefix": "shop"}},
+        {"name": "orders", "config": {"topic.prefix": "orders"}},
+        {"name": "users", "config_variable": "users_cdc"},
+        {"name": "unset", "config_variable": "no_such_variable"},  # read when its tasks run
+    ]
+    bag = load(dag_folder(tmp_path, connectors), monkeypatch)
+    assert not bag.import_errors, bag.import_errors
+    assert sorted(bag.dags) == sorted(
+        [
+            *(f"mongocdc_{kind}" for kind in ("hourly", "resnapshot", "watchdog")),
+            *(
+                f"mongocdc_{name}_{kind}"
+                for name in ("orders", "unset")
+                for kind in ("hourly", "resnapshot", "watchdog")
+            ),
+            "mongocdc_invalid_shopdup",
+            "mongocdc_invalid_users",
+        ]
+    )
+    shopdup = bag.dags["mongocdc_invalid_shopdup"].description
+    assert (
+        "connector entry #2 ('shopdup'): its topic.prefix 'shop' is that of connector entry #1 ('default')"
+        in shopdup
+    )
+    assert "('default') (in the Airflow Variable 'mongocdc_connector_config'); a topic prefix" in shopdup
+    assert "Give each connector its own topic.prefix" in shopdup
+    users = bag.dags["mongocdc_invalid_users"].description
+    assert (
+        "connector entry #4 ('users'): its topic.prefix 'orders' (in the Airflow Variable 'users_cdc') "
+        "is that of connector entry #3 ('orders')"
+    ) in users
+    assert "Give each connector its own topic.prefix" in users
+
+
 def test_invalid_entries_without_a_usable_name_are_numbered_and_never_take_a_valid_dag_id(
     tmp_path, monkeypatch
 ):

@@ -210,6 +210,40 @@ def test_no_configuration_is_a_problem_in_words_and_nothing_is_read():
     assert shown["offsets"]["partitions"] == [] and shown["lease"] == {"state": "free"}
 
 
+def test_offsets_or_a_lease_of_another_connector_are_not_shown_as_this_ones():
+    # shopdup has the topic prefix of default, which ran: its row is no "OK" with default's position.
+    import html as markup
+
+    state = state_at(754, connector="default")
+    read = Sources(offsets=view(state), oplog=Reading(report_with_headroom(state, 9000), NOW))
+    shown = record(read, name="shopdup")
+    assert shown["status"] == "error"
+    assert shown["problems"][0].startswith(
+        "offsets: the topic prefix 'shop' belongs to connector 'default' (its offsets were last written "
+        "by connector 'default'), so they are not shown as connector 'shopdup''s and its runs are refused"
+    ), shown["problems"]
+    assert shown["offsets"]["belongs_to"] == "default"
+    assert shown["offsets"]["partitions"] == [] and shown["offsets"]["lag_seconds"] is None
+    assert shown["oplog"]["partitions"] == [] and shown["oplog"]["headroom_seconds"] is None
+    page = markup.unescape(
+        render_page(
+            [shown], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+        )
+    )
+    assert "belongs to connector 'default'" in page and "2026-11-26 11:47:26" not in page
+    assert 'data-lag-seconds="754"' not in page
+    # default's own row shows them.
+    assert record(read)["offsets"]["partitions"][0]["lag_seconds"] == 754
+
+    # A lease taken by another connector's run tells the same, whoever wrote the positions.
+    held = Lease(
+        "mongocdc_hourly/scheduled__1/window", "window", NOW, NOW + timedelta(minutes=55), connector="default"
+    )
+    shown = record(Sources(offsets=view(state_at(10), held)), name="shopdup")
+    assert shown["status"] == "error" and shown["offsets"]["partitions"] == []
+    assert "its lease was last taken by connector 'default'" in shown["problems"][0], shown["problems"]
+
+
 def test_cache_keeps_a_reading_for_its_ttl_then_reads_again():
     clock = [100.0]
     reads = []

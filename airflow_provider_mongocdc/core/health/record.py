@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 
@@ -37,7 +37,7 @@ from airflow_provider_mongocdc.core.offsets.model import (
     timestamp_datetime,
 )
 from airflow_provider_mongocdc.core.offsets.open_window import open_window_of
-from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents
+from airflow_provider_mongocdc.core.offsets.store import OffsetTopicContents, other_owner
 from airflow_provider_mongocdc.core.snapshot.incremental import (
     REQUESTED,
     IncrementalProgress,
@@ -441,6 +441,8 @@ def connector_record(
                 f"DAGs not registered in Airflow yet: {', '.join(missing)} (see DAG import errors)",
             )
     record.update(_offsets_parts(identity, sources, found))
+    if record["offsets"].get("belongs_to") is not None:  # another connector's positions: not probed
+        sources = replace(sources, oplog=None, documents_left=None)
     record["oplog"] = _oplog_part(identity, sources, headroom_threshold_seconds, found)
     record.update(_airflow_parts(identity, sources, found))
     record["status"] = found.status()
@@ -455,6 +457,18 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
     view: OffsetsView | None = found.read(
         offsets, sources.offsets, ERROR_STATUS, "Kafka: the offsets could not be read"
     )
+    owner = other_owner_of(view, identity) if view is not None else None
+    if owner is not None:  # one topic prefix belongs to one connector: not shown as this one's
+        other, partition = owner
+        offsets["belongs_to"] = other
+        found.add(ERROR_STATUS, foreign_words(identity, other, partition))
+        lease = view.lease if partition is None else None
+        return {
+            "offsets": offsets,
+            "lease": (lease_part(lease, now) | {"connector": other} if lease else {"state": "free"})
+            | (sources.offsets.meta(now) if sources.offsets is not None else {}),
+            "incremental_snapshot": None,
+        }
     if view is not None:
         rows = [
             position_row(partition, state, now)
@@ -489,6 +503,31 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
             incremental_part(view, sources.documents_left, identity.chunk_size, now) if view else None
         ),
     }
+
+
+def other_owner_of(
+    view: OffsetsView, identity: ConnectorIdentity
+) -> tuple[str, OffsetPartition | None] | None:
+    """Another connector that last wrote the view's positions (its name and the partition) or took
+    its lease (its name and None); None when they are the connector's own or written without a
+    name. Its runs are refused (:func:`~airflow_provider_mongocdc.core.offsets.store.check_prefix_owner`)."""
+    lease_connector = view.lease.connector if view.lease is not None else None
+    return other_owner(view.states, lease_connector, identity.topic_prefix or "", identity.name)
+
+
+def foreign_words(identity: ConnectorIdentity, other: str, partition: OffsetPartition | None) -> str:
+    """The problem of a connector whose topic prefix holds another connector's offsets or lease."""
+    what = (
+        f"its lease was last taken by connector {other!r}"
+        if partition is None
+        else f"its offsets were last written by connector {other!r}"
+    )
+    return (
+        f"offsets: the topic prefix {identity.topic_prefix!r} belongs to connector {other!r} ({what}), "
+        f"so they are not shown as connector {identity.name!r}'s and its runs are refused: give "
+        f"connector {identity.name!r} a topic.prefix of its own (if it replaces {other!r}: mongocdc "
+        f"offsets adopt --topic-prefix {identity.topic_prefix} --name {identity.name} --yes)"
+    )
 
 
 def _oplog_part(

@@ -20,7 +20,7 @@ from bson import json_util
 from bson.timestamp import Timestamp
 from confluent_kafka import KafkaException
 
-from airflow_provider_mongocdc.core.base.errors import OffsetError
+from airflow_provider_mongocdc.core.base.errors import LeaseHeldError, OffsetError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.events.schema import Record
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, describe_topic, ensure_topics
@@ -521,6 +521,57 @@ def check_owner(
         fix=f"give connector {connector!r} a topic.prefix of its own; if {connector!r} replaces "
         f"{written_by!r} (a renamed connector), hand the offsets over with mongocdc offsets adopt "
         f"--topic-prefix {partition.server_id} --name {connector} --yes",
+    )
+
+
+def other_owner(
+    states: Mapping[OffsetPartition, OffsetState],
+    lease_connector: str | None,
+    server_id: str,
+    connector: str | None,
+) -> tuple[str, OffsetPartition | None] | None:
+    """``(the name, the partition)`` of another connector than ``connector`` that last wrote the
+    offset of a partition of topic prefix ``server_id`` (any partition), else ``(the name, None)``
+    when another connector took its lease (``lease_connector``: the name in the stored lease, live
+    or expired); None when none did. Offsets and leases written without a name (``mongocdc offsets
+    set``, older versions) belong to whoever runs."""
+    if connector is None:
+        return None
+    for partition, state in sorted(states.items(), key=lambda item: (item[0].rs, item[0].connector)):
+        if partition.server_id == server_id and state.connector not in (None, connector):
+            return state.connector, partition
+    if lease_connector not in (None, connector):
+        return lease_connector, None
+    return None
+
+
+def check_prefix_owner(
+    states: Mapping[OffsetPartition, OffsetState],
+    lease_connector: str | None,
+    server_id: str,
+    connector: str | None,
+    topic: str,
+) -> None:
+    """Refuse a run of connector ``connector`` on topic prefix ``server_id`` when another connector
+    last wrote one of its offsets (any partition, not only those the run streams) or took its lease
+    (:func:`other_owner`): the run would commit positions past changes that only the other emits,
+    or copy into its topics. Every run checks it before it writes, with the configuration it runs
+    with (a Variable may have changed since the connector list was parsed)."""
+    found = other_owner(states, lease_connector, server_id, connector)
+    if found is None:
+        return
+    other, partition = found
+    if partition is not None:
+        check_owner(partition, other, connector, topic)
+    raise LeaseHeldError(
+        f"Connector {connector!r} may not run on topic prefix {server_id!r}: its lease in {topic!r} was "
+        f"last taken by connector {other!r}",
+        cause=f"connectors {other!r} and {connector!r} have the same topic.prefix {server_id!r}; a topic "
+        "prefix (its offsets and its lease) belongs to one connector, and a shared one would commit "
+        "positions past changes the other connector never emitted",
+        fix=f"give connector {connector!r} a topic.prefix of its own; if {connector!r} replaces {other!r} "
+        f"(a renamed connector), let the last run of {other!r} end, then hand the offsets over with "
+        f"mongocdc offsets adopt --topic-prefix {server_id} --name {connector} --yes",
     )
 
 

@@ -22,8 +22,9 @@ from airflow_provider_mongocdc.core.mongo.topology import (
     ShardAddress,
     discover,
 )
+from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_prefix_owner
 from airflow_provider_mongocdc.core.offsets.writers import take_over, window_transactional_id
 from airflow_provider_mongocdc.core.snapshot.decision import NOTHING, decide, resume_point_purged
 from airflow_provider_mongocdc.core.snapshot.plan import parse_namespaces
@@ -90,10 +91,19 @@ class Assessment:
         # The streams' window writers too: none of a killed window's transactions stays open.
         take_over(spec.kafka, [window_transactional_id(config.topic_prefix, p.rs) for p in self.partitions])
         try:
-            self.everything = self.store.read_everything()
+            read = self.store.read_records()
+            self.everything = self.store.read_everything(read.records)
+            self.everything.open_transactions = read.open_transactions
             self.states = {partition: self.everything.states.get(partition) for partition in self.partitions}
-            for partition, state in self.states.items():  # another connector's offsets: refused
-                check_owner(partition, state.connector if state else None, config.name, self.store.topic)
+            # Another connector's offsets (of any partition of the prefix) or lease: refused.
+            lease = ConnectorLease(spec.kafka, config.topic_prefix, self.store.topic).current(read.records)
+            check_prefix_owner(
+                self.everything.states,
+                lease.connector if lease else None,
+                config.topic_prefix,
+                config.name,
+                self.store.topic,
+            )
             self.decision = decide(self.states, config.snapshot_mode, force=self.force, purged=self._purged)
         except BaseException:
             self.close()

@@ -34,14 +34,14 @@ from airflow_provider_mongocdc.core.events.topics import TopicNamer
 from airflow_provider_mongocdc.core.kafka.admin import end_offsets
 from airflow_provider_mongocdc.core.kafka.writer import TransactionalWriter
 from airflow_provider_mongocdc.core.mongo.connection import connect
-from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, held_error
+from airflow_provider_mongocdc.core.offsets.lease import SNAPSHOT, WINDOW, ConnectorLease, Lease, held_error
 from airflow_provider_mongocdc.core.offsets.model import (
     Position,
     describe_position,
     position_time,
     timestamp_datetime,
 )
-from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_owner
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore, check_prefix_owner
 from airflow_provider_mongocdc.core.offsets.writers import window_transactional_id
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress, IncrementalRequest
 from airflow_provider_mongocdc.core.window.batch import BatchSender, WindowBatch
@@ -145,10 +145,18 @@ class StreamWindow:
         config, partition = self.scope.config, self.scope.partition
         self.store.ensure_topic()
         records = self.store.read_committed_records()
-        self._check_lease(records)
         contents = self.store.read_everything(records)
+        lease = ConnectorLease(self.kafka_config, config.topic_prefix, self.store.topic).current(records)
+        # Another connector's positions (of any partition of the prefix) or lease: refused.
+        check_prefix_owner(
+            contents.states,
+            lease.connector if lease else None,
+            partition.server_id,
+            config.name,
+            self.store.topic,
+        )
+        self._check_lease(lease)
         state = contents.states.get(partition)
-        check_owner(partition, state.connector if state else None, config.name, self.store.topic)
         request = contents.requests.get((partition.connector, partition.server_id))
         request = IncrementalRequest.from_json(request) if request else None
         self.start = starting_position(state, config, partition, self.store.topic)
@@ -157,11 +165,10 @@ class StreamWindow:
             self.reader.position = self.start
         return request
 
-    def _check_lease(self, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    def _check_lease(self, lease: Lease | None) -> None:
         """Refuse to run while a snapshot of the connector holds its lease (see
-        :mod:`airflow_provider_mongocdc.core.offsets.lease`); ``records``: the offsets topic's."""
+        :mod:`airflow_provider_mongocdc.core.offsets.lease`); ``lease``: the stored one."""
         prefix = self.scope.config.topic_prefix
-        lease = ConnectorLease(self.kafka_config, prefix, self.store.topic).current(records)
         if lease is not None and lease.live() and lease.kind == SNAPSHOT:
             raise held_error(prefix, lease, WINDOW, f"stream window of {self.scope.partition.rs}")
 
