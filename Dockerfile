@@ -14,4 +14,4 @@ USER airflow
 COPY --chown=airflow:root pyproject.toml README.md constraints.txt /opt/mongocdc/
 COPY --chown=airflow:root airflow_provider_mongocdc /opt/mongocdc/airflow_provider_mongocdc
 COPY --chown=airflow:root spark_apps /opt/mongocdc/spark_apps
-RUN pip install --no-cache-dir -c /opt/mongocdc/constraints.txt "/opt/mongocdc[delta]"
+RUN pip install --no-cache-dir -c /opt/mongocdc/constraints.txt "/opt/mongocdc[delta,iceberg]"

@@ -23,7 +23,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,delta]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,delta,iceberg]"
 	touch $@
 
 install: $(VENV)/.installed

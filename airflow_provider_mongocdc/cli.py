@@ -183,7 +183,14 @@ def _parser() -> argparse.ArgumentParser:
     for option, metavar, help_text in _KAFKA_OPTIONS:
         kafka.add_argument(option, metavar=metavar, help=help_text)
     reset_positions.add_argument(
-        "--table", required=True, metavar="URI", help="the table: <location>/<database>/<collection>"
+        "--table",
+        required=True,
+        metavar="URI",
+        help="the table: <location>/<database>/<collection> (Delta; Iceberg in the SQL catalog under the "
+        "location), or iceberg://<iceberg connection>/<namespace>/<table>",
+    )
+    reset_positions.add_argument(
+        "--format", choices=("delta", "iceberg"), default="delta", help="the table's format (default delta)"
     )
     reset_positions.add_argument(
         "--topic", required=True, help="the table's topic: <topic prefix>.<db>.<coll>"
@@ -336,7 +343,10 @@ def _tables(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     from airflow_provider_mongocdc.core.apply.run import reset_positions
     from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
-    from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
+
+    if args.format == "iceberg" or args.table.startswith("iceberg://"):
+        return reset_positions(_iceberg_store(args.table), _kafka_config(args), args.topic)
+    from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 
     storage_options: dict[str, str] = {}
     if args.storage_conn_id:
@@ -346,6 +356,30 @@ def _tables(args: argparse.Namespace) -> dict[str, Any] | None:
         storage_options = DeltaStorageHook(args.storage_conn_id).storage_options(scheme)
     store = DeltaTableStore(args.table, storage_options, conn_id=args.storage_conn_id)
     return reset_positions(store, _kafka_config(args), args.topic)
+
+
+def _iceberg_store(table: str):
+    """The Iceberg table of ``--table``: ``iceberg://<connection>/<namespace>/<table>`` (its catalog from
+    that Airflow connection), or ``<location>/<database>/<collection>`` (the SQL catalog under the
+    location)."""
+    from airflow_provider_mongocdc.core.apply.settings import TableSettings
+    from airflow_provider_mongocdc.tables.iceberg import IcebergTableStore
+
+    if table.startswith("iceberg://"):
+        parts = table.removeprefix("iceberg://").split("/")
+        if len(parts) != 3 or not all(parts):
+            raise ConfigError(
+                f"--table {table!r} is not iceberg://<connection>/<namespace>/<table>",
+                fix="give the table as the MongoDB CDC page and its asset name it",
+            )
+        conn_id, namespace, name = parts
+        from airflow_provider_mongocdc.hooks.iceberg import IcebergCatalogHook
+
+        properties = IcebergCatalogHook(conn_id).catalog_properties()
+        return IcebergTableStore(properties, (namespace, name), conn_id=conn_id, uri=table)
+    path = Path(table)
+    settings = TableSettings.from_mapping({"format": "iceberg", "location": str(path.parent.parent)})
+    return IcebergTableStore(settings.default_catalog(), (path.parent.name, path.name))
 
 
 def _execute(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -710,7 +710,7 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
             max_duration=WINDOW_MAX_DURATION_S,
             open_window=connector.open.to_entry() if connector.open else None,
             # An open window's tables follow its topics while it is open (delta_apply finds the rest).
-            delta=connector.delta.to_json() if connector.delta and connector.open else None,
+            tables=connector.delta.to_json() if connector.delta and connector.open else None,
             **WINDOW_RETRIES,
             **connector.arguments(MongoStreamWindowOperator),
         )

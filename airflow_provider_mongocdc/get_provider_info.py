@@ -40,6 +40,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_mongocdc.hooks.offsets",
                     "airflow_provider_mongocdc.hooks.spark_submit",
                     "airflow_provider_mongocdc.hooks.delta",
+                    "airflow_provider_mongocdc.hooks.iceberg",
                 ],
             }
         ],
@@ -51,6 +52,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_mongocdc.operators.stream_window",
                     "airflow_provider_mongocdc.operators.resnapshot",
                     "airflow_provider_mongocdc.operators.delta_apply",
+                    "airflow_provider_mongocdc.operators.table_apply",
                 ],
             }
         ],

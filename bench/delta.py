@@ -56,7 +56,7 @@ from airflow_provider_mongocdc.core.events.java_json import document_writer
 from airflow_provider_mongocdc.core.jobspec import JobSpec
 from airflow_provider_mongocdc.core.kafka.admin import TopicSpec, ensure_topics
 from airflow_provider_mongocdc.operators.base import application_path
-from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
+from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 from bench.services import Services
 
 GOAL_CHANGES_PER_CPU_S = 50_000

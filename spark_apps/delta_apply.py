@@ -1,12 +1,14 @@
-"""spark-submit entry point of the Delta apply: ``delta_apply.py --job-spec PATH [--result PATH]``.
+"""spark-submit entry point of the table apply: ``delta_apply.py --job-spec PATH [--result PATH]``.
 
-The connector's collection topics, each applied to its Delta table (``core/apply``, delta-rs in
-``spark_apps/delta_tables.py``). The driver finds the topics, checks the location and every table
+The connector's collection topics, each applied to its table, Delta or Iceberg (``core/apply``; the
+format's adapter in :mod:`airflow_provider_mongocdc.tables`, chosen by
+:mod:`~airflow_provider_mongocdc.spark_apps.table_tasks`). The driver finds the topics, checks the location and every table
 (who wrote it, its columns) before any table changes, then applies one table per Spark task, or,
 with the ``in_driver`` parameter (the operator sets it on a ``local[...]`` master), every table here
 in the driver without starting a SparkContext, as windows of one stream do. The job spec's
-``params``: ``delta`` (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`),
-``storage_options`` (from the storage connection: inside the spec file and the task closures only),
+``params``: ``tables`` (or ``delta``; :class:`~airflow_provider_mongocdc.core.apply.settings.TableSettings`),
+``storage_options`` (from the storage or catalog connection: inside the spec file and the task
+closures only),
 ``in_driver``. Reasons: docs/design.md, "Delta Lake tables".
 """
 
@@ -27,19 +29,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.settings import TableSettings
 from airflow_provider_mongocdc.core.apply.topics import data_topics
 from airflow_provider_mongocdc.core.base.lifetime import die_with_parent
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.spark_apps.delta_tables import (
+from airflow_provider_mongocdc.spark_apps.runtime import main
+from airflow_provider_mongocdc.spark_apps.table_tasks import (
     apply_table_task,
+    check_location,
     check_table,
-    check_writable,
-    keep_pandas_out_of_pyarrow,
     table_task,
 )
-from airflow_provider_mongocdc.spark_apps.runtime import main
+from airflow_provider_mongocdc.tables.arrow import keep_pandas_out_of_pyarrow
 
 APPLICATION = "delta_apply"
 log = logging.getLogger("airflow_provider_mongocdc.delta_apply")
@@ -69,14 +71,21 @@ def merge_summaries(tables: list[Mapping[str, Any]], location: str, started: flo
     return summary
 
 
+def tables_param(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The job spec's table settings: ``tables`` (any format), or ``delta`` (the Delta format)."""
+    if params.get("tables") is not None:
+        return params["tables"]
+    return {"format": "delta", **params["delta"]}
+
+
 def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     started = time.monotonic()
     if spec.params.get("in_driver"):  # no SparkContext in this process: it is the apply's alone
         keep_pandas_out_of_pyarrow()
     config = ConnectorConfig.from_properties(spec.connector)
-    settings = DeltaSettings.from_mapping(spec.params["delta"])
+    settings = TableSettings.from_mapping(tables_param(spec.params))
     storage_options = spec.params.get("storage_options") or {}
-    check_writable(settings.location, settings.conn_id)
+    check_location(settings)
     topics = [topic for topic in data_topics(spec.kafka, config) if settings.wanted(topic.namespace)]
     tasks = [
         table_task(spec.connector, spec.kafka, settings.to_json(), storage_options, topic) for topic in topics
@@ -84,9 +93,10 @@ def job(spark: Any, spec: JobSpec) -> dict[str, Any]:
     for task in tasks:  # before any table changes
         check_table(task)
     log.info(
-        "Delta apply of %s to %s: %d table(s) %s",
+        "%s apply of %s to %s: %d table(s) %s",
+        settings.format.capitalize(),
         config.in_words(),
-        settings.location,
+        settings.location or f"the catalog of {settings.conn_id!r}",
         len(tasks),
         ", ".join(task["topic"] for task in tasks) or "(no collection topic yet)",
     )

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mongocdc.core.apply.follow import Follower
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.settings import TableSettings
 from airflow_provider_mongocdc.core.apply.snapshots import StatusReader
 from airflow_provider_mongocdc.core.apply.topics import StableEnds, data_topics
 from airflow_provider_mongocdc.core.base.durations import parse_duration
@@ -50,7 +50,7 @@ def follow_params(spec: JobSpec) -> Mapping[str, Any] | None:
     """The ``follow_delta`` parameter of a window's job spec: ``delta`` (the connector's settings),
     ``storage_options``, ``every`` (seconds between passes); None: no follower."""
     value = spec.params.get("follow_delta")
-    return value if isinstance(value, Mapping) and value.get("delta") else None
+    return value if isinstance(value, Mapping) and (value.get("tables") or value.get("delta")) else None
 
 
 class FollowerProcess:
@@ -108,20 +108,21 @@ def start(spec: JobSpec) -> FollowerProcess | None:
 
 def job(spec: JobSpec, stopped: threading.Event) -> dict[str, Any]:
     """Follow the connector's topics until ``stopped`` is set, then a last pass."""
-    from airflow_provider_mongocdc.spark_apps.delta_tables import (
+    from airflow_provider_mongocdc.spark_apps.delta_apply import tables_param
+    from airflow_provider_mongocdc.spark_apps.table_tasks import (
         apply_table_task,
+        check_location,
         check_table,
-        check_writable,
-        keep_pandas_out_of_pyarrow,
         table_task,
     )
+    from airflow_provider_mongocdc.tables.arrow import keep_pandas_out_of_pyarrow
 
     keep_pandas_out_of_pyarrow()
     config = ConnectorConfig.from_properties(spec.connector)
-    settings = DeltaSettings.from_mapping(spec.params["delta"])
+    settings = TableSettings.from_mapping(tables_param(spec.params))
     storage_options = spec.params.get("storage_options") or {}
     every_s = parse_duration(spec.params.get("every", 5.0), "follow")
-    check_writable(settings.location, settings.conn_id)
+    check_location(settings)
     tasks: dict[str, dict[str, Any]] = {}
 
     def topics() -> list[str]:

@@ -1,210 +1,47 @@
-"""The operator that keeps every captured collection as a Delta Lake table (``spark_apps/delta_apply.py``)."""
+"""The operator that keeps every captured collection as a Delta Lake table: the table apply operator
+of the ``delta`` format (:mod:`airflow_provider_mongocdc.operators.table_apply`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias
+from airflow_provider_mongocdc.operators.table_apply import (
+    DELTA_ASSET_ALIAS,
+    MongoTableApplyOperator,
+    delta_alias,
+    table_asset,
+    table_asset_uri,
+)
 
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
-from airflow_provider_mongocdc.core.base.errors import ConfigError
-from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.jobspec import JobSpec
-from airflow_provider_mongocdc.core.window.summary import counts_words
-from airflow_provider_mongocdc.lineage import kafka_namespace, literal_topic_prefix
-from airflow_provider_mongocdc.operators.base import MongoCdcSparkSubmitOperator, parse_connector_config
-
-# The AssetAlias of an apply task: each run attaches the Asset of every table it changed.
-DELTA_ASSET_ALIAS = "mongocdc.delta"
+__all__ = ["DELTA_ASSET_ALIAS", "MongoDeltaApplyOperator", "delta_alias", "table_asset", "table_asset_uri"]
 
 
-def delta_alias(topic_prefix: str | None) -> AssetAlias:
-    """``mongocdc.<topic.prefix>.delta`` when the prefix is known at parse time, else ``mongocdc.delta``."""
-    return AssetAlias(f"mongocdc.{topic_prefix}.delta" if topic_prefix else DELTA_ASSET_ALIAS)
-
-
-def table_asset_uri(table_uri: str) -> str:
-    """A table's Asset URI: its object-store URI, or ``file://`` and its absolute path."""
-    return table_uri if "://" in table_uri else "file://" + table_uri
-
-
-def table_asset(topic_prefix: str, collection: str, table_uri: str) -> Asset:
-    """The Asset of one collection's Delta table."""
-    return Asset(
-        uri=table_asset_uri(table_uri), name=f"mongocdc.{topic_prefix}.{collection}.delta", group="mongocdc"
-    )
-
-
-class MongoDeltaApplyOperator(MongoCdcSparkSubmitOperator):
-    """Apply the connector's collection topics to one Delta Lake table per collection, exactly once.
-
-    Each table (``<location>/<database>/<collection>``) records the topic positions it has applied
-    in the same Delta commit as the rows (application transactions); a run reads the topic
-    (``read_committed``) from there to its end and commits batches of ``max_batch_events`` (never
-    inside a MongoDB transaction). A killed run leaves each table at its last commit; the next run
-    continues there, so nothing is applied twice or skipped. Deletes and tombstones remove rows
-    (``soft_delete``: mark them), completed snapshots sweep rows that are gone from MongoDB, and
-    the tables are compacted and vacuumed on their schedule. Topics written by Debezium 2.x/3.x's
-    MongoDB connector apply the same way. The layout, the rules and how to query the tables:
-    README, "Delta Lake tables". Returns (and pushes to XCom) the summary per table: events by
-    operation, rows written, deleted and swept, commits, version, positions, how many records it is
-    behind, values that did not fit their declared column.
-
-    No connector lease is taken (the apply changes no offsets; one writer per table is kept by
-    Delta's own commit check and, in the connector's DAGs, by the connector's pool).
+class MongoDeltaApplyOperator(MongoTableApplyOperator):
+    """:class:`~airflow_provider_mongocdc.operators.table_apply.MongoTableApplyOperator` of Delta
+    Lake tables.
 
     :param delta: the Delta settings (a mapping or its JSON): ``location`` (local path or
         object-store URI, required), ``conn_id``, ``columns``, ``soft_delete``, ``collections``,
-        ``max_batch_events``, ``compact_every``, ``vacuum_every``, ``vacuum_retention``
-        (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`). (templated)
-    :param apply_in_driver: where the tables are applied: ``"auto"`` (default) in the
-        application's driver on a ``local[...]`` Spark master, else one Spark task per table;
-        ``True``/``False`` to choose.
-    Other parameters: see :class:`MongoCdcSparkSubmitOperator` (``connector_config``,
-    ``kafka_conn_id``, ``spark_conn_id`` and SparkSubmitOperator's; ``mongo_conn_id`` is not used).
+        ``max_batch_events``, ``compact_every``, ``vacuum_every``, ``vacuum_retention``,
+        ``fail_on_misfit``, ``follow_every``
+        (:class:`~airflow_provider_mongocdc.core.apply.settings.TableSettings`). (templated)
     """
 
-    application_name = "delta_apply"
-    lease_kind = ""  # no lease: the apply writes no offsets
-    template_fields: Sequence[str] = (*MongoCdcSparkSubmitOperator.template_fields, "delta")
-    template_fields_renderers = {**MongoCdcSparkSubmitOperator.template_fields_renderers, "delta": "json"}
-    ui_color = "#00add4"
+    template_fields: Sequence[str] = (
+        *(name for name in MongoTableApplyOperator.template_fields if name != "tables"),
+        "delta",
+    )
+    template_fields_renderers = {**MongoTableApplyOperator.template_fields_renderers, "delta": "json"}
+    table_format = "delta"
 
-    def __init__(
-        self, *, delta: Mapping[str, Any] | str, apply_in_driver: bool | str = "auto", **kwargs: Any
-    ):
-        if apply_in_driver not in (True, False, "auto"):
-            raise ConfigError(
-                f"apply_in_driver {apply_in_driver!r} is not one of True, False, 'auto'",
-                fix="leave the default 'auto' (in the driver on a local Spark master), or pass True or False",
-            )
-        if "outlets" not in kwargs:
-            kwargs["outlets"] = [delta_alias(literal_topic_prefix(kwargs.get("connector_config") or {}))]
-        super().__init__(**kwargs)
-        self.delta = delta
-        self.apply_in_driver = apply_in_driver
-        if isinstance(delta, Mapping) or (isinstance(delta, str) and "{{" not in delta and "{%" not in delta):
-            self.settings()  # refused when the DAG is parsed, not only when it runs
+    def __init__(self, *, delta: Mapping[str, Any] | str, **kwargs: Any):
+        super().__init__(tables=delta, **kwargs)
 
-    def settings(self) -> DeltaSettings:
-        delta = self.delta
-        if isinstance(delta, str):
-            try:
-                delta = json.loads(delta)
-            except json.JSONDecodeError as error:
-                raise ConfigError(
-                    "The Delta settings are not valid JSON",
-                    cause=f"{error.msg} at line {error.lineno} column {error.colno}",
-                    fix='give a JSON object, e.g. {"location": "/data/delta/shop"}',
-                ) from None
-        return DeltaSettings.from_mapping(delta, "the Delta settings")
+    @property
+    def delta(self) -> Mapping[str, Any] | str:
+        return self.tables
 
-    def _in_driver(self) -> bool:
-        if self.apply_in_driver != "auto":
-            return bool(self.apply_in_driver)
-        self._use_rendered_spark_connection()
-        return self._get_hook().local_master()
-
-    def build_spec(self, context, config: ConnectorConfig) -> JobSpec:
-        from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook
-
-        settings = self.settings()
-        kafka = self.kafka_config()
-        spec = JobSpec(
-            application=self.application_name,
-            connector=config.to_properties(),
-            mongo={},
-            kafka=kafka,
-            params={
-                "delta": settings.to_json(),
-                "storage_options": DeltaStorageHook(settings.conn_id).storage_options(settings.scheme),
-                "in_driver": self._in_driver(),
-            },
-        )
-        self._lineage_namespaces = ("", kafka_namespace(kafka))
-        return spec
-
-    def summarize(self, context, summary: dict[str, Any]) -> dict[str, Any]:
-        config = parse_connector_config(self.connector_config)
-        self.log.info(
-            "Delta apply of %s to %s: %d events%s, %d rows written, %d deleted, %d swept in %d commits "
-            "over %d table(s); %d records behind; %.1f s",
-            config.in_words(),
-            summary.get("location"),
-            summary.get("events", 0),
-            counts_words(summary.get("events_by_op")),
-            summary.get("rows_written", 0),
-            summary.get("rows_deleted", 0),
-            summary.get("rows_swept", 0),
-            summary.get("commits", 0),
-            len(summary.get("tables") or []),
-            summary.get("behind", 0),
-            summary.get("duration_s", 0.0),
-        )
-        for table in summary.get("tables") or []:
-            version = table.get("version")
-            self.log.info(
-                "Table %s (%s): %s, %d events, topic positions %s",
-                table.get("table"),
-                table.get("collection"),
-                "no version yet" if version is None else f"version {version}",
-                table.get("events", 0),
-                ", ".join(
-                    f"partition {p} at offset {o}" for p, o in sorted((table.get("positions") or {}).items())
-                )
-                or "none applied yet",
-            )
-            for line in table.get("misfit_lines") or []:
-                self.log.warning("Table %s: %s", table.get("table"), line)
-            for note in table.get("notes") or []:
-                self.log.info("Table %s: %s", table.get("table"), note)
-        return summary
-
-    def wrote_data(self, summary: dict[str, Any]) -> bool:
-        return bool(summary.get("commits"))
-
-    def report_run(self, context, config: ConnectorConfig, summary: dict[str, Any]) -> dict[str, Any]:
-        """The Asset of every table the run changed, on the task's AssetAlias (extra: its version,
-        events and positions)."""
-        self._run_summary = summary
-        outlet_events = (context or {}).get("outlet_events")
-        if outlet_events is None:
-            return summary
-        for outlet in self.outlets or ():
-            if not isinstance(outlet, AssetAlias):
-                continue
-            for table in summary.get("tables") or []:
-                if not table.get("commits"):
-                    continue
-                extra = {
-                    "connector": config.name or config.topic_prefix,
-                    "topic_prefix": config.topic_prefix,
-                    "topic": table.get("topic"),
-                    "collection": table.get("collection"),
-                    "version": table.get("version"),
-                    "events": table.get("events", 0),
-                    "positions": table.get("positions"),
-                    # per declared column: this run's misfits and the table's total
-                    "misfits": table.get("misfits") or {},
-                }
-                asset = table_asset(config.topic_prefix, table["collection"], table["table"])
-                outlet_events[outlet].add(asset, extra=extra)
-        return summary
-
-    def get_openlineage_facets_on_complete(self, task_instance):
-        """OpenLineage inputs (the Kafka topics read) and outputs (the Delta tables written)."""
-        from airflow.providers.openlineage.extractors import OperatorLineage
-        from openlineage.client.event_v2 import Dataset
-
-        summary = getattr(self, "_run_summary", None) or {}
-        namespaces = getattr(self, "_lineage_namespaces", None) or ("", kafka_namespace(self.kafka_config()))
-        inputs, outputs = [], []
-        for table in summary.get("tables") or []:
-            inputs.append(Dataset(namespace=namespaces[1], name=table["topic"]))
-            uri = table_asset_uri(table["table"])
-            scheme, _, rest = uri.partition("://")
-            authority, _, path = rest.partition("/")
-            outputs.append(Dataset(namespace=f"{scheme}://{authority}", name="/" + path))
-        return OperatorLineage(inputs=inputs, outputs=outputs)
+    @delta.setter
+    def delta(self, value: Mapping[str, Any] | str) -> None:
+        self.tables = value

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.settings import TableSettings
 from airflow_provider_mongocdc.core.base.errors import ConfigError
 from airflow_provider_mongocdc.core.base.timefmt import iso_z
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
@@ -59,8 +59,8 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         came for ``idle`` (default 30 s) or after ``max_open`` (default 50 min). A mapping of these
         keys (durations as seconds or texts like ``"30s"``, ``"50min"``; each optional), ``True``
         for the defaults, or None (default): a bounded window, which ends at its window end.
-    :param delta: the connector's Delta tables (the ``delta`` object of
-        :class:`~airflow_provider_mongocdc.operators.delta_apply.MongoDeltaApplyOperator`): with an
+    :param tables: the connector's tables (the ``tables`` object of
+        :class:`~airflow_provider_mongocdc.operators.table_apply.MongoTableApplyOperator`): with an
         open window, the tables follow the topics while it is open (a pass whenever a topic moved,
         at most every ``follow_every``, default 5 s; ``null`` switches it off), and the apply after the
         window finds little left. None (default): the tables are applied after the window only.
@@ -84,7 +84,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
         lease_ttl: timedelta | None = None,
         stream_in_driver: bool | str = "auto",
         open_window: Mapping[str, Any] | bool | None = None,
-        delta: Mapping[str, Any] | None = None,
+        tables: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if stream_in_driver not in (True, False, "auto"):
@@ -94,7 +94,7 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
             )
         # Checked here, when the DAG is parsed: every bad value at once.
         self.open_window = OpenSettings.from_entry(open_window).to_entry() if open_window else None
-        self.delta = DeltaSettings.from_mapping(delta).to_json() if delta is not None else None
+        self.tables = TableSettings.from_mapping(tables).to_json() if tables is not None else None
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout
         self.max_duration = max_duration
@@ -112,13 +112,13 @@ class MongoStreamWindowOperator(MongoCdcSparkSubmitOperator):
             params["task_run"] = task_owner(context)
         if self.open_window is not None:
             params.update(OpenSettings.from_entry(self.open_window).to_params())
-            settings = DeltaSettings.from_mapping(self.delta) if self.delta is not None else None
+            settings = TableSettings.from_mapping(self.tables) if self.tables is not None else None
             if settings is not None and settings.follow_every_s is not None:
-                from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook
+                from airflow_provider_mongocdc.operators.table_apply import connection_options
 
                 params["follow_delta"] = {
-                    "delta": settings.to_json(),
-                    "storage_options": DeltaStorageHook(settings.conn_id).storage_options(settings.scheme),
+                    "tables": settings.to_json(),
+                    "storage_options": connection_options(settings),
                     "every": settings.follow_every_s,
                 }
         # Validate here, before anything is submitted.

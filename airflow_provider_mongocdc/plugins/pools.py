@@ -35,6 +35,7 @@ OPERATORS = (
     "MongoStreamWindowOperator",
     "MongoResnapshotOperator",
     "MongoDeltaApplyOperator",
+    "MongoTableApplyOperator",
 )
 # The DAG ids of airflow_provider_mongocdc.core.base.dag_ids with a pool: mongocdc_hourly and
 # mongocdc_resnapshot for the connector "default", mongocdc_<name>_hourly / _resnapshot otherwise.

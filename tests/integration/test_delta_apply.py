@@ -29,7 +29,7 @@ from airflow_provider_mongocdc.core.health.record import Reading
 from airflow_provider_mongocdc.core.health.tables import add_tables
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalRequest
 from airflow_provider_mongocdc.plugins.health_tables import read_tables
-from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
+from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 from tests.integration.delta_helpers import (
     apply,
     apply_commits,

@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from deltalake import DeltaTable
 from pymongo import MongoClient
 
 from airflow_provider_mongocdc.core.apply import run as apply_run
@@ -34,13 +33,16 @@ from airflow_provider_mongocdc.core.window.params import WindowParams
 from airflow_provider_mongocdc.core.window.stream_window import run_window
 from airflow_provider_mongocdc.core.window.streams import plan_streams
 from tests.integration.delta_helpers import (
+    FORMATS,
     apply,
     apply_commits,
     connector,
     mongo_documents,
+    recorded,
     snapshot,
     table_documents,
     table_rows,
+    table_version,
     window,
 )
 from tests.integration.window_helpers import end_after_insert, seed_offset
@@ -84,9 +86,10 @@ def topic_records(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, b
         consumer.close()
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 @pytest.mark.parametrize("capture_mode", ["change_streams_update_full", "change_streams"])
 def test_an_incremental_resnapshot_sweeps_no_row_changed_after_it_began(
-    capture_mode, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, capture_mode, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     marker_db = f"{unique_name}_m"
@@ -104,7 +107,7 @@ def test_an_incremental_resnapshot_sweeps_no_row_changed_after_it_began(
             "incremental.snapshot.window.max.documents": 10,
         },
     )
-    delta = {"location": str(tmp_path / "lake")}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, delta)
     table = tmp_path / "lake" / database / "items"
@@ -144,8 +147,9 @@ def test_an_incremental_resnapshot_sweeps_no_row_changed_after_it_began(
     assert items_summary["rows_swept"] == 2 and items_summary["snapshot"]["completed"] == 1, items_summary
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_backlog_larger_than_a_batch_lands_each_transaction_in_one_commit(
-    monkeypatch, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, monkeypatch, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -179,7 +183,9 @@ def test_a_backlog_larger_than_a_batch_lands_each_transaction_in_one_commit(
     monkeypatch.setattr(apply_run, "read_range", functools.partial(read_range, chunk=5))
     for limit in (3, 4, 5):
         lake = tmp_path / f"lake{limit}"
-        summary = apply(kafka, props, {"location": str(lake), "max_batch_events": limit})
+        summary = apply(
+            kafka, props, {"location": str(lake), "max_batch_events": limit, "format": table_format}
+        )
         table = lake / database / "items"
         assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
         assert summary["behind"] == 0, summary
@@ -196,25 +202,29 @@ def test_a_backlog_larger_than_a_batch_lands_each_transaction_in_one_commit(
         assert rows["100"]["_txn"] and rows["100"]["_txn"] == rows["1"]["_txn"]
 
 
-def test_an_apply_that_read_everything_is_nothing_behind(mongodb_uri, kafka_bootstrap, unique_name, tmp_path):
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_an_apply_that_read_everything_is_nothing_behind(
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     MongoClient(mongodb_uri)[database].items.insert_many([{"_id": n} for n in range(8)])
     props = connector(unique_name, database)
     snapshot(mongodb_uri, kafka, props)  # 8 reads in one Kafka transaction, then its commit marker
-    delta = {"location": str(tmp_path / "lake"), "max_batch_events": 4}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format, "max_batch_events": 4}
 
     first = apply(kafka, props, delta)  # the last batch fills exactly at the topic's last event
 
     assert first["behind"] == 0 and first["events"] == 8, first
     table = tmp_path / "lake" / database / "items"
-    version = DeltaTable(str(table)).version()
+    version = table_version(table)
     again = apply(kafka, props, delta)
-    assert again["commits"] == 0 and again["behind"] == 0 and DeltaTable(str(table)).version() == version
+    assert again["commits"] == 0 and again["behind"] == 0 and table_version(table) == version
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_topic_created_again_stops_its_table_in_words_until_its_positions_are_reset(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path, capsys
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path, capsys
 ):
     from airflow_provider_mongocdc.cli import run as cli
 
@@ -223,11 +233,11 @@ def test_a_topic_created_again_stops_its_table_in_words_until_its_positions_are_
     items = MongoClient(mongodb_uri)[database].items
     items.insert_many([{"_id": n, "v": 0} for n in range(20)])
     props = connector(unique_name, database)
-    delta = {"location": str(tmp_path / "lake")}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, delta)
     table = tmp_path / "lake" / database / "items"
-    version = DeltaTable(str(table)).version()
+    version = table_version(table)
     topic = f"{unique_name}.{database}.items"
 
     def recreate() -> None:
@@ -247,12 +257,12 @@ def test_a_topic_created_again_stops_its_table_in_words_until_its_positions_are_
         apply(kafka, props, delta)
     text = str(raised.value)
     assert (
-        f"The table at {table} holds the changes of the topic {topic!r} up to offset 21 of partition 0"
-        in text
+        f"The table at {table if table_format == 'delta' else f'iceberg://mongocdc/{database}/items'} holds "
+        f"the changes of the topic {topic!r} up to offset 21 of partition 0" in text
     )
     assert "now ends at 6 in partition 0" in text and "created again" in text
     assert "mongocdc tables reset-positions" in text
-    assert DeltaTable(str(table)).version() == version  # nothing changed
+    assert table_version(table) == version  # nothing changed
 
     # Created again, longer than the table's position: the topic's identity tells.
     recreate()
@@ -260,31 +270,32 @@ def test_a_topic_created_again_stops_its_table_in_words_until_its_positions_are_
     snapshot(mongodb_uri, kafka, props, force=True, reset_offset=True)
     with pytest.raises(TableError, match="it is another topic under the same name"):
         apply(kafka, props, delta)
-    assert DeltaTable(str(table)).version() == version
+    assert table_version(table) == version
 
-    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic,
+    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic, "--format", table_format,
                 "--bootstrap-servers", kafka_bootstrap]) == 2  # fmt: skip
     assert "without --yes" in capsys.readouterr().err
-    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic,
+    assert cli(["tables", "reset-positions", "--table", str(table), "--topic", topic, "--format", table_format,
                 "--bootstrap-servers", kafka_bootstrap, "--yes"]) == 0  # fmt: skip
     reset = json.loads(capsys.readouterr().out)
     assert reset["positions_before"] == {"0": 21} and reset["positions"] == {"0": 0}, reset
-    assert DeltaTable(str(table)).version() == version + 1
+    assert table_version(table) == version + 1
 
     summary = apply(kafka, props, delta)
     assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
     assert summary["behind"] == 0, summary
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_column_declared_again_is_filled_again_from_the_documents(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     items = MongoClient(mongodb_uri)[database].items
     items.insert_many([{"_id": n, "price": n} for n in range(6)])
     props = connector(unique_name, database)
-    lake = {"location": str(tmp_path / "lake")}
+    lake = {"location": str(tmp_path / "lake"), "format": table_format}
     declared = {**lake, "columns": {f"{database}.items": {"price": "long"}}}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, declared)
@@ -305,8 +316,9 @@ def test_a_column_declared_again_is_filled_again_from_the_documents(
     assert any("declared again" in note for note in notes), notes
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_misfits_are_counted_per_run_and_in_total_and_a_table_may_refuse_them(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     from bson import Decimal128
 
@@ -319,6 +331,7 @@ def test_misfits_are_counted_per_run_and_in_total_and_a_table_may_refuse_them(
     props = connector(unique_name, database)
     delta = {
         "location": str(tmp_path / "lake"),
+        "format": table_format,
         "columns": {f"{database}.items": {"total": "double", "points": "integer"}},
     }
     snapshot(mongodb_uri, kafka, props)
@@ -336,17 +349,17 @@ def test_misfits_are_counted_per_run_and_in_total_and_a_table_may_refuse_them(
     window(mongodb_uri, kafka, props, f"{unique_name}_markers")
     (second,) = apply(kafka, props, delta)["tables"]
     assert second["misfits"]["points"] == {"count": 1, "example": "_id 4: str 'many'", "total": 3}
-    recorded = DeltaTable(str(table))  # what the page reads: the table's own record
-    assert recorded.transaction_version(f"mongocdc:{topic}:misfits:points") == 3
-    assert recorded.transaction_version(f"mongocdc:{topic}:misfits-last:points") == 1
+    # What the page reads: the table's own record.
+    assert recorded(table, f"mongocdc:{topic}:misfits:points") == 3
+    assert recorded(table, f"mongocdc:{topic}:misfits-last:points") == 1
 
     # fail_on_misfit: the first misfit fails the apply, naming it; nothing is applied.
     items.update_one({"_id": 5}, {"$set": {"points": 2**40}})
     window(mongodb_uri, kafka, props, f"{unique_name}_markers")
-    version = DeltaTable(str(table)).version()
+    version = table_version(table)
     with pytest.raises(TableError) as raised:
         apply(kafka, props, {**delta, "fail_on_misfit": [f"{database}.items"]})
     text = str(raised.value)
     assert "The value of points of the document _id 5 does not fit the column points (integer)" in text
     assert "int 1099511627776" in text and "nothing of this batch was applied" in text
-    assert DeltaTable(str(table)).version() == version
+    assert table_version(table) == version

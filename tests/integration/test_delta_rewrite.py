@@ -1,4 +1,4 @@
-"""The apply's commit without a MERGE (spark_apps/delta_tables.py, ``DeltaTableStore._rewrite``): the
+"""The apply's commit without a MERGE (airflow_provider_mongocdc/tables/delta.py, ``DeltaTableStore._rewrite``): the
 same batches committed to two copies of a table, one through delta-rs's MERGE and one through the
 rewrite of the files that may hold a batch's keys, give the same rows, the same positions and the same
 counts; a file whose keys no batch touches stays as it is; files written by delta-rs's MERGE
@@ -29,8 +29,8 @@ from airflow_provider_mongocdc.core.apply.layout import (
     TableLayout,
 )
 from airflow_provider_mongocdc.core.base.errors import TableError
-from airflow_provider_mongocdc.spark_apps import delta_tables
-from airflow_provider_mongocdc.spark_apps.delta_tables import DeltaTableStore
+from airflow_provider_mongocdc.tables import delta as delta_tables
+from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 
 pytestmark = pytest.mark.integration
 
@@ -216,9 +216,10 @@ def test_the_apply_process_uses_the_system_allocator_and_leaves_pandas_out_of_py
 
     code = (
         "import sys\n"
-        "from airflow_provider_mongocdc.spark_apps import delta_apply, delta_tables\n"
+        "from airflow_provider_mongocdc.spark_apps import delta_apply\n"
+        "from airflow_provider_mongocdc.tables import arrow\n"
         "import pyarrow as pa\n"
-        "delta_tables.keep_pandas_out_of_pyarrow()\n"
+        "arrow.keep_pandas_out_of_pyarrow()\n"
         "table = pa.table({'a': ['x', 'y']}).filter(pa.array([True, False]))\n"
         "print(pa.default_memory_pool().backend_name, 'pandas' in sys.modules, table.num_rows)\n"
         "import pandas\n"

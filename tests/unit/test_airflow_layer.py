@@ -427,22 +427,22 @@ def test_an_open_windows_tables_follow_its_topics_with_the_connections_storage_o
         connector_config={"topic.prefix": "shop"},
         stream_in_driver=True,
         open_window=True,
-        delta=delta,
+        tables=delta,
     )
     params = operator.job_params(context(), parse_connector_config(operator.connector_config))
     follow = params["follow_delta"]
-    assert follow["every"] == 2.0 and follow["delta"]["location"] == "s3://lake/cdc"
+    assert follow["every"] == 2.0 and follow["tables"]["location"] == "s3://lake/cdc"
     assert follow["storage_options"]["AWS_SECRET_ACCESS_KEY"] == "s3cret"  # in the job spec file only
     for kept_off in (
         MongoStreamWindowOperator(  # a bounded window: the apply after it
-            task_id="window", connector_config={"topic.prefix": "shop"}, stream_in_driver=True, delta=delta
+            task_id="window", connector_config={"topic.prefix": "shop"}, stream_in_driver=True, tables=delta
         ),
         MongoStreamWindowOperator(  # following switched off
             task_id="window",
             connector_config={"topic.prefix": "shop"},
             stream_in_driver=True,
             open_window=True,
-            delta={**delta, "follow_every": None},
+            tables={**delta, "follow_every": None},
         ),
     ):
         assert "follow_delta" not in kept_off.job_params(

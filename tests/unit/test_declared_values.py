@@ -352,7 +352,7 @@ def test_numbers_convert_as_a_sql_cast_does(type_name, value, expected):
 
 def test_every_value_that_fits_is_a_value_of_its_columns_arrow_type():
     pa = pytest.importorskip("pyarrow")
-    delta_tables = pytest.importorskip("spark_apps.delta_tables")
+    delta_tables = pytest.importorskip("airflow_provider_mongocdc.tables.arrow")
     layout = layout_of_every_type()
     for name, (value, _) in BSON_VALUES.items():
         text = document_writer("strict").dumps({"_id": 1, "f": value})

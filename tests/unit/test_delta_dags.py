@@ -50,8 +50,8 @@ def test_an_open_windows_tables_follow_it_and_a_bounded_ones_are_applied_after_i
     bag = load(dag_folder(tmp_path, [ENTRY, opened]), monkeypatch)
     assert not bag.import_errors, bag.import_errors
     window = bag.dags["mongocdc_live_hourly"].get_task("window")
-    assert window.delta["location"] == "/data/delta/sales" and window.downstream_task_ids == {"delta_apply"}
-    assert bag.dags["mongocdc_sales_hourly"].get_task("window").delta is None
+    assert window.tables["location"] == "/data/delta/sales" and window.downstream_task_ids == {"delta_apply"}
+    assert bag.dags["mongocdc_sales_hourly"].get_task("window").tables is None
 
 
 def test_an_invalid_delta_entry_is_a_dag_naming_the_problem(tmp_path: Path, monkeypatch):

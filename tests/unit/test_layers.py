@@ -2,7 +2,8 @@
 
 ``core`` imports neither Airflow nor Spark, nor any other part of the provider; the Airflow adapters
 (hooks, operators, sensors, triggers, plugins) never import the spark-submit applications; those
-import ``core`` and each other only; no module of the provider, of ``spark_apps/`` or of the MongoDB
+import ``core``, the table formats' adapters (``tables``) and each other only; the adapters import
+``core`` only, never Airflow; no module of the provider, of ``spark_apps/`` or of the MongoDB
 simulator takes part in an import cycle. Imports inside functions count like the others: a cycle
 hidden behind a deferred import is still a cycle.
 """
@@ -102,18 +103,40 @@ def test_core_imports_neither_airflow_nor_spark_nor_the_adapters():
 
 
 def test_core_imports_no_table_library():
-    """core/apply is the apply's logic; delta-rs (and the Arrow tables it takes) stay in the thin
-    adapters next to the application and the hook that use them."""
+    """core/apply is the apply's logic; delta-rs, pyiceberg (and the Arrow tables they take) stay in
+    the table formats' adapters (airflow_provider_mongocdc/tables/)."""
 
     def rule(name, targets):
         if not within(name, f"{PACKAGE}.core"):
             return []
-        return [target for target in targets if target.split(".")[0] in ("deltalake", "pyarrow", "polars")]
+        return [
+            target
+            for target in targets
+            if target.split(".")[0] in ("deltalake", "pyarrow", "polars", "pyiceberg")
+        ]
 
     found = violations(rule)
-    assert not found, "core must not import delta-rs or Arrow (use spark_apps/delta_tables.py): " + "; ".join(
-        found
-    )
+    assert not found, "core must not import delta-rs, pyiceberg or Arrow (use tables/): " + "; ".join(found)
+
+
+def test_the_table_formats_adapters_import_only_core():
+    def rule(name, targets):
+        if not within(name, f"{PACKAGE}.tables"):
+            return []
+        return [
+            target
+            for target in targets
+            if target.split(".")[0] == "airflow"
+            or (
+                within(target, PACKAGE)
+                and target != PACKAGE
+                and not within(target, f"{PACKAGE}.core")
+                and not within(target, f"{PACKAGE}.tables")
+            )
+        ]
+
+    found = violations(rule)
+    assert not found, "tables/ must import only core (and each other), never Airflow: " + "; ".join(found)
 
 
 def test_the_airflow_adapters_never_import_the_spark_applications():
@@ -141,12 +164,15 @@ def test_the_spark_applications_import_only_core_and_each_other():
                 within(target, PACKAGE)
                 and target != PACKAGE
                 and not within(target, f"{PACKAGE}.core")
+                and not within(target, f"{PACKAGE}.tables")
                 and not within(target, SPARK_APPS)
             )
         ]
 
     found = violations(rule)
-    assert not found, "spark_apps must import only core (and each other), never Airflow: " + "; ".join(found)
+    assert not found, "spark_apps must import only core, tables and each other, never Airflow: " + "; ".join(
+        found
+    )
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

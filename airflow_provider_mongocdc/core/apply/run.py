@@ -65,7 +65,10 @@ def reset_fix(uri: str, topic: str) -> str:
 
 
 class TableStore(Protocol):
-    """A Delta table as the apply uses it (``spark_apps/delta_tables.py``: delta-rs)."""
+    """A table as the apply uses it, in one table format (:mod:`airflow_provider_mongocdc.tables`:
+    ``delta`` with delta-rs, ``iceberg`` with pyiceberg). What each method of a format must do is its
+    docstring; the adapters record the table's apply state (``app_version``) with the rows of each
+    commit, atomically: Delta application transactions, Iceberg snapshot summary properties."""
 
     uri: str
 

@@ -1,16 +1,22 @@
-"""Where and how a connector's collections are kept as Delta tables (:class:`DeltaSettings`): the
-``"delta"`` object of a connector list entry, or the Delta apply operator's arguments.
+"""Where and how a connector's collections are kept as tables (:class:`TableSettings`): the
+``"tables"`` object of a connector list entry (``"delta"``: the same with the Delta format), or the
+table apply operator's arguments.
 
-    {"location": "s3://lake/cdc",               # a local path or an object-store URI (required)
+    {"format": "delta",                         # or "iceberg"
+     "location": "s3://lake/cdc",               # a local path or an object-store URI
      "conn_id": "delta_storage",                # the Airflow connection of the storage options
+                                                # (Iceberg: an "iceberg" connection, the catalog)
+     "namespace_prefix": "cdc_",                # Iceberg: the namespace is <prefix><database>
      "columns": {"shop.orders": {"total": "double", "customer.name": "string"}},
      "soft_delete": false,
      "collections": ["shop.orders"],            # only these (default: every topic of the connector)
      "max_batch_events": 100000,
      "compact_every": "1h", "vacuum_every": "1d", "vacuum_retention": "7d"}
 
-Each collection's table lies at ``<location>/<database>/<collection>`` (the names as in its topic's
-name). Credentials never belong here: the storage options come from the connection, when the task
+A Delta table lies at ``<location>/<database>/<collection>`` (the names as in its topic's name); an
+Iceberg table is ``<namespace_prefix><database>.<collection>`` in the catalog of its ``iceberg``
+connection, or without one in a SQL catalog on SQLite under a local location
+(``<location>/catalog.db``, its warehouse the location). Credentials never belong here: the storage options come from the connection, when the task
 runs. Durations are seconds or ``"90s"``, ``"5m"``, ``"2h"``, ``"1d"``; ``null`` switches compaction
 or vacuuming off (``vacuum_every`` or ``vacuum_retention``). The retention is at least an hour
 (:data:`MIN_VACUUM_RETENTION_S`).
@@ -45,7 +51,10 @@ DEFAULT_QUIET_WAIT_S = 60.0
 # While an open window runs, its tables follow the topics: a pass whenever a topic moved, at most
 # this often (core/apply/follow.py).
 DEFAULT_FOLLOW_EVERY_S = 5.0
+FORMATS = ("delta", "iceberg")
 KEYS = (
+    "format",
+    "namespace_prefix",
     "location",
     "conn_id",
     "columns",
@@ -89,8 +98,8 @@ def _optional_duration(value: Any, what: str) -> float | None:
 
 
 @dataclass(frozen=True)
-class DeltaSettings:
-    """The Delta apply's settings (validated; durations in seconds, None: off)."""
+class TableSettings:
+    """The table apply's settings (validated; durations in seconds, None: off)."""
 
     location: str
     conn_id: str | None = None
@@ -105,9 +114,11 @@ class DeltaSettings:
     # declared column instead of leaving it null; ``("*",)``: every table.
     fail_on_misfit: tuple[str, ...] = ()
     follow_every_s: float | None = DEFAULT_FOLLOW_EVERY_S  # None: applied after the window only
+    format: str = "delta"
+    namespace_prefix: str = ""  # Iceberg: the namespace of a collection is <prefix><database>
 
     @classmethod
-    def from_mapping(cls, value: Any, what: str = "'delta'") -> DeltaSettings:
+    def from_mapping(cls, value: Any, what: str = "'delta'", format: str | None = None) -> TableSettings:
         """From the ``"delta"`` object (every error a ConfigError naming the key, its value and the fix)."""
         if not isinstance(value, Mapping):
             raise ConfigError(
@@ -118,11 +129,35 @@ class DeltaSettings:
             raise ConfigError(
                 f"{what}: unknown key(s) {', '.join(unknown)}", fix=f"use only {', '.join(KEYS)}"
             )
+        table_format = value.get("format", format or "delta")
+        if table_format not in FORMATS:
+            raise ConfigError(
+                f"{what}: 'format' must be one of {', '.join(FORMATS)}, got {table_format!r}",
+                fix='give "format": "delta" (Delta Lake) or "format": "iceberg" (Apache Iceberg)',
+            )
+        if format is not None and table_format != format:
+            raise ConfigError(
+                f"{what}: 'format' is {table_format!r}, but the key names the {format} format",
+                fix=f'use the "tables" key for the {table_format} format, or leave "format" out',
+            )
+        prefix = value.get("namespace_prefix", "")
+        if not isinstance(prefix, str) or (prefix and table_format != "iceberg"):
+            raise ConfigError(
+                f"{what}: 'namespace_prefix' is for Iceberg tables, a text; got {prefix!r}",
+                fix='give e.g. "namespace_prefix": "cdc_" with "format": "iceberg", or leave it out',
+            )
         location = value.get("location")
-        if not isinstance(location, str) or not location.strip():
+        if table_format == "iceberg" and location is None and value.get("conn_id"):
+            location = ""  # the catalog of the connection says where the tables lie
+        elif not isinstance(location, str) or not location.strip():
             raise ConfigError(
                 f"{what}: 'location' is missing",
-                cause="the tables lie under one location: a local path or an object-store URI",
+                cause="the tables lie under one location: a local path or an object-store URI"
+                + (
+                    " (Iceberg: or in the catalog of an 'iceberg' connection, 'conn_id')"
+                    if table_format == "iceberg"
+                    else ""
+                ),
                 fix='give e.g. "location": "/data/delta/shop" or "s3://bucket/cdc/shop"',
             )
         location = location.strip()
@@ -192,14 +227,18 @@ class DeltaSettings:
             vacuum_every_s=None if retention is None else vacuum_every,  # no retention: no vacuum
             vacuum_retention_s=retention,
             fail_on_misfit=_fail_on_misfit(value.get("fail_on_misfit", False), what),
+            format=table_format,
+            namespace_prefix=prefix,
             follow_every_s=_optional_duration(
                 value.get("follow_every", DEFAULT_FOLLOW_EVERY_S), "follow_every"
             ),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The settings as the ``"delta"`` object (what the job spec carries)."""
+        """The settings as the ``"tables"`` object (what the job spec carries)."""
         return {
+            "format": self.format,
+            "namespace_prefix": self.namespace_prefix,
             "location": self.location,
             "conn_id": self.conn_id,
             "columns": {
@@ -227,8 +266,29 @@ class DeltaSettings:
         return self.scheme in ("", "file")
 
     def table_uri(self, database: str, collection: str) -> str:
-        """Where the table of ``<database>.<collection>`` lies: ``<location>/<database>/<collection>``."""
+        """Where the table of ``<database>.<collection>`` lies: ``<location>/<database>/<collection>``
+        (Iceberg: ``iceberg://<connection or "mongocdc">/<namespace>/<collection>``)."""
+        if self.format == "iceberg":
+            namespace, table = self.identifier(database, collection)
+            return f"iceberg://{self.conn_id or 'mongocdc'}/{namespace}/{table}"
         return f"{self.location.rstrip('/')}/{database}/{collection}"
+
+    def identifier(self, database: str, collection: str) -> tuple[str, str]:
+        """An Iceberg table's ``(namespace, table)``."""
+        return f"{self.namespace_prefix}{database}", collection
+
+    def default_catalog(self) -> dict[str, str]:
+        """The catalog of Iceberg tables without a connection: SQL on SQLite under a local location."""
+        if not self.local:
+            raise ConfigError(
+                f"The Iceberg tables under {self.location} have no catalog",
+                cause="without an 'iceberg' connection the catalog is a SQLite file under the location, "
+                "which must then be a local path",
+                fix="give 'conn_id': an Airflow connection of type iceberg (host: a REST catalog's URI, or "
+                'extra {"type": "sql", "uri": "postgresql+psycopg2://...", "warehouse": "s3://..."})',
+            )
+        root = self.location.removeprefix("file://").rstrip("/") or "/"
+        return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
 
     def layout(self, namespace: str) -> TableLayout:
         """The layout of the table of ``namespace`` (``<database>.<collection>`` as in its topic)."""
@@ -240,3 +300,7 @@ class DeltaSettings:
 
     def wanted(self, namespace: str) -> bool:
         return not self.collections or namespace in self.collections
+
+
+# The settings' former name, kept for the ``delta`` key and DAGs of one's own.
+DeltaSettings = TableSettings

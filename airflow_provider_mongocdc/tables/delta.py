@@ -20,16 +20,14 @@ stays at its last commit.
 from __future__ import annotations
 
 import bisect
-import importlib.abc
 import json
 import logging
 import math
 import os
 import re
-import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -51,37 +49,20 @@ from airflow_provider_mongocdc.core.apply.layout import (
     OP,
     SYSTEM_NAMES,
     TableLayout,
-    decimal_digits,
 )
-from airflow_provider_mongocdc.core.apply.run import TableApply, TableJob
-from airflow_provider_mongocdc.core.apply.settings import MIN_VACUUM_RETENTION_S, DeltaSettings
-from airflow_provider_mongocdc.core.apply.snapshots import SnapshotStatus, read_status
+from airflow_provider_mongocdc.core.apply.settings import MIN_VACUUM_RETENTION_S
 from airflow_provider_mongocdc.core.apply.state import (
     TableState,
     compacted_app_id,
     vacuumed_app_id,
 )
-from airflow_provider_mongocdc.core.apply.topics import DataTopic, partitions_of
 from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 from airflow_provider_mongocdc.core.base.errors import TableError
 from airflow_provider_mongocdc.core.base.redaction import redact_secrets, secret_values
-from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
+from airflow_provider_mongocdc.tables.arrow import arrow_schema, arrow_type
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
 
-_SIMPLE_TYPES = {
-    "string": pa.string(),
-    "long": pa.int64(),
-    "integer": pa.int32(),
-    "short": pa.int16(),
-    "byte": pa.int8(),
-    "double": pa.float64(),
-    "float": pa.float32(),
-    "boolean": pa.bool_(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "binary": pa.binary(),
-}
 # Delta's names of the Arrow types a table's schema reports, for comparing with the layout.
 _DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
 # A file's ``_id`` bounds shorter than this are whole values (longer ones may be cut prefixes).
@@ -92,47 +73,6 @@ _REWRITE_BATCH_ROWS = 65_536
 _FEW_FILES = 8
 # The colours of delta-rs's error chains ("\x1b[31m↳\x1b[0m"): left out of the error's words.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """An import of pandas fails while this finder is first on ``sys.meta_path``."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-def keep_pandas_out_of_pyarrow() -> None:
-    """Let pyarrow take pandas as absent, in a process that is the apply's alone (call it nowhere
-    else). pyarrow imports pandas (installed with Airflow) the first time it converts anything, only
-    to ask whether the value is a pandas object: about 0.3 CPU-s of imports, and the apply hands
-    pyarrow no pandas object. pyarrow asks once per process and keeps the answer; it is asked here
-    while an import of pandas fails. pandas stays importable for any other code."""
-    if "pandas" in sys.modules:
-        return
-    finder = _NoPandas()
-    sys.meta_path.insert(0, finder)
-    try:
-        pa.array([0])  # pyarrow's one look for pandas
-    finally:
-        sys.meta_path.remove(finder)
-
-
-def arrow_type(delta_type: str) -> pa.DataType:
-    """The Arrow type of a layout's Delta type name."""
-    digits = decimal_digits(delta_type)
-    if digits is not None:
-        return pa.decimal128(*digits)
-    return _SIMPLE_TYPES[delta_type]
-
-
-def arrow_schema(layout: TableLayout, with_deleted: bool = False) -> pa.Schema:
-    """The table's Arrow schema (``with_deleted``: the source's ``_deleted`` flag in hard-delete mode too)."""
-    fields = [pa.field(name, arrow_type(kind), nullable) for name, kind, nullable in layout.columns()]
-    if with_deleted and not layout.soft_delete:
-        fields.append(pa.field(DELETED, pa.bool_(), False))
-    return pa.schema(fields)
 
 
 def quoted(name: str) -> str:
@@ -741,71 +681,3 @@ def check_writable(location: str, conn_id: str | None) -> None:
             fix="create the directory and give the Airflow worker's user write access, or choose another "
             "'location'",
         )
-
-
-# -- one table's apply, in the driver or in a Spark task -----------------------------------------------
-def _table_apply(
-    task: Mapping[str, Any], status: Callable[[str], SnapshotStatus | None] | None = None
-) -> tuple[TableApply, list[int]]:
-    config = ConnectorConfig.from_properties(task["connector"])
-    settings = DeltaSettings.from_mapping(task["delta"])
-    topic = DataTopic(task["topic"], task["database"], task["collection"])
-    store = DeltaTableStore(
-        settings.table_uri(topic.database, topic.collection),
-        task.get("storage_options"),
-        conn_id=settings.conn_id,
-    )
-    kafka = dict(task["kafka"])
-    job = TableJob(
-        topic=topic.topic,
-        namespace=topic.namespace,
-        layout=settings.layout(topic.namespace),
-        max_batch_events=settings.max_batch_events,
-        json_mode=config.extended_json_mode,
-        compact_every_s=settings.compact_every_s,
-        vacuum_every_s=settings.vacuum_every_s,
-        vacuum_retention_s=settings.vacuum_retention_s,
-        fail_on_misfit=settings.refuses_misfits(topic.namespace),
-    )
-    if status is None:
-        return TableApply(job, store, kafka, lambda: read_status(kafka, config, topic.topic)), task.get(
-            "partitions"
-        ) or []
-    return TableApply(job, store, kafka, lambda: status(topic.topic)), task.get("partitions") or []
-
-
-def apply_table_task(
-    task: Mapping[str, Any], status: Callable[[str], SnapshotStatus | None] | None = None
-) -> dict[str, Any]:
-    """Apply one topic to its table (``task``: what :func:`table_task` wrote); returns its summary.
-    Runs in the application's driver or in a Spark task (importable from the shipped code).
-    ``status``: the connector's snapshot status of a topic (default: read from the offsets topic
-    each time)."""
-    apply, _ = _table_apply(task, status)
-    return apply.run()
-
-
-def table_task(
-    connector: Mapping[str, Any],
-    kafka: Mapping[str, Any],
-    delta: Mapping[str, Any],
-    storage_options: Mapping[str, str] | None,
-    topic: DataTopic,
-) -> dict[str, Any]:
-    """What a table's task needs (it travels inside the task, never in Spark's configuration)."""
-    return {
-        "connector": dict(connector),
-        "kafka": dict(kafka),
-        "delta": dict(delta),
-        "storage_options": dict(storage_options or {}),
-        "topic": topic.topic,
-        "database": topic.database,
-        "collection": topic.collection,
-    }
-
-
-def check_table(task: Mapping[str, Any]) -> None:
-    """A table's checks before any table changes: who wrote it, its columns, the first record it
-    would apply of each partition."""
-    apply, _ = _table_apply(task)
-    apply.check(partitions_of(task["kafka"], task["topic"]), records=True)
