@@ -46,6 +46,7 @@ ENTRY_KEYS = {
     "config_variable",
     "conn_ids",
     "delta",
+    "tables",
     "pool",
     "schedule",
     "watchdog_schedule",
@@ -404,17 +405,25 @@ def _entry_ids(name: str, label: str) -> dict[str, str]:
 
 
 def _entry_delta(entry: Mapping[str, Any], label: str):
-    """The entry's ``delta`` settings (:class:`~airflow_provider_mongocdc.core.apply.settings.DeltaSettings`),
-    or None: the collections kept as Delta tables by a ``delta_apply`` task after each window."""
-    if entry.get("delta") is None:
+    """The entry's table settings (:class:`~airflow_provider_mongocdc.core.apply.settings.TableSettings`),
+    or None: the collections kept as tables by a ``delta_apply`` task after each window. ``tables``
+    names the format (``"format": "delta"`` or ``"iceberg"``); ``delta`` is the same of Delta tables
+    (one of the two keys)."""
+    if entry.get("delta") is None and entry.get("tables") is None:
         return None
-    from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+    from airflow_provider_mongocdc.core.apply.settings import TableSettings
     from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 
+    if entry.get("delta") is not None and entry.get("tables") is not None:
+        raise ConnectorEntryError(
+            f"{label}: it has both 'delta' and 'tables'; give one of them ('tables' with \"format\": "
+            '"delta" or "iceberg", or \'delta\' for Delta tables)'
+        )
+    key = "tables" if entry.get("tables") is not None else "delta"
     try:
-        return DeltaSettings.from_mapping(entry["delta"])
+        return TableSettings.from_mapping(entry[key], f"'{key}'", format="delta" if key == "delta" else None)
     except MongoCdcError as error:
-        raise ConnectorEntryError(f"{label}: 'delta' is not valid: {error}") from None
+        raise ConnectorEntryError(f"{label}: '{key}' is not valid: {error}") from None
 
 
 class Connector:
@@ -694,7 +703,13 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
         doc_md=HOURLY_DOC.format(connector=connector.describe(), resnapshot=ids["resnapshot"])
         + (CHANGES_DOC.format(settings=connector.changes.describe()) if connector.changes else "")
         + (OPEN_DOC.format(settings=connector.open.describe()) if connector.open else "")
-        + (DELTA_DOC.format(location=connector.delta.location) if connector.delta else ""),
+        + (
+            (ICEBERG_DOC if connector.delta.format == "iceberg" else DELTA_DOC).format(
+                location=connector.delta.location or f"the catalog of `{connector.delta.conn_id}`"
+            )
+            if connector.delta
+            else ""
+        ),
         **common,
         default_args=dict(DEFAULT_RETRIES),
     ) as dag:
@@ -721,14 +736,23 @@ def window_dag(connector: Connector, common: Mapping[str, Any]):
 
 
 def delta_apply_task(connector: Connector):
-    """The task that applies the connector's topics to its Delta tables, in the connector's pool."""
+    """The task that applies the connector's topics to its tables, in the connector's pool:
+    ``delta_apply`` (Delta Lake) or ``iceberg_apply`` (Apache Iceberg)."""
     from airflow_provider_mongocdc.operators.delta_apply import MongoDeltaApplyOperator
+    from airflow_provider_mongocdc.operators.table_apply import MongoTableApplyOperator
 
-    return MongoDeltaApplyOperator(
-        task_id="delta_apply",
-        delta=connector.delta.to_json(),
+    if connector.delta.format == "delta":
+        return MongoDeltaApplyOperator(
+            task_id="delta_apply",
+            delta=connector.delta.to_json(),
+            execution_timeout=WINDOW_TIMEOUT,
+            **connector.arguments(MongoDeltaApplyOperator),
+        )
+    return MongoTableApplyOperator(
+        task_id=f"{connector.delta.format}_apply",
+        tables=connector.delta.to_json(),
         execution_timeout=WINDOW_TIMEOUT,
-        **connector.arguments(MongoDeltaApplyOperator),
+        **connector.arguments(MongoTableApplyOperator),
     )
 
 
@@ -859,6 +883,14 @@ Delta table per collection under `{location}` (`<database>/<collection>`), exact
 records the topic positions it applied in the same commit as its rows. A completed snapshot sweeps
 rows that are gone from MongoDB; small files are compacted and old ones vacuumed on the entry's
 schedule (README, "Delta Lake tables").
+"""
+
+ICEBERG_DOC = """
+**Apache Iceberg tables.** After each window, **delta_apply** applies the connector's topics to one
+Iceberg table per collection (`<database>.<collection>`, in {location}), exactly once: each
+table's snapshot records the topic positions it applied beside its rows. A completed snapshot sweeps
+rows that are gone from MongoDB; small files are compacted and old snapshots expired on the entry's
+schedule (README, "Apache Iceberg tables").
 """
 
 RESNAPSHOT_DOC = """

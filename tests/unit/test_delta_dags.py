@@ -107,3 +107,30 @@ def test_storage_credentials_travel_in_the_job_spec_only(monkeypatch, tmp_path):
     assert spec.mongo == {} and spec.params["in_driver"] is False
     path = spec.write(tmp_path / "spec.json")
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_tables_key_names_the_format_and_iceberg_tables_get_their_apply(tmp_path: Path, monkeypatch):
+    iceberg = {
+        "name": "lake",
+        "config": {"topic.prefix": "lake"},
+        "tables": {"format": "iceberg", "location": "/data/lake", "namespace_prefix": "cdc_"},
+    }
+    wrong = {
+        "name": "wrong",
+        "config": {"topic.prefix": "wrong"},
+        "tables": {"format": "hudi", "location": "/x"},
+    }
+    both = {**ENTRY, "name": "both", "config": {"topic.prefix": "both"}, "tables": {"location": "/y"}}
+    bag = load(dag_folder(tmp_path, [iceberg, wrong, both]), monkeypatch)
+    dag = bag.dags["mongocdc_lake_hourly"]
+    apply = dag.get_task("iceberg_apply")
+    assert type(apply).__name__ == "MongoTableApplyOperator" and apply.pool == "mongocdc_lake"
+    assert apply.settings().identifier("shop", "orders") == ("cdc_shop", "orders")
+    assert [outlet.name for outlet in apply.outlets if isinstance(outlet, AssetAlias)] == [
+        "mongocdc.iceberg"
+    ]
+    assert "Apache Iceberg tables" in dag.doc_md
+    assert (
+        "'format' must be one of delta, iceberg, got 'hudi'" in bag.dags["mongocdc_invalid_wrong"].description
+    )
+    assert "both 'delta' and 'tables'" in bag.dags["mongocdc_invalid_both"].description
