@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # 0 runs the suite in one process.
 PYTEST_WORKERS ?= 3
 
-.PHONY: test lint demo install kafka-jars interop-jars debezium-jars pymongo-tests fidelity-driver browser bench clean
+.PHONY: test lint demo install kafka-jars interop-jars iceberg-jars debezium-jars pymongo-tests fidelity-driver browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ kafka-jars: install
 # the harness that runs them (javac).
 interop-jars: install
 	$(BIN)/python -m devtools.interop fetch
+
+# iceberg-core and the SQLite JDBC driver for the Iceberg REST catalog server of the tests (Maven),
+# and the server itself (javac).
+iceberg-jars: install
+	$(BIN)/python -m devtools.iceberg fetch
 
 # Kafka Connect's runtime (ConnectStandalone) and Debezium's MongoDB connector for the side-by-side
 # benchmark (bench l), Maven.
@@ -63,7 +68,7 @@ lint: install
 pymongo-tests: install
 	$(BIN)/python -m devtools.mongosim.driver_suite fetch
 
-test: install lint kafka-jars interop-jars pymongo-tests browser
+test: install lint kafka-jars interop-jars iceberg-jars pymongo-tests browser
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The eight pymongo test files against fresh simulator replica sets of 3 members and 1; prints
