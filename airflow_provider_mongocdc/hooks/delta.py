@@ -17,7 +17,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_mongocdc.core.apply.state import position_app_id
+from airflow_provider_mongocdc.core.apply.layout import SYSTEM_NAMES
+from airflow_provider_mongocdc.core.apply.state import last_misfits_app_id, misfits_app_id, position_app_id
 
 LOGIN_KEYS = {
     "s3": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
@@ -59,7 +60,9 @@ def table_versions(
     tables: Iterable[tuple[str, str, Iterable[int]]], storage_options: Mapping[str, str] | None
 ) -> dict[str, dict[str, Any] | None]:
     """For each ``(uri, topic, partitions)``: the table's version, the next offset it records per
-    partition and when it was last committed (None: no table yet)."""
+    partition, when it was last committed and, per declared column (the table's columns but its
+    own), its type and how many values did not fit it since the table was created and in its last
+    apply run (None: no table yet)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -78,5 +81,14 @@ def table_versions(
                 for partition in partitions
             },
             "committed_ms": history[0].get("timestamp") if history else None,
+            "misfits": {
+                field.name: {
+                    "type": getattr(field.type, "type", None) or str(field.type),
+                    "total": table.transaction_version(misfits_app_id(topic, field.name)) or 0,
+                    "last_run": table.transaction_version(last_misfits_app_id(topic, field.name)) or 0,
+                }
+                for field in table.schema().fields
+                if field.name not in SYSTEM_NAMES
+            },
         }
     return found

@@ -15,6 +15,7 @@ link may not navigate the window itself, so the script follows the link from the
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -23,7 +24,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import ChainableUndefined, Environment, FileSystemLoader
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.health.record import headline
@@ -41,7 +42,7 @@ h1 { font-size: 20px; margin: 0 0 4px 0; }
 table { border-collapse: collapse; width: 100%; }
 th, td { border-bottom: 1px solid #e2e8f0; padding: 6px 8px; text-align: left; vertical-align: top; }
 th { background: #f7fafc; font-weight: 600; }
-td { overflow-wrap: anywhere; }
+td { overflow-wrap: break-word; }
 svg { max-width: 100%; height: auto; }
 td small, .age { color: #718096; display: block; }
 .badge { display: inline-block; padding: 1px 6px; border-radius: 8px; font-size: 12px; font-weight: 600; }
@@ -56,7 +57,8 @@ a { color: #2b6cb0; }
 .errors { background: #fff5f5; border: 1px solid #feb2b2; padding: 8px; margin-bottom: 12px; }
 svg .bar { fill: #4299e1; } svg .bar.failed { fill: #e53e3e; }
 .watcher-behind { color: #744210; font-weight: 600; }
-.open-window { color: #22543d; font-weight: 600; }
+.open-window, .watcher-open { color: #22543d; font-weight: 600; }
+.misfit { color: #744210; font-weight: 600; }
 """
 
 SCRIPT = """
@@ -185,8 +187,30 @@ def environment() -> Environment:
         headroom=headroom,
         chart=chart,
         href=page_href,
+        ident=ident,
+        thousands=thousands,
     )
     return env
+
+
+# Where an identifier may wrap: after each of these characters (mongocdc_|default, shop.|orders).
+_PARTS = re.compile(r"(?<=[_./-])")
+
+
+def ident(value: Any) -> Markup:
+    """An identifier (a name, a DAG or connection id, a collection, a location) escaped, with a
+    line break opportunity (``<wbr>``) after each ``_ . / -`` and nowhere else: a narrow column
+    wraps it between its parts, never inside a word. None is empty."""
+    if value is None:
+        return Markup("")
+    return Markup("<wbr>").join(escape(part) for part in _PARTS.split(str(value)))
+
+
+def thousands(value: Any) -> str:
+    """A count with its thousands apart (``10 000``, no-break spaces); anything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}".replace(",", "\u00a0")
+    return "" if value is None else str(value)
 
 
 def page_href(href: Any) -> str:

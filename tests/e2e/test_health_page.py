@@ -1,21 +1,26 @@
 """The MongoDB CDC page and its JSON API on a real Airflow API server, and the page in a real browser.
 
 One stack for the module (api-server, scheduler with LocalExecutor, dag-processor on 127.0.0.1,
-the MongoDB simulator, the real Kafka broker) with a connector list of three connectors:
+the MongoDB simulator, the real Kafka broker) with a connector list of four connectors:
 ``default`` set up with the README's commands and run once as the UI's Trigger button runs it;
 ``orders``, whose offset an operator set two hours back with ``mongocdc offsets set``; ``lost``,
-whose MongoDB connection points at a port where nothing listens.
+whose MongoDB connection points at a port where nothing listens; ``tables``, change-driven with a
+Delta table, whose topic, table and offsets topic the test writes as its window and apply would:
+60 events in three Kafka transactions, a table at their start whose declared column ``total``
+had 3 values that did not fit it, and a window open since five minutes (its marker and lease)
+after the change watcher counted nothing pending.
 
 1. Every new endpoint refuses a request without credentials (401) and with an invalid token (403).
-2. The API lists the three connectors; the default connector's committed position is the one
+2. The API lists the four connectors; the default connector's committed position is the one
    ``mongocdc offsets show`` prints and its lag is the API's time minus it; the last window, the
    last snapshot, the lease, the pool and the chart come from the run; no response holds a
    password or a full resume token.
 3. ``lost``: MongoDB unreachable is said in words, the rest of its row is still there.
 4. A headless Chromium (Debian's chromium and chromium-driver, ``make browser``) logs in through
    the UI's login form, opens *MongoDB CDC* in the navigation bar, finds both connectors' rows with
-   their lag, follows the re-snapshot action to the DAG's Trigger form, and finds the *MongoDB CDC*
-   tab of a connector's DAG showing that connector only.
+   their lag, the open window as the change watcher's state and the table's misfits marked,
+   no word cut at a line's end 1 900 px wide, follows the re-snapshot action to the DAG's Trigger
+   form, and finds the *MongoDB CDC* tab of a connector's DAG showing that connector only.
 """
 
 from __future__ import annotations
@@ -27,16 +32,27 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from datetime import datetime, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import pyarrow as pa
 import pytest
 from bson.timestamp import Timestamp
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from deltalake import CommitProperties, Transaction, write_deltalake
 
-from airflow_provider_mongocdc.core.base.timefmt import parse_iso
+from airflow_provider_mongocdc.core.apply.state import last_misfits_app_id, misfits_app_id, position_app_id
+from airflow_provider_mongocdc.core.base.timefmt import iso_z, parse_iso
 from airflow_provider_mongocdc.core.health.record import TOKEN_SHOWN
+from airflow_provider_mongocdc.core.offsets.keys import watch_key
+from airflow_provider_mongocdc.core.offsets.lease import ConnectorLease
+from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, compact
+from airflow_provider_mongocdc.core.offsets.open_window import open_marker
+from airflow_provider_mongocdc.core.offsets.store import OffsetStore
 from airflow_provider_mongocdc.plugins.health_page import COLUMNS
 from devtools.mongosim import MongoSim
 from tests.e2e.airflow_stack import (
@@ -82,6 +98,12 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
                 "config": {"topic.prefix": f"orders{run}", "collection.include.list": "shop\\.orders"},
             },
             {"name": "lost", "config": {"topic.prefix": f"lost{run}"}, "conn_ids": {"mongo": "lost_mongo"}},
+            {
+                "name": "tables",
+                "config": {"topic.prefix": f"tables{run}", "collection.include.list": "shop\\.orders"},
+                "window_schedule": {"changes": {"min_changes": 1000}},
+                "delta": {"location": str(home / "lake"), "columns": {"shop.orders": {"total": "double"}}},
+            },
         ]
     }
     env = own_airflow(airflow_env, home, dag_folder(home, connectors))
@@ -121,8 +143,15 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
                     "--yes",
                 )
 
+            write_tables_connector(kafka_bootstrap, f"tables{run}", home / "lake")
+
             api = start_airflow(stack)
-            for dag_id in ("mongocdc_hourly", "mongocdc_orders_hourly", "mongocdc_lost_hourly"):
+            for dag_id in (
+                "mongocdc_hourly",
+                "mongocdc_orders_hourly",
+                "mongocdc_lost_hourly",
+                "mongocdc_tables_hourly",
+            ):
                 wait_registered(api, dag_id)
             # One hourly run, as the UI's Trigger button starts it.
             unpause(api, "mongocdc_hourly")
@@ -134,6 +163,72 @@ def stack(airflow_env, kafka_bootstrap, tmp_path_factory):
             yield stack
         finally:
             stop(stack.processes)
+
+
+TABLE_EVENTS = 60
+MISFITS = 3
+OPEN_EVENTS = 3000
+KAFKA_TIMEOUT_S = 120  # bounds a broker round trip on a loaded machine
+
+
+def write_tables_connector(bootstrap: str, prefix: str, lake: Path) -> None:
+    """What the ``tables`` connector's runs would have left: the topic of shop.orders with
+    :data:`TABLE_EVENTS` events in three transactions (each with its commit marker), the Delta table
+    at their start with :data:`MISFITS` values of ``total`` that did not fit, the change watcher's
+    count (nothing pending) and then a window open since five minutes (its marker and lease)."""
+    kafka = {"bootstrap.servers": bootstrap}
+    topic = f"{prefix}.shop.orders"
+    admin = AdminClient(kafka)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(KAFKA_TIMEOUT_S)
+    producer = Producer({**kafka, "transactional.id": f"{prefix}-events", "transaction.timeout.ms": 60000})
+    producer.init_transactions(KAFKA_TIMEOUT_S)
+    for first in range(0, TABLE_EVENTS, TABLE_EVENTS // 3):
+        producer.begin_transaction()
+        for number in range(first, first + TABLE_EVENTS // 3):
+            producer.produce(topic, key=f'{{"id": {number}}}'.encode(), value=b'{"op": "c"}')
+        producer.commit_transaction(KAFKA_TIMEOUT_S)
+    write_deltalake(
+        str(lake / "shop" / "orders"),
+        pa.table({"_id": ["1"], "_doc": ["{}"], "total": pa.array([None], pa.float64())}),
+        commit_properties=CommitProperties(
+            app_transactions=[
+                Transaction(position_app_id(topic, 0), 0),
+                Transaction(misfits_app_id(topic, "total"), MISFITS),
+                Transaction(last_misfits_app_id(topic, "total"), MISFITS),
+            ]
+        ),
+    )
+
+    now = datetime.now(timezone.utc)
+    position = Timestamp(int(now.timestamp()) - 1, 1)
+    offsets(bootstrap, "set", prefix, "--partition", "rs0", "--cluster-time", f"{position.time}:1", "--yes")
+    watcher = {
+        "connector": prefix,
+        "at": iso_z(now),
+        "pending": 0,
+        "pending_since": None,
+        "partitions": {"rs0": {"state": "watched", "pending": 0, "since": None, "note": ""}},
+        "waiting_for_window": False,
+        "last_event_at": None,
+        "incremental_snapshot": None,
+    }
+    plain = Producer(kafka)
+    plain.produce(f"{prefix}.offsets", key=watch_key(prefix, prefix), value=compact(watcher))
+    assert plain.flush(KAFKA_TIMEOUT_S) == 0
+    owner = "mongocdc_tables_hourly/asset_triggered__1/window"
+    ConnectorLease(kafka, prefix, f"{prefix}.offsets").acquire(owner, "window", timedelta(hours=3))
+    store = OffsetStore(kafka, f"{prefix}.offsets")
+    partition = OffsetPartition(prefix, "rs0")
+    marker = open_marker(
+        since=now - timedelta(minutes=5),
+        now=now,
+        events=OPEN_EVENTS,
+        commits=150,
+        lag_ms=800,
+        next_commit_within_s=3 * 3600,
+        closes_by=now + timedelta(hours=3),
+    )
+    store.write(partition, replace(store.read(partition), open_window=marker))
 
 
 def offsets(bootstrap: str, action: str, prefix: str, *args: str) -> dict:
@@ -183,7 +278,7 @@ def test_api_shows_the_lag_of_mongocdc_offsets_show_and_the_last_run(stack):
     assert listed.status_code == 200, listed.text
     body = listed.json()
     records = {record["name"]: record for record in body["connectors"]}
-    assert sorted(records) == ["default", "lost", "orders"], body
+    assert sorted(records) == ["default", "lost", "orders", "tables"], body
 
     shown = offsets(stack.bootstrap, "show", stack.prefix)
     (partition,) = shown["partitions"]
@@ -230,6 +325,24 @@ def test_api_shows_the_lag_of_mongocdc_offsets_show_and_the_last_run(stack):
     assert isinstance(token, str) and len(token) > TOKEN_SHOWN and token not in text
     assert row["resume_token"] == token[:TOKEN_SHOWN] + "…"
     assert LOST_PASSWORD not in text  # the lost connector's connection has one
+
+
+def test_api_shows_the_open_window_as_the_watchers_state_and_the_tables_events_and_misfits(stack):
+    tables = stack.api.call("GET", "/mongocdc/api/connectors/tables", params={"refresh": "true"}).json()
+    watcher = tables["offsets"]["watcher"]
+    assert watcher["state"] == "open" and watcher["events"] == OPEN_EVENTS, watcher
+    assert watcher["open_since"] == tables["offsets"]["open_window"]["since"], tables["offsets"]
+    (table,) = tables["tables"]["tables"]
+    assert table["collection"] == "shop.orders" and table["version"] == 0, table
+    # 60 events and 3 commit markers: 63 offsets, 60 behind.
+    assert table["ends"] == {"0": TABLE_EVENTS + 3} and table["behind"] == TABLE_EVENTS, table
+    assert table["behind_more"] is False
+    assert table["misfits"] == {"total": {"type": "double", "total": MISFITS, "last_run": MISFITS}}
+    assert tables["status"] == "warning", tables["problems"]
+    assert (
+        f"Delta table of shop.orders: {MISFITS} value(s) of the column total did not fit double since the "
+        f"table was created, {MISFITS} in its last apply run (null in the column, kept in _doc)"
+    ) in tables["problems"], tables["problems"]
 
 
 # -- 3: an unreachable MongoDB ------------------------------------------------------------------------------
@@ -315,6 +428,25 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
         assert int(lag.get_attribute("data-lag-seconds")) == lag_at(generated_at, cluster_time)
     assert "lag 2 h" in browser.find_element(By.CSS_SELECTOR, "tr[data-connector='orders'] .lag").text
 
+    # The change-driven connector with a window open: the watcher's state follows the window, and
+    # its table is marked for the values that did not fit its declared column.
+    tables = browser.find_element(By.CSS_SELECTOR, "tr[data-connector='tables']")
+    watcher = tables.find_element(By.CSS_SELECTOR, ".watcher")
+    assert watcher.get_attribute("data-watcher-state") == "open", watcher.text
+    assert (
+        watcher.text.startswith("window open since ") and f", {OPEN_EVENTS} changes committed" in watcher.text
+    )
+    assert "quiet" not in tables.text, tables.text
+    table = tables.find_element(By.CSS_SELECTOR, ".table[data-collection='shop.orders']")
+    assert f"{TABLE_EVENTS} behind" in table.text, table.text
+    misfit = table.find_element(By.CSS_SELECTOR, ".misfit")
+    assert misfit.is_displayed()
+    assert misfit.text == f"⚠ total: {MISFITS} values did not fit double, {MISFITS} in the last run", (
+        misfit.text
+    )
+    assert "Attention" in tables.find_element(By.CSS_SELECTOR, ".badge").text
+    assert "3 value(s) of the column total did not fit double" in tables.text
+
     # The re-snapshot action opens the connector's re-snapshot DAG in the UI; its Trigger form.
     browser.find_element(By.CSS_SELECTOR, "tr[data-connector='default'] a[data-action='resnapshot']").click()
     browser.switch_to.default_content()
@@ -382,6 +514,34 @@ def test_browser_logs_in_finds_both_connectors_with_their_lag_and_opens_the_resn
     )
     if fit["width"] <= 1650:
         assert labels == [f'"{title}"' for title in COLUMNS], (fit, labels)
+
+    # 1 900 px wide: every row's words lie whole on one line (a name wraps between its parts).
+    browser.switch_to.default_content()
+    browser.set_window_size(1900, 1100)
+    browser.get(f"{base}/mongocdc/?refresh=true")
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr[data-connector='tables'] .misfit"))
+    cut = browser.execute_script(CUT_WORDS)
+    assert cut == [], cut
+
+
+# The words of the connectors' rows (letters and digits between other characters) that a line's
+# end cuts: a word whose text takes more than one line box.
+CUT_WORDS = """
+const cut = [];
+const walker = document.createTreeWalker(document.querySelector("#connectors tbody"), NodeFilter.SHOW_TEXT);
+while (walker.nextNode()) {
+  const node = walker.currentNode, words = /[A-Za-z0-9]+/g;
+  let word;
+  while ((word = words.exec(node.data))) {
+    const range = document.createRange();
+    range.setStart(node, word.index);
+    range.setEnd(node, word.index + word[0].length);
+    const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+    if (lines.size > 1) { cut.push(node.data); }
+  }
+}
+return cut;
+"""
 
 
 # -- 5: run summaries written by a DAG editor through the REST API ---------------------------------------------

@@ -1,7 +1,8 @@
 """What the MongoDB CDC page reads from MongoDB for a running incremental snapshot: the documents
 each collection still has to copy (the current one after its last copied ``_id``, up to the largest
 ``_id`` it had when its copy began; the pending ones whole; the request's filter applied), and from
-them the chunks left the page shows."""
+them the chunks left the page shows; and from Kafka, the events a Delta table is behind its topic
+(committed records, not offsets: commit markers and aborted records are no events)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,25 @@ import socket
 import uuid
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 from bson.timestamp import Timestamp
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from deltalake import CommitProperties, Transaction, write_deltalake
 from pymongo import MongoClient
 
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.state import last_misfits_app_id, misfits_app_id, position_app_id
+from airflow_provider_mongocdc.core.apply.topics import topic_ends
 from airflow_provider_mongocdc.core.base.errors import MongoCdcError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
-from airflow_provider_mongocdc.core.health.probes import count_documents_left, probe_oplog
+from airflow_provider_mongocdc.core.health.probes import (
+    RecordCounts,
+    count_documents_left,
+    count_records,
+    probe_oplog,
+)
 from airflow_provider_mongocdc.core.health.record import (
     ConnectorIdentity,
     OffsetsView,
@@ -23,10 +36,12 @@ from airflow_provider_mongocdc.core.health.record import (
     Sources,
     connector_record,
 )
+from airflow_provider_mongocdc.core.health.tables import add_tables
 from airflow_provider_mongocdc.core.mongo.connection import MongoConnectionDetails
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.snapshot.id_ranges import bound_json
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
+from tests.integration.snapshot_helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +120,95 @@ def test_an_unreachable_mongodb_is_reported_without_a_retry_setting_the_probe_do
     ), message
     assert "check that the servers run and are reachable" in message, message
     assert "connect.max.attempts" not in message, message
+
+
+KAFKA_TIMEOUT_S = 120  # bounds a broker round trip on a loaded machine, only a failure waits for it
+
+
+def _transactions(bootstrap: str, topic: str, sizes: list[int], aborted: int) -> None:
+    """``sizes`` committed transactions of that many records each, then ``aborted`` records in an
+    aborted transaction: every transaction leaves a marker after its records."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn", "transaction.timeout.ms": 60000}
+    )
+    producer.init_transactions(KAFKA_TIMEOUT_S)
+    number = 0
+    for size in sizes:
+        producer.begin_transaction()
+        for _ in range(size):
+            number += 1
+            producer.produce(topic, key=f'{{"id": {number}}}'.encode(), value=b'{"op": "c"}')
+        producer.commit_transaction(KAFKA_TIMEOUT_S)
+    producer.begin_transaction()
+    for _ in range(aborted):
+        producer.produce(topic, key=b'{"id": 0}', value=b'{"op": "u"}')
+    producer.flush(KAFKA_TIMEOUT_S)
+    producer.abort_transaction(KAFKA_TIMEOUT_S)
+
+
+def test_a_delta_tables_behind_counts_the_committed_events_not_the_offsets(
+    kafka_bootstrap, unique_name, tmp_path
+):
+    from airflow_provider_mongocdc.plugins.health_tables import read_tables
+
+    prefix = unique_name.lower()
+    topic = f"{prefix}.shop.orders"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(KAFKA_TIMEOUT_S)
+    # 60 documents in 6 transactions of 10, and 5 records of an aborted transaction: 72 offsets.
+    _transactions(kafka_bootstrap, topic, [10] * 6, aborted=5)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    # The coordinator writes the abort marker after the abort returns: wait for the stable end.
+    assert wait_until(lambda: topic_ends(kafka, topic, [0], 0.0).ends == {0: 72}, KAFKA_TIMEOUT_S)
+    config = ConnectorConfig.from_properties({"topic.prefix": prefix})
+    settings = DeltaSettings.from_mapping({"location": str(tmp_path / "lake")})
+    now = datetime.now(timezone.utc)
+
+    def shown() -> dict:
+        record = {"name": prefix, "status": "ok", "problems": []}
+        add_tables(record, settings.location, Reading(read_tables(settings, config, kafka), now), now)
+        (table,) = record["tables"]["tables"]
+        return table
+
+    before = shown()  # no table yet: everything from the topic's start
+    assert (before["version"], before["ends"], before["behind"]) == (None, {"0": 72}, 60), before
+
+    # A table that applied the first transaction records the offset after its marker: 11; and
+    # that 3 values of its declared column total did not fit it, 1 of them in its last run.
+    uri = settings.table_uri("shop", "orders")
+    write_deltalake(
+        uri,
+        pa.table({"_id": ["1"], "_doc": ["{}"], "total": pa.array([None], pa.float64()), "status": ["new"]}),
+        commit_properties=CommitProperties(
+            app_transactions=[
+                Transaction(position_app_id(topic, 0), 11),
+                Transaction(misfits_app_id(topic, "total"), 3),
+                Transaction(last_misfits_app_id(topic, "total"), 1),
+            ]
+        ),
+    )
+    table = shown()
+    assert table["behind"] == 50
+    assert table["misfits"] == {
+        "total": {"type": "double", "total": 3, "last_run": 1},
+        "status": {"type": "string", "total": 0, "last_run": 0},
+    }
+    # Applied everything: the markers and the aborted records left are nothing behind.
+    write_deltalake(
+        uri,
+        pa.table({"_id": ["2"], "_doc": ["{}"], "total": [2.5], "status": ["paid"]}),
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction(position_app_id(topic, 0), 66)]),
+    )
+    assert shown()["behind"] == 0
+
+    # The count is bounded: beyond it, "more than" (the page reads at most that many records).
+    assert count_records(kafka, topic, {0: 0}, {0: 72}, limit=25) == (25, False)
+    assert count_records(kafka, topic, {0: 0}, {0: 72}, limit=60) == (60, True)
+    assert count_records(kafka, topic, {0: 66}, {0: 72}) == (0, True)
+    # A range counted once is not read again; one whose end moved on is read from its old end only.
+    counts = RecordCounts()
+    assert counts.count(kafka, topic, {0: 11}, {0: 55}) == (40, True)
+    assert counts.count(kafka, topic, {0: 11}, {0: 72}) == (50, True)
+    assert counts.reads == 2 and counts.records_read == 50
+    assert counts.count(kafka, topic, {0: 11}, {0: 72}) == (50, True) and counts.reads == 2

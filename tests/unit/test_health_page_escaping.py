@@ -26,6 +26,7 @@ from airflow_provider_mongocdc.core.health.record import (
     connector_record,
 )
 from airflow_provider_mongocdc.core.health.summaries import snapshot_summary, window_summary
+from airflow_provider_mongocdc.core.health.tables import add_tables
 from airflow_provider_mongocdc.core.offsets.lease import Lease
 from airflow_provider_mongocdc.core.offsets.model import OffsetPartition, OffsetState, Position
 from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalProgress
@@ -45,13 +46,14 @@ HOSTILE = [
 # Every element and attribute the page writes itself.
 ELEMENTS = {
     "html", "head", "meta", "title", "style", "body", "h1", "div", "p", "a", "table", "thead",
-    "tbody", "tr", "th", "td", "small", "strong", "span", "ul", "li", "svg", "rect", "script",
+    "tbody", "tr", "th", "td", "small", "strong", "span", "ul", "li", "svg", "rect", "script", "wbr",
 }  # fmt: skip
 ATTRIBUTES = {
     "lang", "charset", "class", "id", "href", "title", "colspan", "width", "height", "x", "y", "role",
     "aria-label", "data-top", "data-action", "data-connector", "data-lag-seconds", "data-partition",
     "data-cluster-time", "data-generated-at", "data-watcher-state", "data-pending", "viewbox",
-    "data-open-since", "data-events",
+    "data-open-since", "data-events", "data-collection", "data-version", "data-behind", "data-misfits",
+    "data-column", "data-total", "data-last-run",
 }  # fmt: skip
 
 
@@ -173,6 +175,21 @@ def full_record(text: str = "x") -> dict[str, Any]:
         now=NOW,
         headroom_threshold_seconds=6 * 3600,
     )
+    table = {
+        "collection": text,
+        "topic": text,
+        "table": text,
+        "ends": {0: 12},
+        "earliest": {0: 0},
+        "behind": {"records": 4, "complete": True},
+        "state": {
+            "version": 2,
+            "positions": {0: 8},
+            "committed_ms": None,
+            "misfits": {text: {"type": text, "total": 3, "last_run": 1}},
+        },
+    }
+    add_tables(record, "/lake", Reading([table, {**table, "error": text}], NOW), NOW)
     record["paused"] = {"mongocdc_hourly": True}
     record["links"] = {"resnapshot_form": "/dags/r", "hourly": "/dags/h", "watchdog": "/dags/w"}
     record["lease"]["url"] = "/dags/mongocdc_hourly/runs/run1/tasks/window"
@@ -231,6 +248,16 @@ def test_hostile_text_in_the_record_fields_is_escaped_in_the_markup():
     assert "<img src=x" not in html and "<script>alert" not in html
     assert "&lt;img src=x onerror=alert(document.cookie)&gt;" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_identifiers_break_only_after_underscores_dots_slashes_and_hyphens():
+    # A long name wraps where it has parts (mongocdc_|default, shop.|orders), never inside a word.
+    parts = assert_inert(render([full_record("mongocdc_default.shop/orders-2026")]))
+    html = render([full_record("mongocdc_default.shop/orders-2026")])
+    assert "mongocdc_<wbr>default.<wbr>shop/<wbr>orders-<wbr>2026" in html
+    before = [piece[-1:] for piece in html.split("<wbr>")[:-1]]
+    assert before and set(before) <= set("_./-"), set(before)
+    assert "mongocdc_default.shop/orders-2026" in "".join(parts.text)
 
 
 def test_refused_request_page_escapes_its_detail_and_login_address():

@@ -457,3 +457,48 @@ def test_an_open_window_shows_since_when_its_events_so_far_and_its_committed_lag
 
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_while_a_window_is_open_the_watcher_state_follows_it_not_the_watchers_last_count():
+    # The watcher counted nothing pending when it asked for the window, then rests while the window
+    # carries the changes: its record still says quiet. The open window's marker says otherwise.
+    from airflow_provider_mongocdc.core.offsets.open_window import open_marker
+
+    opened = open_marker(
+        since=NOW - timedelta(minutes=12),
+        now=NOW - timedelta(seconds=1),
+        events=7200,
+        commits=700,
+        lag_ms=1400,
+        next_commit_within_s=32,
+        closes_by=NOW + timedelta(minutes=38),
+    )
+    holder = Lease(
+        "mongocdc_hourly/asset_run/window", "window", NOW - timedelta(minutes=12), NOW + timedelta(minutes=43)
+    )
+    quiet_before = watcher_status(0, None, reported_before_now=12 * 60 + 5)
+    offsets = Reading(
+        OffsetsView({PARTITION: state_at(2, open_window=opened)}, None, holder, watcher=quiet_before), NOW
+    )
+    shown = record(Sources(offsets=offsets), change_driven=True)
+    watcher = shown["offsets"]["watcher"]
+    assert watcher["state"] == "open", watcher
+    assert (watcher["open_since"], watcher["events"], watcher["commits"]) == (
+        iso(NOW - timedelta(minutes=12)),
+        7200,
+        700,
+    )
+    assert watcher["note"] == "window open since 2026-11-26T11:48:00Z: 7200 changes committed in 700 commits"
+    assert shown["status"] == "ok", shown["problems"]
+    json.dumps(shown)
+    html = render_page(
+        [shown], generated_at=NOW, dag_id=None, list_errors=[], hidden=0, threshold_seconds=THRESHOLD
+    )
+    assert 'data-watcher-state="open"' in html
+    assert "window open since 2026-11-26 11:48:00 UTC, 7200 changes committed" in html
+    assert "quiet: no change pending" not in html
+
+    # Once it closed (its marker removed with its last commit), the watcher's own count again.
+    closed = Reading(OffsetsView({PARTITION: state_at(2)}, None, None, watcher=watcher_status(0, None)), NOW)
+    after = record(Sources(offsets=closed), change_driven=True)["offsets"]["watcher"]
+    assert after["state"] == "quiet" and "open_since" not in after

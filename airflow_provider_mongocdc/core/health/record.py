@@ -298,15 +298,36 @@ def running_incremental(view: OffsetsView) -> IncrementalProgress | None:
 
 
 def watcher_part(
-    status: Mapping[str, Any] | None, identity: ConnectorIdentity, has_offsets: bool, found: _Findings
+    status: Mapping[str, Any] | None,
+    identity: ConnectorIdentity,
+    has_offsets: bool,
+    found: _Findings,
+    open_window: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """What the change watcher last counted, and what it makes of the lag: ``quiet`` (nothing
     pending: the committed position is old because nothing captured changed, windows run when
     changes come), ``behind`` (changes pending since ``pending_since``: the real delay is the
     oldest pending change's age) or ``waiting`` (a stream has no position a window could start
-    from, or is blocked). A watcher that stopped reporting is a problem of its own."""
+    from, or is blocked); ``open`` while a window is open (``open_window``, from its marker in the
+    offsets topic: the watcher rests then, and its last count is from before the window opened).
+    A watcher that stopped reporting is a problem of its own."""
     if not identity.change_driven:
         return None
+    part = _watcher_count(status, has_offsets, found)
+    if open_window is not None:
+        events, commits = open_window.get("events"), open_window.get("commits")
+        part.update(
+            state="open",
+            open_since=open_window.get("since"),
+            events=events,
+            commits=commits,
+            note=f"window open since {open_window.get('since')}: {events} changes committed in {commits} commits",
+        )
+    return part
+
+
+def _watcher_count(status: Mapping[str, Any] | None, has_offsets: bool, found: _Findings) -> dict[str, Any]:
+    """What the watcher's status record says (:func:`watcher_part`), without an open window."""
     now = found.now
     if not isinstance(status, Mapping):
         if not has_offsets:  # it waits for the first snapshot's position (and writes nothing until then)
@@ -490,7 +511,7 @@ def _offsets_parts(identity: ConnectorIdentity, sources: Sources, found: _Findin
                 + view.open_transactions[0].expiry()
                 + ")",
             )
-        offsets["watcher"] = watcher_part(view.watcher, identity, bool(rows), found)
+        offsets["watcher"] = watcher_part(view.watcher, identity, bool(rows), found, offsets["open_window"])
         if not rows:
             found.add(WARNING_STATUS, "no offsets yet: the connector has not run (or its offsets were reset)")
         elif any(state.snapshot.status == SNAPSHOT_IN_PROGRESS for state in view.states.values()):
