@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mongocdc.core.apply.batch import Commit
@@ -245,6 +245,15 @@ class DeltaTableStore:
             if table is None:
                 return self._create(commit, layout, name, description)
             return self._merge(table, commit, layout)
+        except CommitFailedError as error:
+            raise TableError(
+                f"Another writer committed to the Delta table at {self.uri} while this apply prepared its "
+                "commit",
+                cause="delta-rs refused the commit: "
+                + redact_secrets(" ".join(str(error).split()), secret_values(self.storage_options))[:300],
+                fix="give each table one apply (the connector's pool does); nothing of this batch was applied, "
+                "and the next run continues from the table as it is",
+            ) from None
         except DeltaError as error:
             raise self._failed("write", error) from None
         except (OSError, pa.ArrowException) as error:

@@ -78,6 +78,9 @@ TABLE_PROPERTIES = {
     # No bounds of the documents (long texts no reader filters on by range).
     f"write.metadata.metrics.column.{DOCUMENT}": "counts",
     "format-version": "2",
+    # A commit the catalog refuses (another writer's came first) fails: pyiceberg would otherwise
+    # replay this snapshot's files on the other's, and the batch's rows would be there twice.
+    "commit.retry.num-retries": "0",
 }
 # Files below this size are compacted when compaction is due.
 _SMALL_FILE_BYTES = 32 * 1024 * 1024
@@ -138,10 +141,17 @@ class IcebergTableStore:
             uri = self.catalog_properties.get("uri", "")
             if self.catalog_properties.get("type") == "sql" and uri.startswith("sqlite:///"):
                 Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self._catalog = load_catalog(self.catalog_name, **self.catalog_properties)
-            except Exception as error:  # pyiceberg raises many kinds for a catalog it cannot reach
-                raise self._failed("reach the catalog of", error) from None
+            for attempt in range(3):
+                try:
+                    self._catalog = load_catalog(self.catalog_name, **self.catalog_properties)
+                    break
+                except Exception as error:  # pyiceberg raises many kinds for a catalog it cannot reach
+                    # Two processes creating a new SQL catalog's tables at once: the second finds
+                    # them made; it loads the catalog again.
+                    if attempt < 2 and "already exists" in str(error):
+                        time.sleep(0.2 * (attempt + 1))
+                        continue
+                    raise self._failed("reach the catalog of", error) from None
         return self._catalog
 
     def table(self) -> Any:

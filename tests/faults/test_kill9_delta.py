@@ -1,5 +1,5 @@
-"""kill -9 of the Delta apply at random points, then runs to completion: the table equals MongoDB
-and nothing was applied twice.
+"""kill -9 of the table apply at random points, then runs to completion: the table (Delta or
+Iceberg) equals MongoDB and nothing was applied twice.
 
 The apply runs as its application process in driver mode (what the operator runs on a ``local[...]``
 master, without the Spark JVM), in batches of 40 events, so a run makes some 60 commits; each trial
@@ -24,6 +24,7 @@ from airflow_provider_mongocdc.core.jobspec import JobSpec, read_result
 from airflow_provider_mongocdc.operators.base import application_path
 from tests.faults import support
 from tests.integration.delta_helpers import (
+    FORMATS,
     apply_commits,
     connector,
     mongo_documents,
@@ -91,15 +92,24 @@ def start_apply(spec_path, result_path, log_path) -> subprocess.Popen:
         )
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 @pytest.mark.parametrize("seed", support.trial_params())
-def test_kill9_of_the_apply_leaves_the_table_equal_to_mongodb_with_nothing_applied_twice(changed_topic, seed):
+def test_kill9_of_the_apply_leaves_the_table_equal_to_mongodb_with_nothing_applied_twice(
+    changed_topic, seed, table_format
+):
     data = changed_topic
     rng = random.Random(seed)
-    lake = data["tmp"] / f"lake-{seed}"
-    delta = {"location": str(lake), "max_batch_events": 40, "compact_every": "0s", "vacuum_every": None}
-    spec = JobSpec("delta_apply", data["props"], {}, data["kafka"], {"delta": delta, "in_driver": True})
-    spec_path = spec.write(data["tmp"] / f"spec-{seed}.json")
-    log_path = data["tmp"] / f"apply-{seed}.log"
+    lake = data["tmp"] / f"lake-{seed}-{table_format}"
+    tables = {
+        "format": table_format,
+        "location": str(lake),
+        "max_batch_events": 40,
+        "compact_every": "0s",
+        "vacuum_every": None,
+    }
+    spec = JobSpec("delta_apply", data["props"], {}, data["kafka"], {"tables": tables, "in_driver": True})
+    spec_path = spec.write(data["tmp"] / f"spec-{seed}-{table_format}.json")
+    log_path = data["tmp"] / f"apply-{seed}-{table_format}.log"
     table = lake / data["database"] / "items"
 
     # A calibration run of this trial's size is not needed: the delays spread over a few seconds,
@@ -107,14 +117,14 @@ def test_kill9_of_the_apply_leaves_the_table_equal_to_mongodb_with_nothing_appli
     # after the run ended, which the trial then sees as a clean finish).
     kills = 0
     for attempt in range(3):
-        result_path = data["tmp"] / f"result-{seed}-{attempt}.json"
+        result_path = data["tmp"] / f"result-{seed}-{table_format}-{attempt}.json"
         process = start_apply(spec_path, result_path, log_path)
         time.sleep(rng.uniform(0.8, 6.0))
         if process.poll() is None:
             process.kill()
             kills += 1
         process.wait(timeout=60)
-    result_path = data["tmp"] / f"result-{seed}-final.json"
+    result_path = data["tmp"] / f"result-{seed}-{table_format}-final.json"
     final = start_apply(spec_path, result_path, log_path)
     assert final.wait(timeout=support.RUN_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
     assert read_result(result_path)["status"] == "ok"

@@ -4,7 +4,7 @@ reads to changes (DBLog's rule), completed in a later apply run; between them tr
 begin with a delete, applied in batches smaller than the backlog.
 
 Each trial (seeded; odd trials take ``capture.mode=change_streams``, open windows for the last
-stage and spark-submit with Spark tasks for its last apply) writes its own connector's topic in three stages, each followed by applies of
+stage, spark-submit with Spark tasks for its last apply, and Iceberg tables) writes its own connector's topic in three stages, each followed by applies of
 the application process in driver mode that are killed after a random delay and a run that
 finishes. Then the table, read by deltalake's own reader, equals MongoDB; every commit starts where
 the one before ended; and each MongoDB transaction lies within one commit (the commits' recorded
@@ -122,7 +122,7 @@ def test_kill9_of_the_apply_during_re_snapshots_leaves_the_table_equal_to_mongod
 ):
     rng = random.Random(seed)
     # Odd trials: capture.mode=change_streams (updates carry no document), the last stage's windows
-    # open ones, and its last apply under spark-submit in Spark tasks.
+    # open ones, its last apply under spark-submit in Spark tasks, and Iceberg tables.
     odd = seed % 2 == 1
     capture_mode = "change_streams" if odd else "change_streams_update_full"
     name = f"kill9resnap_{seed}_{random.randrange(1 << 30):x}"
@@ -140,8 +140,13 @@ def test_kill9_of_the_apply_during_re_snapshots_leaves_the_table_equal_to_mongod
             "incremental.snapshot.window.max.documents": CHUNK,
         },
     )
-    delta = {"location": str(tmp_path / "lake"), "max_batch_events": 25, "compact_every": "0s"}
-    spec = JobSpec("delta_apply", props, {}, kafka, {"delta": delta, "in_driver": True})
+    tables = {
+        "format": "iceberg" if odd else "delta",
+        "location": str(tmp_path / "lake"),
+        "max_batch_events": 25,
+        "compact_every": "0s",
+    }
+    spec = JobSpec("delta_apply", props, {}, kafka, {"tables": tables, "in_driver": True})
     spec_path = spec.write(tmp_path / "spec.json")
     table = tmp_path / "lake" / database / "items"
 

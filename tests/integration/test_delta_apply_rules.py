@@ -363,3 +363,43 @@ def test_misfits_are_counted_per_run_and_in_total_and_a_table_may_refuse_them(
     assert "The value of points of the document _id 5 does not fit the column points (integer)" in text
     assert "int 1099511627776" in text and "nothing of this batch was applied" in text
     assert table_version(table) == version
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_two_applies_racing_on_one_table_leave_each_key_once(
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    import threading
+
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(300)])
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)
+    items.update_many({"_id": {"$lt": 150}}, {"$inc": {"v": 1}})
+    items.delete_many({"_id": {"$gte": 280}})
+    window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+    delta = {"location": str(tmp_path / "lake"), "format": table_format, "max_batch_events": 40}
+    outcomes: list[object] = []
+
+    def race() -> None:
+        try:
+            outcomes.append(apply(kafka, props, delta))
+        except TableError as error:  # the one that lost a commit to the other: nothing of it applied
+            outcomes.append(error)
+
+    racers = [threading.Thread(target=race) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(timeout=600)
+    assert len(outcomes) == 2, outcomes
+    for outcome in outcomes:
+        if isinstance(outcome, TableError):
+            assert "Another writer committed" in str(outcome), str(outcome)
+    apply(kafka, props, delta)  # whatever a loser left: the next run
+    table = tmp_path / "lake" / database / "items"
+    ids = [row["_id"] for row in table_rows(table)]
+    assert len(ids) == len(set(ids)), "a key is in the table twice"
+    assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
