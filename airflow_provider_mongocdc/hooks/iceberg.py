@@ -44,3 +44,52 @@ class IcebergCatalogHook(BaseHook):
         if properties["type"] == "rest" and connection.login and connection.password:
             properties.setdefault("credential", f"{connection.login}:{connection.password}")
         return properties
+
+
+def iceberg_versions(
+    settings: Any, tables: list[tuple[str, str, str, list[int]]], catalog: dict[str, str]
+) -> dict[str, dict[str, Any] | None]:
+    """For each ``(database, collection, topic, partitions)`` of ``settings``' Iceberg tables (its
+    catalog's properties ``catalog``, {}: the SQL catalog under the location), as the Delta tables'
+    :func:`~airflow_provider_mongocdc.hooks.delta.table_versions`: the current snapshot's sequence
+    number, the next offset recorded per partition, when it was committed, and per declared column
+    its type and misfit counts (None: no table yet). Keyed by the table's URI."""
+    from airflow_provider_mongocdc.core.apply.layout import SYSTEM_NAMES
+    from airflow_provider_mongocdc.core.apply.state import (
+        last_misfits_app_id,
+        misfits_app_id,
+        position_app_id,
+    )
+    from airflow_provider_mongocdc.tables.iceberg import IcebergTableStore
+
+    found: dict[str, dict[str, Any] | None] = {}
+    for database, collection, topic, partitions in tables:
+        uri = settings.table_uri(database, collection)
+        store = IcebergTableStore(
+            catalog or settings.default_catalog(),
+            settings.identifier(database, collection),
+            conn_id=settings.conn_id,
+            uri=uri,
+        )
+        table = store.table()
+        if table is None:
+            found[uri] = None
+            continue
+        snapshot = table.current_snapshot()
+        found[uri] = {
+            "version": store.version(),
+            "positions": {
+                partition: store.app_version(position_app_id(topic, partition)) for partition in partitions
+            },
+            "committed_ms": snapshot.timestamp_ms if snapshot is not None else None,
+            "misfits": {
+                field.name: {
+                    "type": str(field.field_type),
+                    "total": store.app_version(misfits_app_id(topic, field.name)) or 0,
+                    "last_run": store.app_version(last_misfits_app_id(topic, field.name)) or 0,
+                }
+                for field in table.schema().fields
+                if field.name not in SYSTEM_NAMES
+            },
+        }
+    return found

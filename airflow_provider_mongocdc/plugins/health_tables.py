@@ -1,8 +1,8 @@
-"""What the MongoDB CDC page reads of a connector's Delta tables: each collection topic's end
+"""What the MongoDB CDC page reads of a connector's tables (Delta or Iceberg): each collection topic's end
 offsets and the events from the table's positions to them (Kafka, read_committed, at most
 :data:`~airflow_provider_mongocdc.core.health.probes.BEHIND_COUNTED`, a range counted once for every
 page load: :data:`record_counts`), and its table's version, recorded positions and misfit counts
-(delta-rs, read only), with short bounds; the record's part is
+(delta-rs or pyiceberg, read only), with short bounds; the record's part is
 :mod:`airflow_provider_mongocdc.core.health.tables`'s. A table's error is shown without the storage
 options' secret values (and the page hides what ``redact_uri`` finds)."""
 
@@ -17,6 +17,7 @@ from airflow_provider_mongocdc.core.base.redaction import redact_secrets, secret
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.health.probes import RecordCounts
 from airflow_provider_mongocdc.hooks.delta import DeltaStorageHook, table_versions
+from airflow_provider_mongocdc.hooks.iceberg import IcebergCatalogHook, iceberg_versions
 
 # The events counted of each range, kept for the page's reads (the API server's process).
 record_counts = RecordCounts()
@@ -30,7 +31,10 @@ def read_tables(
 ) -> list[dict[str, Any]]:
     """Each collection topic of the connector with its table: ends, earliest offsets, table state,
     the events it is behind."""
-    storage = DeltaStorageHook(settings.conn_id).storage_options(settings.scheme)
+    if settings.format == "iceberg":
+        storage = IcebergCatalogHook(settings.conn_id).catalog_properties()
+    else:
+        storage = DeltaStorageHook(settings.conn_id).storage_options(settings.scheme)
     secrets = secret_values(storage)
     found = []
     for topic in data_topics(kafka_config, config):
@@ -42,7 +46,13 @@ def read_tables(
         try:
             ends = topic_ends(kafka_config, topic.topic, partitions, 0.0)
             entry.update(ends=ends.ends, earliest=ends.earliest)
-            state = entry["state"] = table_versions([(uri, topic.topic, partitions)], storage)[uri]
+            if settings.format == "iceberg":
+                state = iceberg_versions(
+                    settings, [(topic.database, topic.collection, topic.topic, partitions)], storage
+                )[uri]
+            else:
+                state = table_versions([(uri, topic.topic, partitions)], storage)[uri]
+            entry["state"] = state
             positions = (state or {}).get("positions") or {}
             starts = {
                 partition: positions.get(partition) if positions.get(partition) is not None else first
