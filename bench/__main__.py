@@ -126,11 +126,13 @@ def _delta(services: Services, quick: bool) -> dict[str, Any]:
     if quick:
         return {
             "apply": delta.run_apply(services, rows=100_000, changes=10_000),
+            "apply_iceberg": delta.run_apply(services, rows=100_000, changes=10_000, table_format="iceberg"),
             "files": delta.run_files(services, rows=10_000, applies=20, per_apply=200),
         }
     return {
         "apply": delta.run_apply(services, rows=1_000_000, changes=100_000),
         "apply_no_schemas": delta.run_apply(services, rows=1_000_000, changes=100_000, schemas=False),
+        "apply_iceberg": delta.run_apply(services, rows=1_000_000, changes=100_000, table_format="iceberg"),
         "files": delta.run_files(services, rows=100_000, applies=100, per_apply=1000),
     }
 
@@ -141,6 +143,8 @@ def _follow(services: Services, quick: bool) -> dict[str, Any]:
 
 def _delta_report(figures: dict[str, Any]) -> list[str]:
     lines = delta.report_apply(figures["apply"])
+    if "apply_iceberg" in figures:
+        lines += delta.report_apply(figures["apply_iceberg"])
     if "apply_no_schemas" in figures:
         lines += delta.report_apply(figures["apply_no_schemas"])
     return lines + delta.report_files(figures["files"])

@@ -76,7 +76,20 @@ def _document(n: int, version: int = 0) -> dict[str, Any]:
     }
 
 
-def _seed_table(uri: str, topic: str, rows: int) -> None:
+def _store(uri: str, table_format: str):
+    """The table at ``uri`` (``<location>/<database>/<collection>``) of the format: Delta there, or
+    Iceberg ``<database>.<collection>`` in the SQL catalog under the location."""
+    if table_format == "delta":
+        return DeltaTableStore(uri)
+    from airflow_provider_mongocdc.core.apply.settings import TableSettings
+    from airflow_provider_mongocdc.tables.iceberg import IcebergTableStore
+
+    location = Path(uri).parent.parent
+    settings = TableSettings.from_mapping({"format": "iceberg", "location": str(location)})
+    return IcebergTableStore(settings.default_catalog(), (DATABASE, COLLECTION))
+
+
+def _seed_table(uri: str, topic: str, rows: int, table_format: str = "delta") -> None:
     """A table of ``rows`` documents as the apply writes them, recording offset 0 of ``topic``."""
     writer = document_writer("strict")
     documents = [writer.dumps(_document(n)) for n in range(rows)]
@@ -96,7 +109,7 @@ def _seed_table(uri: str, topic: str, rows: int) -> None:
     }
     state = TableState(topic, positions={0: 0}, generation=1)
     commit = Commit(columns, None, state.versions(), {"mongocdc.topic": topic}, rows, 0)
-    DeltaTableStore(uri).commit(commit, layout, f"{DATABASE}.{COLLECTION}", "benchmark table")
+    _store(uri, table_format).commit(commit, layout, f"{DATABASE}.{COLLECTION}", "benchmark table")
 
 
 def _change_records(
@@ -212,7 +225,9 @@ def _apply_process(spec: Path) -> tuple[float, float, dict[str, Any]]:
     return cpu, wall, json.loads(summary)
 
 
-def run_apply(services: Services, rows: int, changes: int, schemas: bool = True) -> dict[str, Any]:
+def run_apply(
+    services: Services, rows: int, changes: int, schemas: bool = True, table_format: str = "delta"
+) -> dict[str, Any]:
     prefix = f"benchk{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.{DATABASE}.{COLLECTION}"
     ensure_topics(services.kafka, [TopicSpec(topic, 1)])
@@ -220,26 +235,34 @@ def run_apply(services: Services, rows: int, changes: int, schemas: bool = True)
     lake = work / "lake"
     uri = str(lake / DATABASE / COLLECTION)
     began = time.perf_counter()
-    _seed_table(uri, topic, rows)
+    _seed_table(uri, topic, rows, table_format)
     seeded_s = time.perf_counter() - began
     records, _ = _change_records(prefix, rows, changes, rows, seed=5, schemas=schemas)
     _produce(services.bootstrap, topic, records)
-    delta = {
+    tables = {
+        "format": table_format,
         "location": str(lake),
         "max_batch_events": max(changes * 2, 1),
         "compact_every": None,
         "vacuum_every": None,
     }
     spec = JobSpec(
-        "delta_apply", {"topic.prefix": prefix}, {}, services.kafka, {"delta": delta, "in_driver": True}
+        "delta_apply", {"topic.prefix": prefix}, {}, services.kafka, {"tables": tables, "in_driver": True}
     )
     spec_path = spec.write(work / "spec.json")
     cpu, wall, summary = _apply_process(spec_path)
     start_cpu, start_wall, empty = _apply_process(spec_path)
     assert empty["events"] == 0, empty
-    table = DeltaTable(uri)
     beyond = max(cpu - start_cpu, 1e-9)
+    if table_format == "delta":
+        table = DeltaTable(uri)
+        rows_after, files_after = table.count() if hasattr(table, "count") else None, len(table.file_uris())
+    else:
+        iceberg = _store(uri, table_format).table()
+        files = list(iceberg.scan().plan_files())
+        rows_after, files_after = sum(task.file.record_count for task in files), len(files)
     return {
+        "format": table_format,
         "schemas": schemas,
         "record_bytes": round(sum(len(r.value or b"") + len(r.key or b"") for r in records) / len(records)),
         "rows": rows,
@@ -254,8 +277,8 @@ def run_apply(services: Services, rows: int, changes: int, schemas: bool = True)
         "changes_per_cpu_s": round(changes / beyond),
         "events_per_cpu_s": round(summary["events"] / beyond),
         "commits": summary["commits"],
-        "rows_after": table.count() if hasattr(table, "count") else None,
-        "files_after": len(table.file_uris()),
+        "rows_after": rows_after,
+        "files_after": files_after,
     }
 
 
@@ -288,7 +311,7 @@ def run_files(services: Services, rows: int, applies: int, per_apply: int) -> di
 def report_apply(figures: dict[str, Any]) -> list[str]:
     rate = figures["changes_per_cpu_s"]
     return [
-        f"records with schemas {'on' if figures.get('schemas', True) else 'off'} "
+        f"{figures.get('format', 'delta')} table, records with schemas {'on' if figures.get('schemas', True) else 'off'} "
         f"({figures.get('record_bytes')} bytes each on average):",
         f"{figures['changes']} changes ({figures['records']} records with tombstones) applied to a "
         f"{figures['rows']}-row table in {figures['commits']} commit(s): {figures['apply_cpu_s']} CPU-s, "
