@@ -10,10 +10,13 @@ machine, through Airflow.
 4. Changes data: inserts, updates, a replace, a transaction across orders and products, deletes.
 5. Runs ``airflow dags test mongocdc_hourly`` again: the snapshot task has nothing to do, the
    window streams the changes.
-6. Prints the events per topic, a few sample events, the offsets (``mongocdc offsets show``), and
+6. Runs ``airflow dags test mongocdc_demo_iceberg``: a DAG of the demo's own whose
+   ``MongoTableApplyOperator`` applies the same topics to Apache Iceberg tables (a SQL catalog on
+   SQLite in the work directory).
+7. Prints the events per topic, a few sample events, the offsets (``mongocdc offsets show``), and
    checks that the state rebuilt from the topics equals the collections in MongoDB, and that the
    Delta tables the hourly DAG's ``delta_apply`` task filled (one per collection, read by delta-rs)
-   equal them too.
+   and the Iceberg tables (read by pyiceberg) equal them too.
 
 Airflow runs with a throwaway AIRFLOW_HOME (SQLite) in a temporary directory; its and Spark's
 output go to a log file whose path is printed. Everything the demo starts is stopped at the end,
@@ -49,6 +52,7 @@ from devtools.demo import report
 from devtools.demo.services import (
     MARKER_ENV,
     MONGODB_URI_ENV,
+    REPO,
     AirflowCommand,
     DemoError,
     LocalMongod,
@@ -66,18 +70,33 @@ from devtools.mongosim import MongoSim, MongoSimError
 DATABASE_ENV = "MONGOCDC_DEMO_DATABASE"
 TOPIC_PREFIX = "demo"
 DAG_ID = "mongocdc_hourly"
-STEPS = 6
+ICEBERG_DAG_ID = "mongocdc_demo_iceberg"
+STEPS = 7
+# The demo's own DAG: the table apply of the connector's topics to Iceberg tables.
+ICEBERG_DAG = """from airflow.sdk import DAG
+
+from airflow_provider_mongocdc.operators.table_apply import MongoTableApplyOperator
+
+with DAG("{dag_id}", schedule=None, catchup=False, tags=["mongocdc", "demo"]):
+    MongoTableApplyOperator(
+        task_id="iceberg_apply",
+        tables={tables!r},
+        connector_config="{{{{ var.value.mongocdc_connector_config }}}}",
+        pool="{pool}",
+    )
+"""
 MIGRATE_TIMEOUT_S = 600
 DAG_TEST_TIMEOUT_S = 900
 # The operators' summary lines in the task logs: "<message> [<logger of the operator>]".
 SUMMARY_LINE = re.compile(
-    r"\]\s+((?:Snapshot |No snapshot|Stream |Delta apply ).*?)\s+"
+    r"\]\s+((?:Snapshot |No snapshot|Stream |Delta apply |Iceberg apply ).*?)\s+"
     r"\[airflow\.task\.operators\.airflow_provider_mongocdc\.operators\.\w+\.(\w+)\]"
 )
 OPERATOR_TASKS = {
     "MongoSnapshotOperator": "snapshot",
     "MongoStreamWindowOperator": "window",
     "MongoDeltaApplyOperator": "delta_apply",
+    "MongoTableApplyOperator": "iceberg_apply",
 }
 
 
@@ -137,7 +156,9 @@ class Demo:
             self.change_data()
         with self.step(5, f"Window through Airflow: airflow dags test {DAG_ID} {second}"):
             self.dag_test(second)
-        with self.step(6, "Reading the topics as a consumer would"):
+        with self.step(6, f"Iceberg tables through Airflow: airflow dags test {ICEBERG_DAG_ID} {second}"):
+            self.dag_test(second, ICEBERG_DAG_ID)
+        with self.step(7, "Reading the topics as a consumer would"):
             self.check_ok = self.show_results()
 
     def start_services(self) -> None:
@@ -165,11 +186,24 @@ class Demo:
             },
         }
         connectors.write_text(json.dumps({"connectors": [entry]}))
+        # The repository's DAG files, and the demo's own Iceberg DAG beside them.
+        self.iceberg_lake = self.work_dir / "iceberg"
+        dags = self.work_dir / "dags"
+        shutil.copytree(REPO / "dags", dags)
+        iceberg_tables = {
+            "format": "iceberg",
+            "location": str(self.iceberg_lake),
+            "columns": {f"{self.database_name}.orders": {"status": "string"}},
+        }
+        (dags / f"{ICEBERG_DAG_ID}.py").write_text(
+            ICEBERG_DAG.format(dag_id=ICEBERG_DAG_ID, tables=iceberg_tables, pool=pool)
+        )
         self.env = airflow_environment(
             home,
             self.work_dir,
             {
                 "MONGOCDC_CONNECTORS_FILE": str(connectors),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
                 "AIRFLOW_VAR_MONGOCDC_CONNECTOR_CONFIG": json.dumps(config),
                 "MONGOCDC_POOL": pool,
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -270,8 +304,8 @@ class Demo:
         self.airflow_commands.append(command)
         return command
 
-    def dag_test(self, logical_date: str) -> None:
-        output = self.airflow("dags", "test", DAG_ID, logical_date).wait(DAG_TEST_TIMEOUT_S)
+    def dag_test(self, logical_date: str, dag_id: str = DAG_ID) -> None:
+        output = self.airflow("dags", "test", dag_id, logical_date).wait(DAG_TEST_TIMEOUT_S)
         summaries = operator_summaries(output)
         for task, text in summaries:
             wrapped = textwrap.wrap(
@@ -348,7 +382,27 @@ class Demo:
             f"\n  CHECK {'OK' if tables_ok else 'MISMATCH'}: {len(tables)} Delta tables, "
             f"{sum(c.rebuilt for c in tables if c)} rows, {documents} documents in MongoDB"
         )
-        return ok and tables_ok
+        say(
+            f"\n  Check: the Iceberg tables of the catalog {self.iceberg_lake / 'catalog.db'} (read by pyiceberg):"
+        )
+        icebergs = []
+        with self.mongo.client() as client:
+            database = client[self.database_name]
+            for collection in sample.COLLECTIONS:
+                comparison = report.compare_iceberg_table(
+                    database, collection, self.iceberg_lake, self.database_name
+                )
+                icebergs.append(comparison)
+                if comparison is None:
+                    say(f"  MISSING  {collection}: no table {self.database_name}.{collection}")
+                else:
+                    say(comparison.line(f"the table {self.database_name}.{collection}"))
+        icebergs_ok = all(c is not None and c.ok for c in icebergs)
+        say(
+            f"\n  CHECK {'OK' if icebergs_ok else 'MISMATCH'}: {len(icebergs)} Iceberg tables, "
+            f"{sum(c.rebuilt for c in icebergs if c)} rows, {documents} documents in MongoDB"
+        )
+        return ok and tables_ok and icebergs_ok
 
     # -- stopping ------------------------------------------------------------------------------------
     def stop_all(self) -> list[str]:

@@ -285,6 +285,41 @@ def compare_table(database: Database, collection: str, path: str) -> Comparison:
     )
 
 
+def iceberg_table_state(location, namespace: str, collection: str) -> dict[str, str] | None:
+    """An Iceberg table's live rows (read by pyiceberg from the SQL catalog under ``location``, not
+    by the provider's code), as :func:`table_state`; None when there is no such table."""
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    catalog = load_catalog(
+        "mongocdc", type="sql", uri=f"sqlite:///{location}/catalog.db", warehouse=f"file://{location}"
+    )
+    try:
+        table = catalog.load_table((namespace, collection))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+    rows = table.scan(selected_fields=("_id", "_doc")).to_arrow().to_pylist()
+    return {canonical(json_util.loads(row["_id"])): canonical(json_util.loads(row["_doc"])) for row in rows}
+
+
+def compare_iceberg_table(database: Database, collection: str, location, namespace: str) -> Comparison | None:
+    """A collection's Iceberg table against MongoDB (None: no table)."""
+    if not (location / "catalog.db").exists():
+        return None
+    rebuilt = iceberg_table_state(location, namespace, collection)
+    if rebuilt is None:
+        return None
+    actual = mongo_state(database, collection)
+    return Comparison(
+        collection,
+        len(actual),
+        len(rebuilt),
+        missing=sorted(set(actual) - set(rebuilt)),
+        extra=sorted(set(rebuilt) - set(actual)),
+        different=sorted(k for k in set(actual) & set(rebuilt) if actual[k] != rebuilt[k]),
+    )
+
+
 def compare(database: Database, collection: str, report: TopicReport) -> Comparison:
     rebuilt = rebuilt_state(report)
     actual = mongo_state(database, collection)
