@@ -126,9 +126,7 @@ def test_the_tables_key_names_the_format_and_iceberg_tables_get_their_apply(tmp_
     apply = dag.get_task("iceberg_apply")
     assert type(apply).__name__ == "MongoTableApplyOperator" and apply.pool == "mongocdc_lake"
     assert apply.settings().identifier("shop", "orders") == ("cdc_shop", "orders")
-    assert [outlet.name for outlet in apply.outlets if isinstance(outlet, AssetAlias)] == [
-        "mongocdc.iceberg"
-    ]
+    assert [outlet.name for outlet in apply.outlets if isinstance(outlet, AssetAlias)] == ["mongocdc.iceberg"]
     assert "Apache Iceberg tables" in dag.doc_md
     assert (
         "'format' must be one of delta, iceberg, got 'hudi'" in bag.dags["mongocdc_invalid_wrong"].description
