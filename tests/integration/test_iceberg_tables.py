@@ -122,3 +122,45 @@ def test_the_page_reads_an_iceberg_tables_version_position_and_misfits(
     assert (row["collection"], row["behind"]) == (f"{database}.items", 0) and row["version"] >= 1, row
     assert row["misfits_total"] == 3, row
     assert shown["status"] == "warning" and any("points" in problem for problem in shown["problems"]), shown
+
+
+def test_an_iceberg_tables_maintenance_compacts_expires_and_removes_orphans(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+):
+    from tests.integration.delta_helpers import iceberg_table, table_documents
+
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    items = MongoClient(mongodb_uri)[database].items
+    items.insert_many([{"_id": n, "v": 0} for n in range(30)])
+    props = connector(unique_name, database)
+    lake = tmp_path / "lake"
+    tables = {"format": "iceberg", "location": str(lake), "compact_every": None, "vacuum_every": None}
+    snapshot(mongodb_uri, kafka, props)
+    apply(kafka, props, tables)
+    for round_ in range(3):  # small commits: a file each
+        items.update_many({"_id": {"$lt": 10 * (round_ + 1)}}, {"$inc": {"v": 1}})
+        window(mongodb_uri, kafka, props, f"{unique_name}_markers")
+        apply(kafka, props, tables)
+    path = lake / database / "items"
+    table = iceberg_table(path)
+    assert len(list(table.scan().plan_files())) > 1
+    # A file no snapshot uses, older than the retention: an orphan (a killed writer's, say).
+    data_dir = table.location().removeprefix("file://") + "/data"
+    orphan = os.path.join(data_dir, "orphan-00000.parquet")
+    with open(orphan, "wb") as handle:
+        handle.write(b"PAR1")
+    old = datetime.now(timezone.utc).timestamp() - 3 * 3600
+    os.utime(orphan, (old, old))
+
+    summary = apply(
+        kafka, props, {**tables, "compact_every": "0s", "vacuum_every": "0s", "vacuum_retention": "1h"}
+    )
+
+    (done,) = summary["tables"]
+    maintenance = done["maintenance"]
+    assert maintenance["compacted"]["files_removed"] > 1, maintenance
+    assert maintenance["vacuumed"]["files_removed"] >= 1 and not os.path.exists(orphan), maintenance
+    table = iceberg_table(path)
+    assert len(list(table.scan().plan_files())) == 1
+    assert table_documents(path) == mongo_documents(mongodb_uri, database, "items")
