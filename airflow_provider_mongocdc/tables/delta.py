@@ -267,15 +267,20 @@ class DeltaTableStore:
             data = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
         if self.uri_is_local():
             Path(self.uri).mkdir(parents=True, exist_ok=True)
-        write_deltalake(
-            self.uri,
-            data,
-            mode="error",
-            name=name,
-            description=description,
-            storage_options=self.storage_options,
-            commit_properties=self._properties(commit),
-        )
+        try:
+            write_deltalake(
+                self.uri,
+                data,
+                mode="error",
+                name=name,
+                description=description,
+                storage_options=self.storage_options,
+                commit_properties=self._properties(commit),
+            )
+        except DeltaError as error:
+            if "already exists" not in str(error):
+                raise
+            raise CommitFailedError(f"the table was created by another writer first: {error}") from None
         return {"version": 0, "inserted": data.num_rows, "deleted": 0, "swept": 0, "created": True}
 
     def uri_is_local(self) -> bool:

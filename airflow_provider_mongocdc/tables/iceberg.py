@@ -366,14 +366,14 @@ class IcebergTableStore:
                 overwrite.append_data_file(data_file)
 
     def commit(self, commit: Commit, layout: TableLayout, name: str, description: str) -> dict[str, Any]:
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
         try:
             table = self.table()
             if table is None:
                 return self._create(commit, layout, description)
             return self._rewrite(table, commit, layout)
-        except CommitFailedException as error:
+        except (CommitFailedException, TableAlreadyExistsError) as error:
             raise TableError(
                 f"Another writer committed to the Iceberg table {'.'.join(self.identifier)} while this apply "
                 "prepared its commit",

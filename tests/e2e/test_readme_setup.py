@@ -180,7 +180,7 @@ def test_readme_setup_then_ui_triggers_of_hourly_and_resnapshot_succeed(
             )
             assert refused.status_code == 400, refused.text
             detail = refused.json()["detail"]
-            assert "'orders'" in detail and "<database>.<collection>" in detail, detail
+            assert "`orders`" in detail and "<database>.<collection>" in detail, detail
             assert "e.g. shop.orders" in detail, detail
             runs_after = api.call("GET", "/api/v2/dags/mongocdc_resnapshot/dagRuns").json()["total_entries"]
             assert runs_after == runs_before

@@ -44,7 +44,7 @@ from tests.spark_submit import run_app
 
 pytestmark = pytest.mark.faults
 
-DOCUMENTS = 240
+DOCUMENTS = 160
 CHUNK = 40
 
 
@@ -153,7 +153,7 @@ def test_kill9_of_the_apply_during_re_snapshots_leaves_the_table_equal_to_mongod
     # Stage 1: the snapshot, changes and transactions; then a gap: documents deleted while the
     # history is lost, and a blocking re-snapshot from the current position.
     snapshot(mongodb_uri, kafka, props)
-    _changes(items, rng, 120)
+    _changes(items, rng, 80)
     _transactions(client, items, rng, 10_000, 6)
     window(mongodb_uri, kafka, props, marker_db)
     items.delete_many({"_id": {"$in": rng.sample(range(DOCUMENTS), 12)}})

@@ -56,7 +56,7 @@ def test_an_open_windows_table_holds_its_changes_while_the_window_is_open(
         datetime.now(timezone.utc),
         stream_in_driver=True,
         commit_interval_s=0.5,
-        open_idle_s=15,
+        open_idle_s=8,
         max_open_s=600,
         follow_delta={"delta": delta, "storage_options": {}, "every": 1.0},
     )
@@ -67,7 +67,7 @@ def test_an_open_windows_table_holds_its_changes_while_the_window_is_open(
     stop = threading.Event()
     written: list[int] = []
 
-    def write() -> None:  # a write every 0.3 s keeps the window open (its idle time is 15 s)
+    def write() -> None:  # a write every 0.3 s keeps the window open (its idle time is 8 s)
         key = 1000
         while not stop.wait(0.3):
             items.insert_one({"_id": key, "v": key})
