@@ -398,12 +398,15 @@ class IcebergTableStore:
         try:
             catalog.create_namespace_if_not_exists(namespace)
         except Exception as error:
-            raise TableError(
-                f"The Iceberg namespace {namespace!r} cannot be created",
-                cause=f"{type(error).__name__}: {redact_secrets(redact_uri(str(error)), self._secrets)[:300]}",
-                fix="create the namespace in the catalog, or give the catalog's principal the right to create "
-                "namespaces, or set 'namespace_prefix' to one it may use",
-            ) from None
+            # Two writers creating it at one moment: the second one's insert fails in some catalogs
+            # (the SQL catalog's unique key) although the namespace now exists.
+            if not _namespace_exists(catalog, namespace):
+                raise TableError(
+                    f"The Iceberg namespace {namespace!r} cannot be created",
+                    cause=f"{type(error).__name__}: {redact_secrets(redact_uri(str(error)), self._secrets)[:300]}",
+                    fix="create the namespace in the catalog, or give the catalog's principal the right to create "
+                    "namespaces, or set 'namespace_prefix' to one it may use",
+                ) from None
         data = self._data(commit, layout)
         if not layout.soft_delete:
             data = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
@@ -586,6 +589,13 @@ class IcebergTableStore:
                 filesystem.rm_file(name)
                 removed += 1
         return removed
+
+
+def _namespace_exists(catalog: Any, namespace: str) -> bool:
+    try:
+        return bool(catalog.namespace_exists(namespace))
+    except Exception:
+        return False
 
 
 def _path(uri: str) -> str:
