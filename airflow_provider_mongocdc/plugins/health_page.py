@@ -93,7 +93,7 @@ COLUMNS = (
     "Lease",
     "Pool",
     "Events per window, 24 h",
-    "Delta tables",
+    "Tables",
     "Actions",
 )
 CHART_WIDTH, CHART_HEIGHT, CHART_GAP = 180, 40, 1

@@ -1,4 +1,4 @@
-"""The Delta tables on the MongoDB CDC page: each table's version and how far it is behind its
+"""The Delta and Iceberg tables on the MongoDB CDC page: each table's version and how far it is behind its
 topic, a table that cannot be read as a problem in words, every value escaped."""
 
 from __future__ import annotations
@@ -135,9 +135,7 @@ def test_values_that_did_not_fit_a_declared_column_are_counted_marked_and_make_t
 
 def test_a_connector_without_tables_says_so_and_an_unreadable_read_is_a_problem():
     (row,) = rows([record()])
-    assert 'none (no "delta" key)' in row
+    assert 'none (no "tables" or "delta" key)' in row
     shown = record(status="error")
     add_tables(shown, "s3://lake", Reading(None, NOW, "Kafka is down"), NOW)
-    assert shown["status"] == "error" and shown["problems"] == [
-        "Delta tables: could not be read: Kafka is down"
-    ]
+    assert shown["status"] == "error" and shown["problems"] == ["Tables: could not be read: Kafka is down"]

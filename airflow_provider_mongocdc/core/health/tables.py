@@ -87,7 +87,7 @@ def add_tables(
     part: dict[str, Any] = {"location": location, "tables": [], **reading.meta(now)}
     problems = []
     if reading.error:
-        problems.append(f"Delta tables: could not be read: {headline(reading.error)}")
+        problems.append(f"Tables: could not be read: {headline(reading.error)}")
     for table in reading.value or []:
         row = table_row(table)
         part["tables"].append(row)
