@@ -2,7 +2,7 @@
 connector's own do: keys and documents in Debezium 3.6.1's own texts (its ``JsonSerialization``),
 every record as Kafka Connect's ``JsonConverter`` writes it (schemas on), source.version a Debezium
 release, produced without Kafka transactions (Kafka Connect's default) and with no offsets topic of
-this provider. A blocking snapshot (reads ``true`` ... ``last``), inserts, updates, a replace,
+this provider, to Delta and to Iceberg tables. A blocking snapshot (reads ``true`` ... ``last``), inserts, updates, a replace,
 deletes with tombstones and a transaction; then a second blocking snapshot (a Debezium signal's)
 after a document was deleted without an event: its ``last`` read sweeps the ghost."""
 
@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
 from airflow_provider_mongocdc.core.events.builder import EventBuilder
-from tests.integration.delta_helpers import apply, table_documents
+from tests.integration.delta_helpers import FORMATS, apply, table_documents
 from tests.interop.support import ENCODE
 
 pytestmark = pytest.mark.interop
@@ -97,8 +97,9 @@ def _compact(node) -> bytes:
     return json.dumps(node, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_debezium_written_topics_apply_like_the_connectors_own(
-    harness, kafka_bootstrap, unique_name, tmp_path
+    table_format, harness, kafka_bootstrap, unique_name, tmp_path
 ):
     topic = DebeziumTopic(harness, f"dbz_{unique_name}")
     documents = {
@@ -114,7 +115,7 @@ def test_debezium_written_topics_apply_like_the_connectors_own(
     topic.change("delete", 5, txn=3)
     topic.produce(kafka_bootstrap)
     props = {"topic.prefix": topic.prefix}
-    lake = {"location": str(tmp_path / "lake")}
+    lake = {"location": str(tmp_path / "lake"), "format": table_format}
 
     first = apply({"bootstrap.servers": kafka_bootstrap}, props, lake)
 
