@@ -1,7 +1,7 @@
 """Print where a test run's time went, from pytest's JUnit XML: tests and seconds per marker (the
 ``markers`` property tests/conftest.py records; a test with two markers counts under both) and per
-folder, the slowest files and the slowest tests. Seconds are each test's own (setup, call and teardown), summed: with
-several workers the sum is larger than the run's wall time."""
+folder, the slowest files and the slowest tests. Seconds are each test's own (setup, call and
+teardown), summed: with several workers the sum is larger than the run's wall time."""
 
 from __future__ import annotations
 
