@@ -1,11 +1,17 @@
-"""Delta Lake tables kept equal to MongoDB, with the real Kafka broker and MongoDB (the simulator, or
-MONGOCDC_TEST_MONGODB_URI): a snapshot and windows write the topics, the apply (its driver path, in
-this process) applies them, and deltalake's own reader (pyarrow) reads the tables back.
+"""Delta Lake and Apache Iceberg tables kept equal to MongoDB, with the real Kafka broker and MongoDB
+(the simulator, or MONGOCDC_TEST_MONGODB_URI): a snapshot and windows write the topics, the apply
+(its driver path, in this process) applies them, and readers that are not the provider's read the
+tables back (a Delta table: deltalake's own reader, pyarrow; an Iceberg table of the SQL catalog
+under the location: pyiceberg, checked against polars).
 
-The snapshot, c/u/d/replace and a multi-document transaction; nothing applied twice (each commit
-continues exactly where the previous one ended; a run with nothing new commits nothing); a gap
-re-snapshot removes the rows deleted while the history was lost; declared columns and the values
-that do not fit them; bad input as one error in words before any table changes."""
+In both formats: the snapshot, c/u/d/replace and a multi-document transaction; nothing applied twice
+(each commit continues exactly where the previous one ended; a run with nothing new commits
+nothing); a gap re-snapshot, and a completed incremental snapshot, remove the rows deleted while the
+history was lost; soft deletes, and the MongoDB CDC page's reading of the table; declared columns
+and the values that do not fit them; bad input as one error in words before any table changes.
+Delta only: delta-rs's vacuum retention, and delta-rs's storage errors without the storage options'
+secrets (Iceberg tables through a REST catalog, the page and maintenance:
+tests/integration/test_iceberg_tables.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import RemoveAction
 from pymongo import MongoClient
 
-from airflow_provider_mongocdc.core.apply.settings import DeltaSettings
+from airflow_provider_mongocdc.core.apply.settings import DeltaSettings, TableSettings
 from airflow_provider_mongocdc.core.apply.state import TableState, vacuumed_app_id
 from airflow_provider_mongocdc.core.base.errors import EventFormatError, TableError
 from airflow_provider_mongocdc.core.config.connector import ConnectorConfig
@@ -31,13 +37,17 @@ from airflow_provider_mongocdc.core.snapshot.incremental import IncrementalReque
 from airflow_provider_mongocdc.plugins.health_tables import read_tables
 from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 from tests.integration.delta_helpers import (
+    FORMATS,
     apply,
     apply_commits,
+    arrow_rows,
     connector,
+    iceberg_table,
     mongo_documents,
     snapshot,
     table_documents,
     table_rows,
+    table_version,
     window,
 )
 from tests.integration.window_helpers import seed_offset
@@ -57,8 +67,9 @@ def assert_chained(path) -> list[dict]:
     return commits
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_tables_equal_mongodb_after_a_snapshot_changes_and_a_transaction(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -75,6 +86,7 @@ def test_tables_equal_mongodb_after_a_snapshot_changes_and_a_transaction(
     props = connector(unique_name, database)
     delta = {
         "location": str(tmp_path / "lake"),
+        "format": table_format,
         "columns": {f"{database}.orders": {"total": "double", "customer.name": "string", "status": "long"}},
     }
     snapshot(mongodb_uri, kafka, props)
@@ -113,23 +125,24 @@ def test_tables_equal_mongodb_after_a_snapshot_changes_and_a_transaction(
     assert rows["1"]["total"] == 99.0 and rows["1"]["customer_name"] == "c1" and rows["1"]["_op"] == "u"
     assert rows["501"]["_txn"] and rows["501"]["_txn"] == rows["4"]["_txn"]  # one MongoDB transaction
     assert rows["2"]["customer_name"] is None and json.loads(rows["2"]["_doc"])["note"] == "replaced"
-    versions = DeltaTable(str(orders_table)).version()
+    version = table_version(orders_table)
 
     third = apply(kafka, props, delta)  # nothing new: nothing committed
-    assert third["commits"] == 0 and DeltaTable(str(orders_table)).version() == versions
+    assert third["commits"] == 0 and table_version(orders_table) == version
     commits = assert_chained(orders_table)
     assert sum(commit["mongocdc.events"] for commit in commits) == 120 + 9  # two tombstones among the 9
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_gap_resnapshot_removes_the_rows_deleted_while_the_history_was_lost(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     items = MongoClient(mongodb_uri)[database].items
     items.insert_many([{"_id": n, "v": 0} for n in range(60)])
     props = connector(unique_name, database)
-    delta = {"location": str(tmp_path / "lake")}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, delta)
     table = tmp_path / "lake" / database / "items"
@@ -154,15 +167,16 @@ def test_a_gap_resnapshot_removes_the_rows_deleted_while_the_history_was_lost(
     assert_chained(table)
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_soft_deletes_mark_rows_and_keep_their_last_document(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     items = MongoClient(mongodb_uri)[database].items
     items.insert_many([{"_id": n, "v": n} for n in range(10)])
     props = connector(unique_name, database)
-    delta = {"location": str(tmp_path / "lake"), "soft_delete": True}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format, "soft_delete": True}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, delta)
     items.delete_one({"_id": 4})
@@ -175,20 +189,69 @@ def test_soft_deletes_mark_rows_and_keep_their_last_document(
     )
     assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
 
-    # The MongoDB CDC page's reading of the tables: each table's version, nothing behind.
+    # The MongoDB CDC page's reading of the tables: each table's version (Delta's, counted from 0;
+    # the sequence number of the Iceberg table's current snapshot, from 1), nothing behind.
     shown = {"status": "ok", "problems": []}
     reading = Reading(
-        read_tables(DeltaSettings.from_mapping(delta), ConnectorConfig.from_properties(props), kafka),
+        read_tables(TableSettings.from_mapping(delta), ConnectorConfig.from_properties(props), kafka),
         datetime.now(timezone.utc),
     )
     add_tables(shown, delta["location"], reading, datetime.now(timezone.utc))
     (row,) = shown["tables"]["tables"]
-    assert (row["collection"], row["version"], row["behind"]) == (f"{database}.items", 1, 0), row
+    assert (row["collection"], row["behind"]) == (f"{database}.items", 0), row
+    assert row["version"] == table_version(table), row
+    if table_format == "delta":
+        assert row["version"] == 1, row  # the two applies' commits: versions 0 and 1
+    else:  # their snapshots (sequence numbers from 1), and the maintenance's (a vacuum's record...)
+        assert row["version"] >= 2, row
     assert shown["status"] == "ok"
 
 
+def foreign_table(lake, database: str, table_format: str):
+    """A table of ``<database>.items`` at ``lake`` written by something else (not the apply), where
+    the apply would write its own: a Delta table at ``<lake>/<database>/items``, or an Iceberg table
+    of the SQL catalog the apply uses under the location. Returns a reading of its state that the
+    apply must leave as it is."""
+    rows = pa.table({"id": [1]})
+    if table_format == "delta":
+        path = str(lake / database / "items")
+        write_deltalake(path, rows, description="the sales team's table")
+        return lambda: DeltaTable(path).version()
+    from pyiceberg.catalog import load_catalog
+
+    lake.mkdir()
+    settings = TableSettings.from_mapping({"format": "iceberg", "location": str(lake)})
+    catalog = load_catalog("mongocdc", **settings.default_catalog())
+    catalog.create_namespace(database)
+    table = catalog.create_table(
+        (database, "items"), rows.schema, properties={"comment": "the sales team's table"}
+    )
+    table.append(rows)
+
+    def state():
+        table = iceberg_table(lake / database / "items")
+        return table.metadata_location, table.current_snapshot().snapshot_id
+
+    return state
+
+
+def table_exists(path, table_format: str) -> bool:
+    """Whether the table of ``<location>/<database>/<collection>`` exists (Iceberg: in the SQL
+    catalog under the location)."""
+    if table_format == "delta":
+        return path.exists()
+    if not (path.parent.parent / "catalog.db").exists():
+        return False
+    from pyiceberg.catalog import load_catalog
+
+    location = path.parent.parent
+    settings = TableSettings.from_mapping({"format": "iceberg", "location": str(location)})
+    return load_catalog("mongocdc", **settings.default_catalog()).table_exists((path.parent.name, path.name))
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_bad_input_is_one_error_in_words_before_any_table_changes(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -200,18 +263,18 @@ def test_bad_input_is_one_error_in_words_before_any_table_changes(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
     with pytest.raises(TableError, match="cannot be written.*is not a directory.*Fix: create the directory"):
-        apply(kafka, props, {"location": str(blocker / "lake")})
+        apply(kafka, props, {"location": str(blocker / "lake"), "format": table_format})
 
-    # A table written by something else at the location.
+    # A table written by something else where the apply would write its own.
     lake = tmp_path / "lake"
-    foreign = lake / database / "items"
-    write_deltalake(str(foreign), pa.table({"id": [1]}), description="the sales team's table")
+    before = foreign_table(lake, database, table_format)
+    state = before()
     with pytest.raises(TableError) as raised:
-        apply(kafka, props, {"location": str(lake)})
-    assert "was not written by the apply" in str(raised.value) and "the sales team's table" in str(
-        raised.value
-    )
-    assert DeltaTable(str(foreign)).version() == 0
+        apply(kafka, props, {"location": str(lake), "format": table_format})
+    text = str(raised.value)
+    uri = lake / database / "items" if table_format == "delta" else f"iceberg://mongocdc/{database}/items"
+    assert f"table at {uri} was not written by the apply" in text and "the sales team's table" in text, text
+    assert before() == state
 
     # A topic of the connector that holds something else: no table of the run changes.
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -219,13 +282,14 @@ def test_bad_input_is_one_error_in_words_before_any_table_changes(
     producer.flush(30)
     other = tmp_path / "other"
     with pytest.raises(EventFormatError) as raised:
-        apply(kafka, props, {"location": str(other)})
+        apply(kafka, props, {"location": str(other), "format": table_format})
     assert f"topic '{unique_name}.{database}.avro'" in str(raised.value)
-    assert not (other / database / "items").exists()
+    assert not table_exists(other / database / "items", table_format)
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_newly_declared_column_is_added_and_filled_from_the_documents(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -234,23 +298,25 @@ def test_a_newly_declared_column_is_added_and_filled_from_the_documents(
     )
     props = connector(unique_name, database)
     snapshot(mongodb_uri, kafka, props)
-    lake = {"location": str(tmp_path / "lake")}
+    lake = {"location": str(tmp_path / "lake"), "format": table_format}
     apply(kafka, props, lake)
     table = tmp_path / "lake" / database / "items"
-    assert "price" not in DeltaTable(str(table)).schema().to_arrow().names
+    assert "price" not in arrow_rows(table).schema.names
 
     declared = {**lake, "columns": {f"{database}.items": {"price": "long", "tag": "string"}}}
     summary = apply(kafka, props, declared)  # nothing new on the topic: the columns still come
 
     assert summary["events"] == 0
+    assert {"price", "tag"} <= set(arrow_rows(table).schema.names)
     rows = {row["_id"]: row for row in table_rows(table)}
     assert rows["3"]["price"] == 6 and rows["7"]["tag"] == "t7"
     with pytest.raises(TableError, match="is long, but it is declared string"):
         apply(kafka, props, {**lake, "columns": {f"{database}.items": {"price": "string"}}})
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_a_completed_incremental_snapshot_sweeps_the_rows_it_did_not_find(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -258,7 +324,7 @@ def test_a_completed_incremental_snapshot_sweeps_the_rows_it_did_not_find(
     items = client[database].items
     items.insert_many([{"_id": n, "v": 0} for n in range(30)])
     props = connector(unique_name, database, **{"incremental.snapshot.chunk.size": 10})
-    delta = {"location": str(tmp_path / "lake")}
+    delta = {"location": str(tmp_path / "lake"), "format": table_format}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, delta)
     table = tmp_path / "lake" / database / "items"
@@ -279,19 +345,20 @@ def test_a_completed_incremental_snapshot_sweeps_the_rows_it_did_not_find(
     assert items_summary["rows_swept"] == 2 and items_summary["snapshot"]["completed"] == 1, items_summary
 
 
+@pytest.mark.parametrize("table_format", FORMATS)
 def test_soft_delete_switched_off_on_a_table_created_with_it_is_refused_in_words(
-    mongodb_uri, kafka_bootstrap, unique_name, tmp_path
+    table_format, mongodb_uri, kafka_bootstrap, unique_name, tmp_path
 ):
     database = f"{unique_name}_db"
     kafka = {"bootstrap.servers": kafka_bootstrap}
     items = MongoClient(mongodb_uri)[database].items
     items.insert_many([{"_id": n, "v": n} for n in range(6)])
     props = connector(unique_name, database)
-    soft = {"location": str(tmp_path / "lake"), "soft_delete": True}
+    soft = {"location": str(tmp_path / "lake"), "format": table_format, "soft_delete": True}
     snapshot(mongodb_uri, kafka, props)
     apply(kafka, props, soft)
     table = tmp_path / "lake" / database / "items"
-    version = DeltaTable(str(table)).version()
+    version = table_version(table)
     items.delete_one({"_id": 2})
     items.update_one({"_id": 3}, {"$set": {"v": 30}})
     items.insert_one({"_id": 100, "v": 100})
@@ -303,10 +370,15 @@ def test_soft_delete_switched_off_on_a_table_created_with_it_is_refused_in_words
     with pytest.raises(TableError) as raised:
         apply(kafka, props, hard)
     text = str(raised.value)
-    assert f"The Delta table at {table} keeps deleted documents" in text, text
+    if table_format == "delta":
+        assert f"The Delta table at {table} keeps deleted documents" in text, text
+        assert "Fix: set soft_delete back to true, or apply to a new location" in text, text
+    else:
+        head = f"The Iceberg table {database}.items keeps deleted documents (its column _deleted)"
+        assert head in text, text
+        assert "Fix: set soft_delete back to true, or apply to another namespace" in text, text
     assert "created with soft_delete on" in text and "failed validation" not in text, text
-    assert "Fix: set soft_delete back to true, or apply to a new location" in text, text
-    assert DeltaTable(str(table)).version() == version
+    assert table_version(table) == version
 
     apply(kafka, props, soft)  # the table as created takes the changes
     assert table_documents(table) == mongo_documents(mongodb_uri, database, "items")
@@ -314,7 +386,8 @@ def test_soft_delete_switched_off_on_a_table_created_with_it_is_refused_in_words
 
 def test_vacuum_never_removes_a_file_younger_than_the_retention(tmp_path):
     """The retention in hours rounded up, never down: with 90 minutes, a file removed from the table
-    80 minutes ago stays and one removed 150 minutes ago goes (delta-rs's vacuum, no Kafka needed)."""
+    80 minutes ago stays and one removed 150 minutes ago goes (delta-rs's vacuum, no Kafka needed;
+    Delta only: an Iceberg table's maintenance is tests/integration/test_iceberg_tables.py's)."""
     uri = str(tmp_path / "items")
     paths = []
     for n in range(3):
