@@ -39,9 +39,9 @@ def table_store(settings: TableSettings, topic: DataTopic, options: Mapping[str,
 def check_location(settings: TableSettings) -> None:
     """The tables' location can be written (a local one; before any table changes)."""
     if settings.location:
-        from airflow_provider_mongocdc.tables.delta import check_writable
+        from airflow_provider_mongocdc.tables.location import check_writable
 
-        check_writable(settings.location, settings.conn_id)
+        check_writable(settings.location)
 
 
 def _table_apply(

@@ -3,13 +3,21 @@ and pyarrow's one look for pandas taken as absent in the apply's own processes."
 
 from __future__ import annotations
 
+import bisect
 import importlib.abc
 import sys
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mongocdc.core.apply.layout import DELETED, TableLayout, decimal_digits
+
+# Rows per batch when a table's file is read again to be rewritten: memory holds a batch, not the file.
+REWRITE_BATCH_ROWS = 65_536
+# Up to this many files, whether a file may hold a batch's keys is found by a pass over the keys per
+# file; beyond, by sorting the keys once.
+_FEW_FILES = 8
 
 _SIMPLE_TYPES = {
     "string": pa.string(),
@@ -65,3 +73,27 @@ def arrow_schema(layout: TableLayout, with_deleted: bool = False) -> pa.Schema:
     if with_deleted and not layout.soft_delete:
         fields.append(pa.field(DELETED, pa.bool_(), False))
     return pa.schema(fields)
+
+
+class BatchKeys:
+    """A batch's keys, asked whether one of them lies within a file's ``_id`` bounds (the bounds
+    inclusive, compared as UTF-8 bytes as Arrow and Python both compare strings): a pass over the
+    keys for each of the first few files, then the keys sorted once (sorting 100 000 keys costs
+    more than a few passes over them)."""
+
+    def __init__(self, keys: pa.Array | pa.ChunkedArray):
+        self._keys = keys
+        self._asked = 0
+        self._ordered: list[str] | None = None
+
+    def within(self, low: str, high: str) -> bool:
+        if not len(self._keys):
+            return False
+        self._asked += 1
+        if self._ordered is None and self._asked <= _FEW_FILES:
+            inside = pc.and_(pc.greater_equal(self._keys, low), pc.less_equal(self._keys, high))
+            return bool(pc.any(inside).as_py())
+        if self._ordered is None:
+            self._ordered = sorted(self._keys.to_pylist())
+        at = bisect.bisect_left(self._ordered, low)
+        return at < len(self._ordered) and self._ordered[at] <= high

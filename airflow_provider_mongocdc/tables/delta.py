@@ -19,11 +19,9 @@ stays at its last commit.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import math
-import os
 import re
 import time
 import uuid
@@ -59,7 +57,7 @@ from airflow_provider_mongocdc.core.apply.state import (
 from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 from airflow_provider_mongocdc.core.base.errors import TableError
 from airflow_provider_mongocdc.core.base.redaction import redact_secrets, secret_values
-from airflow_provider_mongocdc.tables.arrow import arrow_schema, arrow_type
+from airflow_provider_mongocdc.tables.arrow import REWRITE_BATCH_ROWS, BatchKeys, arrow_schema, arrow_type
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
 
@@ -67,10 +65,6 @@ log = logging.getLogger("airflow_provider_mongocdc.apply")
 _DELTA_NAMES = {"timestamp_ntz": "timestamp_ntz"}
 # A file's ``_id`` bounds shorter than this are whole values (longer ones may be cut prefixes).
 _EXACT_BOUND_CHARS = 32
-_REWRITE_BATCH_ROWS = 65_536
-# Up to this many files, which of them may hold a batch's keys is found by a pass over the keys per
-# file; beyond, by sorting the keys once.
-_FEW_FILES = 8
 # The colours of delta-rs's error chains ("\x1b[31m↳\x1b[0m"): left out of the error's words.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -436,7 +430,7 @@ class DeltaTableStore:
         """The table's files whose ``_id`` bounds may hold one of ``keys`` (all of a file without
         whole bounds); None when a file lies outside the table's directory."""
         files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        ordered: list[str] | None = None
+        batch = BatchKeys(keys)
         found = []
         for file in files:
             path = file["path"]
@@ -448,16 +442,9 @@ class DeltaTableStore:
                 and isinstance(high, str)
                 and len(low) < _EXACT_BOUND_CHARS
                 and len(high) < _EXACT_BOUND_CHARS
+                and not batch.within(low, high)
             ):
-                if len(files) <= _FEW_FILES:  # a pass over the keys costs less than sorting them
-                    inside = pc.and_(pc.greater_equal(keys, low), pc.less_equal(keys, high))
-                    if not pc.any(inside).as_py():
-                        continue
-                else:
-                    ordered = ordered if ordered is not None else sorted(keys.to_pylist())
-                    at = bisect.bisect_left(ordered, low)
-                    if at == len(ordered) or ordered[at] > high:
-                        continue
+                continue
             found.append(file)
         return found
 
@@ -518,7 +505,7 @@ class DeltaTableStore:
                     present.append(ids.filter(hit))
                     keep = pc.invert(hit).combine_chunks()
                     at = 0
-                    for batch in parquet.iter_batches(batch_size=_REWRITE_BATCH_ROWS, use_threads=False):
+                    for batch in parquet.iter_batches(batch_size=REWRITE_BATCH_ROWS, use_threads=False):
                         rows = pa.Table.from_batches([batch])
                         if rows.schema != schema:  # delta-rs writes strings as string_view
                             rows = rows.cast(schema)
@@ -676,22 +663,3 @@ class DeltaTableStore:
         if any(sum(part.values()) for part in done.values()):
             log.info("%s: maintenance %s", self.uri, done)
         return done
-
-
-def check_writable(location: str, conn_id: str | None) -> None:
-    """A local location must exist or be creatable, and be writable (before any table changes)."""
-    if "://" in location and not location.startswith("file://"):
-        return  # an object store: its first write says (TableError in words)
-    path = Path(location.removeprefix("file://"))
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise TableError(
-            f"The Delta tables' location {location} cannot be written",
-            cause=f"{probe} is not a directory this process (user id {os.getuid()}) may write"
-            if probe.exists()
-            else f"no part of {location} exists",
-            fix="create the directory and give the Airflow worker's user write access, or choose another "
-            "'location'",
-        )

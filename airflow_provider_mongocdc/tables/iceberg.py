@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -52,7 +53,7 @@ from airflow_provider_mongocdc.core.apply.state import TableState, compacted_app
 from airflow_provider_mongocdc.core.apply.values import Misfits, column_values
 from airflow_provider_mongocdc.core.base.errors import TableError
 from airflow_provider_mongocdc.core.base.redaction import redact_secrets, redact_uri, secret_values
-from airflow_provider_mongocdc.tables.arrow import arrow_schema, arrow_type
+from airflow_provider_mongocdc.tables.arrow import REWRITE_BATCH_ROWS, BatchKeys, arrow_schema, arrow_type
 
 log = logging.getLogger("airflow_provider_mongocdc.apply")
 
@@ -280,7 +281,8 @@ class IcebergTableStore:
                         if column.name in self._new_columns:
                             update.add_column(column.name, _iceberg_type(column.type))
             schema = transaction.table_metadata.schema().as_arrow()
-            removed, added = [], []
+            removed = []
+            sink = _DataFiles(transaction.table_metadata, table.io)
             for task in table.scan().plan_files():
                 rows = self._read(table, task.file.file_path)
                 keys = rows.column(ID).to_pylist()
@@ -295,8 +297,8 @@ class IcebergTableStore:
                     else:
                         rows = rows.append_column(column.name, array)
                 removed.append(task.file)
-                added.append(_cast(rows, schema))
-            self._overwrite(transaction, removed, added, self._carried(versions or {}))
+                sink.write(_cast(rows, schema))
+            self._overwrite(transaction, removed, sink.close(), self._carried(versions or {}))
             transaction.commit_transaction()
         except TableError:
             raise
@@ -344,17 +346,9 @@ class IcebergTableStore:
         return properties
 
     def _overwrite(
-        self, transaction: Any, removed: list[Any], added: list[pa.Table], properties: dict[str, str]
+        self, transaction: Any, removed: list[Any], files: list[Any], properties: dict[str, str]
     ) -> None:
-        """One snapshot of ``transaction``: ``removed`` data files out, ``added`` rows in new files."""
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-        files = []
-        for rows in added:
-            if rows.num_rows:
-                files.extend(
-                    _dataframe_to_data_files(transaction.table_metadata, rows, transaction._table.io)
-                )
+        """One snapshot of ``transaction``: ``removed`` data files out, the new data ``files`` in."""
         if not removed and not files:
             empty = pa.Table.from_batches([], schema=transaction.table_metadata.schema().as_arrow())
             transaction.append(empty, snapshot_properties=properties)
@@ -424,7 +418,9 @@ class IcebergTableStore:
         return {"version": 1, "inserted": data.num_rows, "deleted": 0, "swept": 0, "created": True}
 
     def _rewrite(self, table: Any, commit: Commit, layout: TableLayout) -> dict[str, Any]:
-        """The batch's rows, the rows they replace or delete, and the sweep, in one snapshot."""
+        """The batch's rows, the rows they replace or delete, and the sweep, in one snapshot. A file
+        that may hold a batch key is read key column first; only a file that holds one (or a row the
+        sweep takes) is rewritten, streamed batch by batch into the new data file with the batch's rows."""
         if commit.rows == 0 and commit.sweep is None:  # the positions and state alone
             transaction = table.transaction()
             self._overwrite(transaction, [], [], self._carried(commit.versions, commit.metadata))
@@ -434,58 +430,78 @@ class IcebergTableStore:
         data = self._data(commit, layout)
         soft = layout.soft_delete
         schema = table.schema().as_arrow()
-        keys = data.column(ID)
-        key_set = pa.array(keys.to_pylist(), pa.string()) if len(keys) else pa.array([], pa.string())
+        keys = data.column(ID).cast(schema.field(ID).type)
         applied = commit.columns[APPLIED_AT][0] if commit.columns.get(APPLIED_AT) else int(time.time() * 1e6)
-        removed, kept = [], []
+        removed: list[Any] = []
         held: list[pa.ChunkedArray] = []
         previous: list[pa.Table] = []  # with soft deletes: the rows a batch's delete marks
         swept = 0
         sweep = commit.sweep
-        ordered = sorted(keys.to_pylist()) if len(keys) and sweep is None else None
-        for task in table.scan().plan_files():
-            if sweep is None and not _may_hold(task.file, ordered):
-                continue
-            rows = self._read(table, task.file.file_path)
-            ids = rows.column(ID).cast(pa.string())
-            hit = pc.is_in(ids, value_set=key_set) if len(key_set) else pa.array([False] * rows.num_rows)
-            old = pa.array([False] * rows.num_rows)
-            if sweep is not None:
-                old = pc.and_(pc.less(rows.column(GENERATION), sweep), pc.invert(hit))
-                if soft:
-                    old = pc.and_(old, pc.invert(rows.column(DELETED)))
-            if not pc.any(pc.or_(hit, old)).as_py():
-                continue
-            removed.append(task.file)
-            held.append(ids.filter(hit))
+        batch = BatchKeys(keys)
+        sink = _DataFiles(table.metadata, table.io)
+        try:
+            for task in table.scan().plan_files():
+                if sweep is not None and task.file.record_count == 0:
+                    continue
+                if sweep is None and not _may_hold(task.file, batch):
+                    continue
+                with table.io.new_input(task.file.file_path).open() as stream:
+                    parquet = pq.ParquetFile(stream)
+                    heads = [ID] + ([GENERATION] + ([DELETED] if soft else []) if sweep is not None else [])
+                    head = parquet.read(columns=heads, use_threads=False)
+                    ids = head.column(ID).cast(keys.type)
+                    hit = (
+                        pc.is_in(ids, value_set=keys)
+                        if len(keys)
+                        else pa.chunked_array([pa.array([False] * head.num_rows)])
+                    ).combine_chunks()
+                    old = None  # the rows the sweep takes (not the batch's)
+                    if sweep is not None:
+                        old = pc.and_(pc.less(head.column(GENERATION), sweep), pc.invert(hit))
+                        if soft:
+                            old = pc.and_(old, pc.invert(head.column(DELETED)))
+                        old = old.combine_chunks()
+                    if not pc.any(hit if old is None else pc.or_(hit, old)).as_py():
+                        continue  # its bounds hold a key, its rows do not: it stays
+                    removed.append(task.file)
+                    held.append(ids.filter(hit))
+                    count = 0 if old is None else pc.sum(old).as_py() or 0
+                    swept += count
+                    drop = pc.or_(hit, old) if count and not soft else hit
+                    keep = pc.invert(drop)
+                    at = 0
+                    for chunk in parquet.iter_batches(batch_size=REWRITE_BATCH_ROWS, use_threads=False):
+                        rows = pa.Table.from_batches([chunk])
+                        size = chunk.num_rows
+                        if soft:
+                            previous.append(rows.filter(hit.slice(at, size)))
+                        survivors = rows.filter(keep.slice(at, size))
+                        if count and soft:
+                            marked = old.slice(at, size).filter(keep.slice(at, size))
+                            if pc.any(marked).as_py():
+                                survivors = _marked_deleted(survivors, marked, applied)
+                        sink.write(_cast(survivors, schema))
+                        at += size
+            in_table = (
+                pc.is_in(keys, value_set=pa.chunked_array([c for h in held for c in h.chunks], keys.type))
+                if held
+                else pa.chunked_array([pa.array([False] * len(keys))])
+            )
+            deleted = data.column(DELETED)
+            live = data.filter(pc.invert(deleted))
             if soft:
-                previous.append(rows.filter(hit))
-            survivors = rows.filter(pc.invert(hit))
-            swept_mask = old.filter(pc.invert(hit))
-            count = pc.sum(swept_mask).as_py() or 0
-            swept += count
-            if count and soft:
-                survivors = _marked_deleted(survivors, swept_mask, applied)
-            elif count:
-                survivors = survivors.filter(pc.invert(swept_mask))
-            kept.append(_cast(survivors, schema))
-        in_table = (
-            pc.is_in(keys, value_set=pa.chunked_array([c for h in held for c in h.chunks], pa.string()))
-            if held
-            else pa.chunked_array([pa.array([False] * len(keys))])
-        )
-        deleted = data.column(DELETED)
-        live = data.filter(pc.invert(deleted))
-        written = [*kept]
-        if soft:
-            written.append(_cast(live, schema))
-            gone = data.filter(pc.and_(deleted, in_table))
-            if gone.num_rows and previous:
-                written.append(_cast(_keep_documents(gone, pa.concat_tables(previous), layout), schema))
-        else:
-            written.append(_cast(live.drop_columns([DELETED]), schema))
+                sink.write(_cast(live, schema))
+                gone = data.filter(pc.and_(deleted, in_table))
+                if gone.num_rows and previous:
+                    sink.write(_cast(_keep_documents(gone, pa.concat_tables(previous), layout), schema))
+            else:
+                sink.write(_cast(live.drop_columns([DELETED]), schema))
+            files = sink.close()
+        except BaseException:
+            sink.abandon()
+            raise
         transaction = table.transaction()
-        self._overwrite(transaction, removed, written, self._carried(commit.versions, commit.metadata))
+        self._overwrite(transaction, removed, files, self._carried(commit.versions, commit.metadata))
         transaction.commit_transaction()
         self._reload()
         return {
@@ -512,13 +528,15 @@ class IcebergTableStore:
                     if task.file.file_size_in_bytes < _SMALL_FILE_BYTES
                 ]
                 if len(small) > 1:
-                    rows = [self._read(table, data_file.file_path) for data_file in small]
-                    transaction = table.transaction()
                     schema = table.schema().as_arrow()
+                    sink = _DataFiles(table.metadata, table.io)
+                    for data_file in small:
+                        sink.write(_cast(self._read(table, data_file.file_path), schema))
+                    transaction = table.transaction()
                     self._overwrite(
                         transaction,
                         small,
-                        [_cast(pa.concat_tables([_cast(part, schema) for part in rows]), schema)],
+                        sink.close(),
                         self._carried({compacted_app_id(state.topic): now_s}),
                     )
                     transaction.commit_transaction()
@@ -591,6 +609,104 @@ class IcebergTableStore:
         return removed
 
 
+class _DataFiles:
+    """New data files of a table (its ``metadata`` and ``io``), from Arrow tables of its schema written
+    one after the other: an unpartitioned table's are streamed into Parquet files of about the
+    table's target size (``write.target-file-size-bytes``, in Arrow bytes as pyiceberg counts it),
+    with the table's Parquet settings and dictionaries only for the columns of few values (not the
+    keys or the documents); any other table's rows are gathered and written by pyiceberg's writer
+    (one file per partition)."""
+
+    def __init__(self, metadata: Any, io: Any):
+        from pyiceberg.schema import sanitize_column_names
+        from pyiceberg.utils.properties import property_as_int
+
+        self._metadata, self._io = metadata, io
+        schema = metadata.schema()
+        self._streamed = metadata.spec().is_unpartitioned() and sanitize_column_names(schema) == schema
+        self._target = property_as_int(metadata.properties, "write.target-file-size-bytes", 512 * 1024 * 1024)
+        self._gathered: list[pa.Table] = []
+        self._writer: Any = None
+        self._output: Any = None
+        self._path = ""
+        self._bytes = 0
+        self._paths: list[str] = []
+        self._files: list[Any] = []
+
+    def write(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        if not self._streamed:
+            self._gathered.append(rows)
+            return
+        if self._writer is None:
+            self._open(rows.column_names)
+        self._writer.write(rows)
+        self._bytes += rows.nbytes
+        if self._bytes >= self._target:
+            self._finish()
+
+    def _open(self, names: list[str]) -> None:
+        from pyiceberg.io.pyarrow import ParquetFormatWriter
+        from pyiceberg.table.locations import load_location_provider
+
+        provider = load_location_provider(
+            table_location=self._metadata.location, table_properties=self._metadata.properties
+        )
+        self._path = provider.new_data_location(data_file_name=f"00000-0-{uuid.uuid4()}.parquet")
+        self._paths.append(self._path)
+        self._output = self._io.new_output(self._path)
+        self._writer = ParquetFormatWriter(self._output, self._metadata.schema(), self._metadata.properties)
+        # The keys and the documents are all distinct: a dictionary of them is built only to be dropped.
+        self._writer._parquet_writer_kwargs["use_dictionary"] = [n for n in names if n not in (ID, DOCUMENT)]
+
+    def _finish(self) -> None:
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        writer, self._writer, self._bytes = self._writer, None, 0
+        statistics = writer.close()
+        self._files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=self._path,
+                file_format=FileFormat.PARQUET,
+                partition=Record(),
+                file_size_in_bytes=len(self._output),
+                sort_order_id=None,
+                spec_id=self._metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+
+    def close(self) -> list[Any]:
+        """The data files written (to add in one snapshot)."""
+        if self._writer is not None:
+            self._finish()
+        if self._gathered:
+            from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+            rows, self._gathered = pa.concat_tables(self._gathered), []
+            self._files.extend(_dataframe_to_data_files(self._metadata, rows, self._io))
+        return self._files
+
+    def abandon(self) -> None:
+        """After a failure: the files written so far removed (no snapshot holds them)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # the failure being raised is the one that counts
+                pass
+        for path in self._paths:
+            try:
+                self._io.delete(path)
+            except Exception:
+                pass
+
+
 def _namespace_exists(catalog: Any, namespace: str) -> bool:
     try:
         return bool(catalog.namespace_exists(namespace))
@@ -625,20 +741,13 @@ def _cast(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _may_hold(data_file: Any, ordered: list[str] | None) -> bool:
-    """Whether a data file's ``_id`` bounds may hold one of the (sorted) keys."""
-    if ordered is None:
-        return True
-    if not ordered:
-        return False
+def _may_hold(data_file: Any, keys: BatchKeys) -> bool:
+    """Whether a data file's ``_id`` bounds (whole: the table's metrics mode for ``_id`` is full)
+    may hold one of a batch's keys; a file without bounds may."""
     lower, upper = (data_file.lower_bounds or {}).get(1), (data_file.upper_bounds or {}).get(1)
     if lower is None or upper is None:
         return True
-    import bisect
-
-    low, high = bytes(lower).decode("utf-8", "replace"), bytes(upper).decode("utf-8", "replace")
-    at = bisect.bisect_left(ordered, low)
-    return at < len(ordered) and ordered[at] <= high
+    return keys.within(bytes(lower).decode("utf-8", "replace"), bytes(upper).decode("utf-8", "replace"))
 
 
 def _marked_deleted(rows: pa.Table, mask: pa.Array, applied_us: int) -> pa.Table:

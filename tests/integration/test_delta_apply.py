@@ -273,7 +273,9 @@ def test_bad_input_is_one_error_in_words_before_any_table_changes(
         apply(kafka, props, {"location": str(lake), "format": table_format})
     text = str(raised.value)
     uri = lake / database / "items" if table_format == "delta" else f"iceberg://mongocdc/{database}/items"
-    assert f"table at {uri} was not written by the apply" in text and "the sales team's table" in text, text
+    assert f"The table at {uri} was not written by the apply" in text and "the sales team's table" in text, (
+        text
+    )
     assert before() == state
 
     # A topic of the connector that holds something else: no table of the run changes.

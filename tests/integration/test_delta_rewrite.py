@@ -29,7 +29,7 @@ from airflow_provider_mongocdc.core.apply.layout import (
     TableLayout,
 )
 from airflow_provider_mongocdc.core.base.errors import TableError
-from airflow_provider_mongocdc.tables import delta as delta_tables
+from airflow_provider_mongocdc.tables import arrow as arrow_tables
 from airflow_provider_mongocdc.tables.delta import DeltaTableStore
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def apply_both(tmp_path, batches, layout, monkeypatch, prepare=None):
 @pytest.mark.parametrize("few_files", [8, 0], ids=["a-pass-per-file", "keys-sorted-once"])
 def test_the_rewrite_writes_what_the_merge_writes_and_keeps_untouched_files(tmp_path, monkeypatch, few_files):
     # Which files may hold a batch's keys is found either way (few files: a pass over the keys each).
-    monkeypatch.setattr(delta_tables, "_FEW_FILES", few_files)
+    monkeypatch.setattr(arrow_tables, "_FEW_FILES", few_files)
     layout = TableLayout()
     first = batch([(str(key), doc(key, 0)) for key in range(100, 200)], 0, layout)
     low = batch([(str(key), doc(key, 0)) for key in range(300, 400)], 100, layout)  # a file of its own

@@ -143,7 +143,7 @@ def check_owner(
     if version is None or app_version(generation_app_id(topic)) is not None:
         return
     raise TableError(
-        f"The Delta table at {uri} was not written by the apply of the topic {topic!r}",
+        f"The table at {uri} was not written by the apply of the topic {topic!r}",
         cause=f"it exists (version {version}) without the apply's record of that topic"
         + (f"; its description says: {description}" if description else "")
         + ": it was written by something else, or by the apply of another connector or topic",
