@@ -128,12 +128,18 @@ def _delta(services: Services, quick: bool) -> dict[str, Any]:
             "apply": delta.run_apply(services, rows=100_000, changes=10_000),
             "apply_iceberg": delta.run_apply(services, rows=100_000, changes=10_000, table_format="iceberg"),
             "files": delta.run_files(services, rows=10_000, applies=20, per_apply=200),
+            "files_iceberg": delta.run_files(
+                services, rows=10_000, applies=20, per_apply=200, table_format="iceberg"
+            ),
         }
     return {
         "apply": delta.run_apply(services, rows=1_000_000, changes=100_000),
         "apply_no_schemas": delta.run_apply(services, rows=1_000_000, changes=100_000, schemas=False),
         "apply_iceberg": delta.run_apply(services, rows=1_000_000, changes=100_000, table_format="iceberg"),
         "files": delta.run_files(services, rows=100_000, applies=100, per_apply=1000),
+        "files_iceberg": delta.run_files(
+            services, rows=100_000, applies=100, per_apply=1000, table_format="iceberg"
+        ),
     }
 
 
@@ -147,7 +153,10 @@ def _delta_report(figures: dict[str, Any]) -> list[str]:
         lines += delta.report_apply(figures["apply_iceberg"])
     if "apply_no_schemas" in figures:
         lines += delta.report_apply(figures["apply_no_schemas"])
-    return lines + delta.report_files(figures["files"])
+    lines += delta.report_files(figures["files"])
+    if "files_iceberg" in figures:
+        lines += delta.report_files(figures["files_iceberg"])
+    return lines
 
 
 BENCHES = [

@@ -282,30 +282,77 @@ def run_apply(
     }
 
 
-def run_files(services: Services, rows: int, applies: int, per_apply: int) -> dict[str, Any]:
-    variants = {"no compaction": None, "compact_every 6h": 6 * 3600.0, "compact_every 0 (every apply)": 0.0}
+FILE_VARIANTS = {
+    # name: (compact_every_s, vacuum_every_s, vacuum_retention_s)
+    "no compaction": (None, None, None),
+    "compact_every 6h": (6 * 3600.0, None, None),
+    "compact_every 0 (every apply)": (0.0, None, None),
+    "compact_every 6h, vacuum_every 6h, retention 1 h": (6 * 3600.0, 6 * 3600.0, 3600.0),
+}
+
+
+def _table_files(uri: str, table_format: str) -> dict[str, Any]:
+    """Files in the table's current version, data files on disk, versions (snapshots) kept."""
+    if table_format == "delta":
+        table = DeltaTable(uri)
+        return {
+            "files": len(table.file_uris()),
+            "files_on_disk": len(list(Path(uri).glob("*.parquet"))),
+            "version": table.version(),
+            "log_files": len(list((Path(uri) / "_delta_log").glob("*.json"))),
+        }
+    table = _store(uri, table_format).table()
+    return {
+        "files": len(list(table.scan().plan_files())),
+        "files_on_disk": len(list((Path(uri) / "data").glob("*.parquet"))),
+        "version": int(table.current_snapshot().sequence_number),
+        "snapshots": len(table.snapshots()),
+        "metadata_files": len(list((Path(uri) / "metadata").iterdir())),
+    }
+
+
+def run_files(
+    services: Services, rows: int, applies: int, per_apply: int, table_format: str = "delta"
+) -> dict[str, Any]:
     found = {}
-    for name, every in variants.items():
+    for name, (compact, vacuum, retention) in FILE_VARIANTS.items():
+        if vacuum is not None and table_format == "delta":
+            continue  # delta-rs's vacuum keeps files by their real removal time: an hour of the bench is seconds
         prefix = f"benchkf{uuid.uuid4().hex[:8]}"
         topic = f"{prefix}.{DATABASE}.{COLLECTION}"
         ensure_topics(services.kafka, [TopicSpec(topic, 1)])
         work = Path(tempfile.mkdtemp(prefix="mongocdc-bench-files-"))
         uri = str(work / "lake" / DATABASE / COLLECTION)
-        _seed_table(uri, topic, rows)
-        clock = [1_800_000_000.0]
+        _seed_table(uri, topic, rows, table_format)
+        clock = [1_800_000_000.0 if table_format == "delta" else time.time()]
         next_key = rows
-        job = TableJob(topic, f"{DATABASE}.{COLLECTION}", TableLayout(), 1_000_000, compact_every_s=every)
+        job = TableJob(
+            topic,
+            f"{DATABASE}.{COLLECTION}",
+            TableLayout(),
+            1_000_000,
+            compact_every_s=compact,
+            vacuum_every_s=vacuum,
+            vacuum_retention_s=retention or 7 * 86400.0,
+        )
+        cpu = 0.0
         for index in range(applies):
             records, next_key = _change_records(
                 prefix, rows, per_apply, next_key, seed=100 + index, recent=per_apply
             )
             _produce(services.bootstrap, topic, records)
             clock[0] += 3600.0
-            TableApply(job, DeltaTableStore(uri), services.kafka, clock=lambda now=clock[0]: now).run()
-        table = DeltaTable(uri)
-        on_disk = len(list(Path(uri).glob("*.parquet")))
-        found[name] = {"files": len(table.file_uris()), "files_on_disk": on_disk, "version": table.version()}
-    return {"rows": rows, "applies": applies, "per_apply": per_apply, "variants": found}
+            began = time.process_time()
+            TableApply(job, _store(uri, table_format), services.kafka, clock=lambda now=clock[0]: now).run()
+            cpu += time.process_time() - began
+        found[name] = {**_table_files(uri, table_format), "apply_cpu_s": round(cpu / applies, 3)}
+    return {
+        "format": table_format,
+        "rows": rows,
+        "applies": applies,
+        "per_apply": per_apply,
+        "variants": found,
+    }
 
 
 def report_apply(figures: dict[str, Any]) -> list[str]:
@@ -325,13 +372,19 @@ def report_apply(figures: dict[str, Any]) -> list[str]:
 
 
 def report_files(figures: dict[str, Any]) -> list[str]:
+    table_format = figures.get("format", "delta")
     lines = [
-        f"{figures['applies']} hourly applies of {figures['per_apply']} changes (80% inserts, the rest on "
-        f"documents inserted by the same apply) to a {figures['rows']}-row table:"
+        f"{table_format} table, {figures['applies']} hourly applies of {figures['per_apply']} changes (80% "
+        f"inserts, the rest on documents inserted by the same apply) to a {figures['rows']}-row table:"
     ]
     for name, found in figures["variants"].items():
+        kept = (
+            f"{found['log_files']} log entries"
+            if table_format == "delta"
+            else f"{found['snapshots']} snapshots kept, {found['metadata_files']} metadata files"
+        )
         lines.append(
             f"  {name}: {found['files']} files in the table's version {found['version']}, "
-            f"{found['files_on_disk']} data files on disk (not vacuumed)"
+            f"{found['files_on_disk']} data files on disk, {kept}; {found.get('apply_cpu_s')} CPU-s per apply"
         )
     return lines

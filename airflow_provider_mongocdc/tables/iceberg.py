@@ -29,7 +29,6 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +81,9 @@ TABLE_PROPERTIES = {
     # A commit the catalog refuses (another writer's came first) fails: pyiceberg would otherwise
     # replay this snapshot's files on the other's, and the batch's rows would be there twice.
     "commit.retry.num-retries": "0",
+    # Each commit writes the table's metadata anew: the last 20 kept, older ones removed by the commit.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
 }
 # Files below this size are compacted when compaction is due.
 _SMALL_FILE_BYTES = 32 * 1024 * 1024
@@ -547,8 +549,8 @@ class IcebergTableStore:
                     "files_added": 1 if len(small) > 1 else 0,
                 }
             if vacuum_retention_s is not None:
-                expired = self._expire(table, vacuum_retention_s)
-                orphans = self._remove_orphans(table, vacuum_retention_s)
+                expired = self._expire(table, now_s - vacuum_retention_s)
+                orphans = self._remove_orphans(table, now_s - vacuum_retention_s)
                 transaction = table.transaction()
                 self._overwrite(transaction, [], [], self._carried({vacuumed_app_id(state.topic): now_s}))
                 transaction.commit_transaction()
@@ -563,14 +565,14 @@ class IcebergTableStore:
             log.info("%s: maintenance %s", self.uri, done)
         return done
 
-    def _expire(self, table: Any, retention_s: float) -> int:
-        """Snapshots older than the retention expired (the current one and its state kept)."""
-        cutoff = datetime.now(timezone.utc) - timedelta(seconds=retention_s)
+    def _expire(self, table: Any, cutoff_s: float) -> int:
+        """Snapshots made before ``cutoff_s`` (the apply's clock less the retention) expired, the
+        current one kept."""
         current = table.current_snapshot()
         old = [
             snapshot.snapshot_id
             for snapshot in table.snapshots()
-            if snapshot.timestamp_ms < cutoff.timestamp() * 1000
+            if snapshot.timestamp_ms < cutoff_s * 1000
             and (current is None or snapshot.snapshot_id != current.snapshot_id)
         ]
         if old:
@@ -578,32 +580,39 @@ class IcebergTableStore:
             self._reload()
         return len(old)
 
-    def _remove_orphans(self, table: Any, retention_s: float) -> int:
-        """Data files under the table's location that no snapshot uses and older than the retention
-        removed (local file systems and fsspec stores; others: none)."""
+    def _remove_orphans(self, table: Any, cutoff_s: float) -> int:
+        """Files under the table's location that no snapshot uses, last modified before ``cutoff_s``,
+        removed (local file systems and fsspec stores; others: none): data files, and the manifests
+        and manifest lists of expired snapshots (the metadata files are the commits' to remove)."""
         table = self.table()
         used: set[str] = set()
         for snapshot in table.snapshots():
+            used.add(_path(snapshot.manifest_list))
             for manifest in snapshot.manifests(table.io):
+                used.add(_path(manifest.manifest_path))
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                     used.add(_path(entry.data_file.file_path))
-        location = table.location()
-        data_dir = location.rstrip("/") + "/data"
+        location = table.location().rstrip("/")
         try:
             import fsspec
 
-            filesystem, root = fsspec.core.url_to_fs(data_dir)
+            filesystem, root = fsspec.core.url_to_fs(location + "/data")
             listed = filesystem.find(root, detail=True)
+            _, metadata_root = fsspec.core.url_to_fs(location + "/metadata")
+            listed.update(
+                (name, info)
+                for name, info in filesystem.find(metadata_root, detail=True).items()
+                if name.endswith(".avro")
+            )
         except (ImportError, ValueError, FileNotFoundError, OSError):
             return 0
-        cutoff = time.time() - retention_s
         removed = 0
         for name, info in listed.items():
             if _path(name) in used:
                 continue
             modified = info.get("mtime") or info.get("LastModified")
             stamp = modified.timestamp() if hasattr(modified, "timestamp") else modified
-            if stamp is not None and float(stamp) < cutoff:
+            if stamp is not None and float(stamp) < cutoff_s:
                 filesystem.rm_file(name)
                 removed += 1
         return removed
