@@ -452,3 +452,40 @@ def test_storage_errors_show_no_signature_and_no_secret_of_the_storage_options(
     assert row["error"] and "File not found" in row["error"], row
     assert "S1gnature" not in row["error"] and account_key not in row["error"], row
     assert not any("S1gnature" in problem or account_key in problem for problem in shown["problems"])
+
+
+def _kafka_threads() -> int:
+    """The librdkafka threads of this process (each open client has its own)."""
+    import os
+
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sum(name.startswith("rdk:") for name in names)
+
+
+def test_an_apply_whose_commit_fails_closes_its_kafka_consumer(
+    mongodb_uri, kafka_bootstrap, unique_name, tmp_path, monkeypatch
+):
+    database = f"{unique_name}_db"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    MongoClient(mongodb_uri)[database].items.insert_many([{"_id": n} for n in range(5)])
+    props = connector(unique_name, database)
+    snapshot(mongodb_uri, kafka, props)
+
+    def refused(self, *args, **kwargs):
+        raise TableError("Another writer committed first", cause="a test", fix="run again")
+
+    monkeypatch.setattr(DeltaTableStore, "commit", refused)
+    before = _kafka_threads()
+    with pytest.raises(TableError) as raised:  # the error (and its traceback) is kept, as a caller may
+        # The first commit comes while the topic is still being read (a batch of 2 of 5 events).
+        apply(kafka, props, {"location": str(tmp_path / "lake"), "max_batch_events": 2})
+    deadline = time.monotonic() + 60
+    while _kafka_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _kafka_threads() <= before, f"a Kafka client of the failed apply is still open ({raised.value})"

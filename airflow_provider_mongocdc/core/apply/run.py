@@ -215,8 +215,8 @@ class TableApply:
         # their CPU). It runs again once they are gone.
         collecting = gc.isenabled()
         gc.disable()
+        chunks = self.chunks(starts, stop, partitions)
         try:
-            chunks = self.chunks(starts, stop, partitions)
             state, batch = self._apply_range(state, tracker, starts, stop, chunks)
             # A snapshot the offsets topic shows completed over the range sweeps in the last
             # commit, the batch's own older rows too.
@@ -225,6 +225,11 @@ class TableApply:
                 state = self._commit(batch, state)
             del batch
         finally:
+            # A commit that failed mid-range leaves the read suspended: its consumers close now, not
+            # whenever the error's traceback is dropped.
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
             if collecting:
                 gc.enable()
         self.summary["notes"].extend(tracker.notes)

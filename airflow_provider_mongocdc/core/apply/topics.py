@@ -180,14 +180,17 @@ def read_range(
             kafka_config, reader, topic, partition, start, ends[partition], chunk, changes
         )
         return
-    streams = [
-        chain.from_iterable(
-            _partition_chunks(kafka_config, reader, topic, partition, start, ends[partition], chunk)
-        )
+    partitions = [
+        _partition_chunks(kafka_config, reader, topic, partition, start, ends[partition], chunk)
         for partition, start in sorted(wanted.items())
     ]
-    merged = heapq.merge(*streams, key=lambda event: (event.timestamp, event.partition))
-    yield from _chunks(merged, chunk)
+    try:
+        streams = [chain.from_iterable(chunks) for chunks in partitions]
+        merged = heapq.merge(*streams, key=lambda event: (event.timestamp, event.partition))
+        yield from _chunks(merged, chunk)
+    finally:  # each partition's consumer closed, also when the read stops early
+        for chunks in partitions:
+            chunks.close()
 
 
 def _chunks(events: Iterator[ChangeEvent], size: int) -> Iterator[list[ChangeEvent]]:
