@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_mongocdc.core.jobspec import read_result
 from devtools.kafka.reading import SETTLE_S, read_topic
-from tests.spark_submit import AppRun, app_command
+from tests.spark_submit import AppRun, app_command, submit_env
 from tests.topic_records import DebeziumRecord, unwrapped
 
 # Trials per kill test: a few in the default run, more in the long run
@@ -62,6 +62,7 @@ class Submitted:
         with open(log, "w") as out:
             self.process = subprocess.Popen(
                 app_command(spark_submit, application, spec, result),
+                env=submit_env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

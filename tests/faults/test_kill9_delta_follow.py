@@ -32,7 +32,7 @@ from tests.integration.delta_helpers import (
 )
 from tests.integration.test_delta_apply_rules import topic_records
 from tests.integration.window_helpers import write_spec
-from tests.spark_submit import app_command
+from tests.spark_submit import app_command, submit_env
 
 pytestmark = pytest.mark.faults
 
@@ -120,6 +120,7 @@ def test_kill9_beside_a_followed_open_window_leaves_the_table_equal_to_mongodb(
     log = (tmp_path / "window.log").open("w")
     window_process = subprocess.Popen(
         app_command(spark_submit, "stream_window", spec, result),
+        env=submit_env(),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

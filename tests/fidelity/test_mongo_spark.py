@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.spark_submit import SPARK_ARGS
+from tests.spark_submit import SPARK_ARGS, submit_env
 
 pytestmark = [pytest.mark.fidelity, pytest.mark.integration]
 
@@ -19,7 +18,7 @@ JOB = Path(__file__).parent / "spark_jobs" / "mongo_range_count_job.py"
 def test_spark_executors_read_ranges_with_pymongo(spark_submit, mongodb_uri, db):
     db.items.insert_many([{"_id": i, "payload": "p" * 64} for i in range(5000)])
     bounds = [0, 1000, 2500, 4000, 5000]
-    env = dict(os.environ)
+    env = submit_env()
     env["MONGOCDC_JOB_MONGODB_URI"] = mongodb_uri
     result = subprocess.run(
         [

@@ -25,7 +25,7 @@ from tests.integration.delta_helpers import (
     table_documents,
 )
 from tests.integration.window_helpers import write_spec
-from tests.spark_submit import app_command
+from tests.spark_submit import app_command, submit_env
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,10 @@ def test_an_open_windows_table_holds_its_changes_while_the_window_is_open(
     )
     log = (tmp_path / "window.log").open("w")
     window = subprocess.Popen(
-        app_command(spark_submit, "stream_window", spec, result), stdout=log, stderr=subprocess.STDOUT
+        app_command(spark_submit, "stream_window", spec, result),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=submit_env(),
     )
     stop = threading.Event()
     written: list[int] = []

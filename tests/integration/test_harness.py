@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from devtools.kafka.reading import read_topic
-from tests.spark_submit import SPARK_ARGS
+from tests.spark_submit import SPARK_ARGS, submit_env
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -148,6 +148,7 @@ def test_spark_submit_executors_produce_to_kafka(kafka_bootstrap, unique_name, s
             "1000",
             "4",
         ],
+        env=submit_env(),
         capture_output=True,
         text=True,
         timeout=300,

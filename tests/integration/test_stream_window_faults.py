@@ -34,7 +34,7 @@ from tests.integration.window_helpers import (
     topic_events,
     write_spec,
 )
-from tests.spark_submit import app_command
+from tests.spark_submit import app_command, submit_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -68,6 +68,7 @@ def _start(spark_submit: str, tmp_path, name: str, props: dict, uri: str, kafka:
     spec, result = write_spec(tmp_path, name, props, uri, kafka, end)
     return subprocess.Popen(
         app_command(spark_submit, "stream_window", spec, result),
+        env=submit_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,

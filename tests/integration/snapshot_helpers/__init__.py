@@ -14,7 +14,7 @@ from typing import Any
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 
 from airflow_provider_mongocdc.core.jobspec import JobSpec
-from tests.spark_submit import AppRun, app_command, run_app
+from tests.spark_submit import AppRun, app_command, run_app, submit_env
 from tests.topic_records import unwrapped
 
 
@@ -130,6 +130,7 @@ def start_snapshot(spark_submit: str, spec_path: Path, result_path: Path, log_pa
     try:
         return subprocess.Popen(
             app_command(spark_submit, "snapshot", spec_path, result_path),
+            env=submit_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
