@@ -368,11 +368,17 @@ def test_the_wheel_lists_every_package_of_the_provider():
     missing from the installed provider and from the executors' archive built from it."""
     import tomllib
 
-    listed = set(
-        tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
-    )
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
     present = {module_name(init.parent / "__init__.py") for init in REPO.glob(f"{PACKAGE}/**/__init__.py")}
     present |= {SPARK_APPS}
+    # Folders of data files only (the page's templates): packages of their package-data entry.
+    present |= {
+        name
+        for name in setuptools["package-data"]
+        if (REPO / name.replace(".", "/")).is_dir()
+        and not (REPO / name.replace(".", "/") / "__init__.py").exists()
+    }
     assert present == listed, (
         f"in the tree but not listed: {sorted(present - listed)}; listed, absent: {sorted(listed - present)}"
     )
